@@ -1,0 +1,42 @@
+# annal — developer entry points.  `make demo` and `make test` set up
+# everything they need (virtualenv, Python dependencies) on a fresh machine.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+PKGS    = storage
+STAMP   = $(VENV)/.installed
+
+.PHONY: demo test lint typecheck bench setup clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/python -m annal.demo
+
+lint: setup
+	$(BIN)/ruff check .
+
+# mypy cannot follow setuptools' package-dir mapping, so it reads a tree of
+# symlinks that mirrors the installed layout (annal/, annal/storage/, ...).
+typecheck: setup
+	rm -rf build/typecheck && mkdir -p build/typecheck/annal
+	for f in annal/*.py; do ln -s ../../../$$f build/typecheck/annal/; done
+	for p in $(PKGS); do ln -s ../../../$$p build/typecheck/annal/$$p; done
+	$(BIN)/mypy -p annal
+
+test: setup lint typecheck
+	$(BIN)/python -m pytest -q tests; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+bench: setup
+	$(BIN)/python bench/storage.py --quick
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

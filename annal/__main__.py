@@ -1,0 +1,5 @@
+import sys
+
+from annal.cli import main
+
+sys.exit(main())

@@ -1,0 +1,39 @@
+"""The ``annal`` command line.
+
+Every command is a subcommand with its own ``--help``; bad arguments are a
+usage error with exit code 2 (argparse's convention, as Kafka's tools).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from annal import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="annal",
+        description="annal: a replicated, partitioned commit log (Kafka's ZooKeeper era, in Python).",
+    )
+    parser.add_argument("--version", action="version", version=f"annal {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    from annal import dumplog
+
+    dumplog.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    code: int = args.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Per-log configuration, under Kafka's topic-level property names.
+
+``LogConfig.from_properties({"segment.bytes": "1048576", ...})`` parses and
+checks a property map (strings, as they come from a properties file or a
+``/config/topics`` znode); an unknown name or a bad value is a ValueError
+that names the property.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .batch import TimestampType
+
+DAY_MS = 24 * 60 * 60 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_ms: int = 7 * DAY_MS
+    segment_index_bytes: int = 10 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    max_message_bytes: int = 1024 * 1024 + 12
+    retention_ms: int = 7 * DAY_MS  # -1: unlimited
+    retention_bytes: int = -1  # -1: unlimited
+    file_delete_delay_ms: int = 60_000
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
+    delete_retention_ms: int = DAY_MS
+    flush_messages: int = 2**63 - 1
+    flush_ms: int = 2**63 - 1
+    message_timestamp_type: TimestampType = TimestampType.CREATE_TIME
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @classmethod
+    def from_properties(
+        cls, props: Mapping[str, str | int | float], base: LogConfig | None = None
+    ) -> LogConfig:
+        """Overlay Kafka-named properties on ``base`` (the defaults when None)."""
+        changes: dict[str, Any] = {}
+        for name, raw in props.items():
+            attr = name.replace(".", "_")
+            if attr not in _FIELDS:
+                raise ValueError(f"unknown log config {name!r}")
+            changes[attr] = _parse(name, attr, raw)
+        return dataclasses.replace(base or cls(), **changes)
+
+    def to_properties(self) -> dict[str, str]:
+        """The inverse of from_properties, for znodes and dump output."""
+        out: dict[str, str] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                text = ",".join(value)
+            elif isinstance(value, TimestampType):
+                text = "LogAppendTime" if value is TimestampType.LOG_APPEND_TIME else "CreateTime"
+            elif isinstance(value, bool):
+                text = str(value).lower()
+            else:
+                text = str(value)
+            out[f.name.replace("_", ".")] = text
+        return out
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(LogConfig)}
+
+
+def _parse(name: str, attr: str, raw: str | int | float) -> object:
+    kind = _FIELDS[attr].type
+    text = str(raw).strip()
+    try:
+        if attr == "cleanup_policy":
+            policies = tuple(p.strip() for p in text.split(",") if p.strip())
+            if not policies or any(p not in ("delete", "compact") for p in policies):
+                raise ValueError("expected 'delete', 'compact' or 'compact,delete'")
+            return policies
+        if attr == "message_timestamp_type":
+            if text == "CreateTime":
+                return TimestampType.CREATE_TIME
+            if text == "LogAppendTime":
+                return TimestampType.LOG_APPEND_TIME
+            raise ValueError("expected CreateTime or LogAppendTime")
+        if kind == "bool":
+            if text.lower() not in ("true", "false"):
+                raise ValueError("expected true or false")
+            return text.lower() == "true"
+        if kind == "float":
+            value: float = float(text)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError("expected a ratio between 0 and 1")
+            return value
+        number = int(text)
+    except ValueError as exc:
+        raise ValueError(f"invalid value {raw!r} for log config {name!r}: {exc}") from None
+    if number < 0 and attr not in ("retention_ms", "retention_bytes"):
+        raise ValueError(f"invalid value {raw!r} for log config {name!r}: must not be negative")
+    if attr == "segment_bytes" and number < 14:
+        raise ValueError(f"invalid value {raw!r} for log config {name!r}: at least 14")
+    if attr == "segment_index_bytes" and number < 12:
+        raise ValueError(f"invalid value {raw!r} for log config {name!r}: at least 12")
+    return number
