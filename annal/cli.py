@@ -16,7 +16,7 @@ from annal import __version__
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="annal",
-        description="annal: a replicated, partitioned commit log (Kafka's ZooKeeper era, in Python).",
+        description="annal: a replicated, partitioned commit log in the style of Kafka.",
     )
     parser.add_argument("--version", action="version", version=f"annal {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")

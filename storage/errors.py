@@ -3,16 +3,16 @@
 Every error the log raises for bad input or a bad directory is one of these,
 so callers (the broker, the CLI, tests) catch exactly what they mean::
 
-    StorageError                         base; never raised itself
-    ├── InvalidRecordError               a batch that must not be stored
-    │   ├── CorruptRecordError           bad CRC, magic, length, count, truncation  (CORRUPT_MESSAGE)
-    │   ├── RecordTooLargeError          batch over max.message.bytes              (MESSAGE_TOO_LARGE)
-    │   ├── NonMonotonicOffsetError      follower batch at or below the log end    (OFFSET_OUT_OF_RANGE)
-    │   └── KeylessRecordError           null key into a compacted log             (INVALID_RECORD)
-    ├── OffsetOutOfRangeError            read or truncate outside the log          (OFFSET_OUT_OF_RANGE)
-    ├── LogDirError                      not a log dir, unknown files, meta mismatch (KAFKA_STORAGE_ERROR)
-    ├── CorruptIndexError                an index file that fails its sanity check (rebuilt, never fatal)
-    └── CheckpointError                  a checkpoint file that cannot be parsed
+    StorageError                     base; never raised itself
+    ├── InvalidRecordError           a batch refused      (INVALID_RECORD)
+    │   ├── CorruptRecordError       CRC, magic, sizes    (CORRUPT_MESSAGE)
+    │   ├── RecordTooLargeError      max.message.bytes    (MESSAGE_TOO_LARGE)
+    │   ├── NonMonotonicOffsetError  follower offsets     (OFFSET_OUT_OF_RANGE)
+    │   └── KeylessRecordError       null key, compacted  (INVALID_RECORD)
+    ├── OffsetOutOfRangeError        outside the log      (OFFSET_OUT_OF_RANGE)
+    ├── LogDirError                  bad log directory    (KAFKA_STORAGE_ERROR)
+    ├── CorruptIndexError            bad index; rebuilt   (CORRUPT_MESSAGE)
+    └── CheckpointError              bad checkpoint file  (KAFKA_STORAGE_ERROR)
 
 Each class carries ``code``, Kafka's wire error name, and ``retriable``.
 Errors about a batch name the file or buffer position they refer to.
