@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(BIN)/python -m annal.demo
+	$(BIN)/python -m annal.demo $(if $(KEEP),--keep)
 
 lint: setup
 	$(BIN)/ruff check .
@@ -29,10 +29,11 @@ typecheck: setup
 	rm -rf build/typecheck && mkdir -p build/typecheck/annal
 	for f in annal/*.py; do ln -s ../../../$$f build/typecheck/annal/; done
 	for p in $(PKGS); do ln -s ../../../$$p build/typecheck/annal/$$p; done
+	ln -s ../../../proto/annal/v1 build/typecheck/annal/v1
 	$(BIN)/mypy -p annal
 
 test: setup lint typecheck
-	$(BIN)/python -m pytest -q tests; rc=$$?; \
+	$(BIN)/pytest -q tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 bench: setup

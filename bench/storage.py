@@ -1,0 +1,246 @@
+"""Storage engine benchmark: the log against plain file I/O, in the same run.
+
+    .venv/bin/python bench/storage.py [--quick] [--mb N] [--dir DIR]
+
+Appends 100-byte records in ~16 KiB batches through ``Log.append_as_leader``
+and writes the same bytes with plain sequential writes; reads both back;
+times batch encoding against kafka-python's builder, recovery of an unclean
+log and one compaction pass.  Ratios against the raw baselines are what to
+compare across machines.  The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from annal.storage.batch import iter_batches
+from annal.storage.cleaner import clean_log, describe_dirty_range
+from annal.storage.config import LogConfig
+from annal.storage.log import Log
+from annal.storage.records import BatchBuilder, Record, encode_batch
+
+RECORD_SIZE = 100
+BATCH_BYTES = 16 * 1024
+READ_BYTES = 1 << 20
+
+
+def best_of(runs: int, fn: Callable[[], float]) -> float:
+    """The shortest of ``runs`` timings: the least disturbed by a shared machine."""
+    return min(fn() for _ in range(runs))
+
+
+def make_values(count: int) -> list[bytes]:
+    return [(b"%010d" % i) + b"v" * (RECORD_SIZE - 10) for i in range(count)]
+
+
+def build_batches(values: list[bytes], timestamp: int) -> list[bytes]:
+    batches: list[bytes] = []
+    builder = BatchBuilder()
+    for value in values:
+        builder.append(None, value, timestamp)
+        if builder.estimated_size >= BATCH_BYTES:
+            batches.append(builder.build())
+            builder = BatchBuilder()
+    if builder.record_count:
+        batches.append(builder.build())
+    return batches
+
+
+def bench_encode(values: list[bytes], timestamp: int, runs: int) -> tuple[float, float]:
+    """Records per second for annal's builder and for kafka-python's."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    per_batch = BATCH_BYTES // (RECORD_SIZE + 8)
+    sample = values[: max(len(values) // 10, 20_000)]  # kafka-python is slow: a tenth
+
+    def ours() -> float:
+        started = time.perf_counter()
+        build_batches(values, timestamp)
+        return time.perf_counter() - started
+
+    def theirs() -> float:
+        started = time.perf_counter()
+        for start in range(0, len(sample), per_batch):
+            builder = DefaultRecordBatchBuilder(
+                magic=2,
+                compression_type=0,
+                is_transactional=False,
+                producer_id=-1,
+                producer_epoch=-1,
+                base_sequence=-1,
+                batch_size=1 << 30,
+            )
+            for i, value in enumerate(sample[start : start + per_batch]):
+                builder.append(i, timestamp, None, value, [])
+            builder.build()
+        return time.perf_counter() - started
+
+    ours_s = best_of(runs, ours)
+    theirs_s = best_of(runs, theirs)
+    return len(values) / ours_s, len(sample) / theirs_s
+
+
+def bench_append_and_read(root: Path, batches: list[bytes], runs: int) -> dict[str, float]:
+    total = sum(len(b) for b in batches)
+    config = LogConfig.from_properties({"segment.bytes": str(128 * 1024 * 1024)})
+
+    def append() -> float:
+        directory = root / "append-0"
+        shutil.rmtree(directory, ignore_errors=True)
+        log = Log.open(directory, config)
+        started = time.perf_counter()
+        for data in batches:
+            log.append_as_leader(data, 0)
+        log.flush()
+        elapsed = time.perf_counter() - started
+        log.close()
+        return elapsed
+
+    def raw_write() -> float:
+        path = root / "raw.bin"
+        path.unlink(missing_ok=True)
+        started = time.perf_counter()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        for data in batches:
+            os.write(fd, data)
+        os.fsync(fd)
+        os.close(fd)
+        return time.perf_counter() - started
+
+    append_s = best_of(runs, append)
+    raw_write_s = best_of(runs, raw_write)
+
+    log = Log.open(root / "append-0", config)
+
+    def read() -> float:
+        started = time.perf_counter()
+        offset, got = 0, 0
+        while offset < log.log_end_offset:
+            data = log.read(offset, READ_BYTES)
+            got += len(data)
+            offset = last_next_offset(data)
+        assert got == total, (got, total)
+        return time.perf_counter() - started
+
+    def raw_read() -> float:
+        started = time.perf_counter()
+        fd = os.open(root / "raw.bin", os.O_RDONLY)
+        position = 0
+        while True:
+            chunk = os.pread(fd, READ_BYTES, position)
+            if not chunk:
+                break
+            position += len(chunk)
+        os.close(fd)
+        return time.perf_counter() - started
+
+    read_s = best_of(runs, read)
+    raw_read_s = best_of(runs, raw_read)
+    log.close()
+
+    mb = total / 1e6
+    return {
+        "append_mb_s": mb / append_s,
+        "raw_write_mb_s": mb / raw_write_s,
+        "read_mb_s": mb / read_s,
+        "raw_read_mb_s": mb / raw_read_s,
+    }
+
+
+def last_next_offset(data: bytes) -> int:
+    """Next offset after the last whole batch in ``data``, from its header alone."""
+    headers = list(iter_batches(data))
+    return headers[-1].next_offset
+
+
+def bench_recovery(root: Path) -> float:
+    """MB/s of a full unclean recovery of the appended log."""
+    directory = root / "append-0"
+    size = sum(p.stat().st_size for p in directory.glob("*.log"))
+    for index in list(directory.glob("*.index")) + list(directory.glob("*.timeindex")):
+        index.unlink()
+    started = time.perf_counter()
+    log = Log.open(directory, LogConfig(), had_clean_shutdown=False, recovery_point=0)
+    elapsed = time.perf_counter() - started
+    log.close()
+    return size / 1e6 / elapsed
+
+
+def bench_compaction(root: Path, records: int, timestamp: int) -> float:
+    """MB/s of input through one compaction pass (10,000 keys, many updates each)."""
+    config = LogConfig.from_properties(
+        {"cleanup.policy": "compact", "segment.bytes": str(8 * 1024 * 1024)}
+    )
+    log = Log.open(root / "compact-0", config)
+    value = b"v" * (RECORD_SIZE - 16)
+    per_batch = BATCH_BYTES // (RECORD_SIZE + 16)
+    for start in range(0, records, per_batch):
+        batch = [
+            Record(i - start, timestamp, b"key-%06d" % (i % 10_000), value)
+            for i in range(start, min(start + per_batch, records))
+        ]
+        log.append_as_leader(encode_batch(batch), 0)
+    log.roll()
+    size = log.size
+    dirty = describe_dirty_range(log, 0, timestamp)
+    started = time.perf_counter()
+    clean_log(log, dirty.first_dirty_offset, dirty.first_uncleanable_offset, now_ms=timestamp)
+    elapsed = time.perf_counter() - started
+    log.close()
+    return size / 1e6 / elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes, under a minute")
+    parser.add_argument("--mb", type=int, help="MB of records to append (default 256, quick 64)")
+    parser.add_argument("--dir", type=Path, help="scratch directory (default: a temp dir)")
+    args = parser.parse_args()
+    mb = args.mb or (64 if args.quick else 256)
+    runs = 2 if args.quick else 3
+    root = Path(tempfile.mkdtemp(prefix="annal-bench-", dir=args.dir))
+    timestamp = int(time.time() * 1000)
+    try:
+        count = mb * 1_000_000 // (RECORD_SIZE + 8)
+        values = make_values(count)
+        print(f"encoding {count:,} records of {RECORD_SIZE} bytes ...", flush=True)
+        encode_rate, kafka_python_rate = bench_encode(values, timestamp, runs)
+        batches = build_batches(values, timestamp)
+        del values
+        print(f"appending and reading {sum(map(len, batches)) / 1e6:.0f} MB ...", flush=True)
+        io = bench_append_and_read(root, batches, runs)
+        print("recovering ...", flush=True)
+        recovery = bench_recovery(root)
+        print("compacting ...", flush=True)
+        compaction = bench_compaction(root, 300_000 if args.quick else 1_000_000, timestamp)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    result = {
+        "mb": mb,
+        **{k: round(v, 1) for k, v in io.items()},
+        "append_vs_raw": round(io["append_mb_s"] / io["raw_write_mb_s"], 3),
+        "read_vs_raw": round(io["read_mb_s"] / io["raw_read_mb_s"], 3),
+        "encode_records_per_s": round(encode_rate),
+        "kafka_python_records_per_s": round(kafka_python_rate),
+        "encode_vs_kafka_python": round(encode_rate / kafka_python_rate, 2),
+        "recovery_mb_s": round(recovery, 1),
+        "compaction_mb_s": round(compaction, 1),
+    }
+    for key, value in result.items():
+        print(f"  {key:28} {value}")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The leader-epoch cache of one partition (KIP-101/279).
+
+An ordered list of ``EpochEntry(epoch, start_offset)``: leader epoch ``epoch``
+wrote the offsets from ``start_offset`` up to the next entry's start (or the
+log end).  Both fields strictly increase.  Followers use it to find where
+their log diverges from the leader's (``end_offset_for``), never truncating by
+high watermark alone.  Persisted to ``leader-epoch-checkpoint`` on every
+change; rebuilt from batch headers when the log is recovered.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .checkpoints import LeaderEpochCheckpointFile
+from .epoch_types import EpochEntry
+from .files import TopicPartition
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+__all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "EpochEntry", "LeaderEpochFileCache"]
+
+
+class LeaderEpochFileCache:
+    """Thread-safe: ``self._lock`` guards the entry list and its checkpoint writes."""
+
+    def __init__(
+        self, topic_partition: TopicPartition, checkpoint: LeaderEpochCheckpointFile
+    ) -> None:
+        self.topic_partition = topic_partition
+        self._checkpoint = checkpoint
+        self._lock = threading.RLock()
+        self._entries: list[EpochEntry] = []
+        for entry in checkpoint.read():
+            self._put(entry)
+
+    def _put(self, entry: EpochEntry) -> bool:
+        latest = self._entries[-1] if self._entries else None
+        if (
+            latest is not None
+            and entry.epoch == latest.epoch
+            and entry.start_offset >= latest.start_offset
+        ):
+            return False
+        self._entries = [
+            e
+            for e in self._entries
+            if e.epoch < entry.epoch and e.start_offset < entry.start_offset
+        ]
+        self._entries.append(entry)
+        return True
+
+    def _flush(self) -> None:
+        self._checkpoint.write(self._entries)
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset``.
+
+        Entries that would break the ordering (an epoch >= ``epoch`` or a start
+        >= ``start_offset``) are dropped first, as the log diverged there.
+        """
+        if epoch < 0 or start_offset < 0:
+            raise ValueError(
+                f"invalid leader epoch entry ({epoch}, {start_offset}) for {self.topic_partition}"
+            )
+        with self._lock:
+            if self._put(EpochEntry(epoch, start_offset)):
+                self._flush()
+
+    @property
+    def latest_epoch(self) -> int | None:
+        with self._lock:
+            return self._entries[-1].epoch if self._entries else None
+
+    @property
+    def latest_entry(self) -> EpochEntry | None:
+        with self._lock:
+            return self._entries[-1] if self._entries else None
+
+    @property
+    def earliest_entry(self) -> EpochEntry | None:
+        with self._lock:
+            return self._entries[0] if self._entries else None
+
+    def epoch_entries(self) -> list[EpochEntry]:
+        with self._lock:
+            return list(self._entries)
+
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetsForLeaderEpoch.
+
+        The latest epoch ends at the log end offset.  An older epoch ends where
+        the next larger epoch starts, reported with the largest known epoch at
+        or below the requested one (the requested epoch itself when it precedes
+        every entry).  An unknown epoch above the latest gives (-1, -1).
+        """
+        with self._lock:
+            if requested_epoch == UNDEFINED_EPOCH or not self._entries:
+                return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+            if requested_epoch == self._entries[-1].epoch:
+                return requested_epoch, log_end_offset
+            higher = next((e for e in self._entries if e.epoch > requested_epoch), None)
+            if higher is None:
+                return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+            floor = [e for e in self._entries if e.epoch <= requested_epoch]
+            if not floor:
+                return requested_epoch, higher.start_offset
+            return floor[-1].epoch, higher.start_offset
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        with self._lock:
+            found = None
+            for entry in self._entries:
+                if entry.start_offset > offset:
+                    break
+                found = entry.epoch
+            return found
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop entries starting at or after ``end_offset`` (the log was truncated there)."""
+        with self._lock:
+            kept = [e for e in self._entries if e.start_offset < end_offset]
+            if len(kept) != len(self._entries):
+                self._entries = kept
+                self._flush()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Forget epochs wholly before ``start_offset``; the one holding it now starts there."""
+        with self._lock:
+            if not self._entries or self._entries[0].start_offset >= start_offset:
+                return
+            before = [e for e in self._entries if e.start_offset <= start_offset]
+            after = [e for e in self._entries if e.start_offset > start_offset]
+            self._entries = [EpochEntry(before[-1].epoch, start_offset), *after]
+            self._flush()
+
+    def clear_and_flush(self) -> None:
+        with self._lock:
+            self._entries = []
+            self._flush()

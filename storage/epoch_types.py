@@ -1,0 +1,12 @@
+"""The leader-epoch value type, shared by the cache and its checkpoint file."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class EpochEntry(NamedTuple):
+    """Leader epoch ``epoch`` started at ``start_offset``."""
+
+    epoch: int
+    start_offset: int

@@ -1,0 +1,215 @@
+"""Legacy message sets (magic 0 and 1): reading and up-conversion to v2.
+
+A message set is a sequence of log entries::
+
+    offset      int64
+    size        int32    bytes of the message that follows
+    crc         uint32   CRC-32 (zlib) of magic .. end of the message
+    magic       int8     0 or 1
+    attributes  int8     bits 0-2 codec (0 none, 1 gzip, 2 snappy, 3 lz4),
+                         bit 3 timestamp type (v1 only)
+    timestamp   int64    v1 only
+    key         int32 length (-1 null) + bytes
+    value       int32 length (-1 null) + bytes
+
+A compressed message is a *wrapper*: its value is a compressed message set
+(the inner messages).  In v1 the inner offsets are relative (0..n-1) and the
+wrapper carries the absolute offset of the last inner message; in v0 the
+inner offsets are absolute.  With LogAppendTime the wrapper's timestamp
+applies to every inner message.  Magic 0 has no timestamps (-1).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+
+import lz4.block
+
+from .batch import NO_TIMESTAMP, Compression, TimestampType
+from .compression import decompress
+from .errors import CorruptRecordError
+from .records import Record, encode_batch
+
+_ENTRY = struct.Struct(">qi")
+_MESSAGE_V0 = struct.Struct(">Ibb")
+_TIMESTAMP = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_MIN_MESSAGE = {0: 14, 1: 22}  # crc .. value length, with null key and value
+
+
+def iter_legacy_records(buf: bytes) -> Iterator[Record]:
+    """Every record of a legacy message set, compressed wrappers unpacked."""
+    for _, _, _, records in _iter_entries(buf, 0, len(buf)):
+        yield from records
+
+
+def _iter_entries(
+    buf: bytes, start: int, end: int
+) -> Iterator[tuple[int, int, TimestampType, list[Record]]]:
+    """(position, magic, timestamp type, records) for each top-level entry."""
+    position = start
+    while position < end:
+        if position + _ENTRY.size > end:
+            raise CorruptRecordError("truncated legacy entry header", position)
+        offset, size = _ENTRY.unpack_from(buf, position)
+        message_start = position + _ENTRY.size
+        if size < 0 or message_start + size > end:
+            raise CorruptRecordError(
+                f"legacy message declares {size} bytes but {end - message_start} remain", position
+            )
+        yield position, *_decode_message(buf, message_start, size, offset, position)
+        position = message_start + size
+
+
+def _decode_message(
+    buf: bytes, start: int, size: int, offset: int, entry_position: int
+) -> tuple[int, TimestampType, list[Record]]:
+    if size < 6:
+        raise CorruptRecordError(f"legacy message of {size} bytes is too short", entry_position)
+    crc, magic, attributes = _MESSAGE_V0.unpack_from(buf, start)
+    if magic not in (0, 1):
+        raise CorruptRecordError(
+            f"unexpected magic {magic} in a legacy message set", entry_position
+        )
+    if size < _MIN_MESSAGE[magic]:
+        raise CorruptRecordError(f"legacy message of {size} bytes is too short", entry_position)
+    actual = zlib.crc32(buf[start + 4 : start + size]) & 0xFFFFFFFF
+    if actual != crc:
+        raise CorruptRecordError(
+            f"legacy message CRC mismatch: stored {crc:#010x}, computed {actual:#010x}",
+            entry_position,
+        )
+    position = start + 6
+    timestamp = NO_TIMESTAMP
+    if magic == 1:
+        (timestamp,) = _TIMESTAMP.unpack_from(buf, position)
+        position += 8
+    key, position = _read_bytes(buf, position, start + size, entry_position)
+    value, position = _read_bytes(buf, position, start + size, entry_position)
+    if position != start + size:
+        raise CorruptRecordError("legacy message has trailing bytes", entry_position)
+    timestamp_type = (
+        TimestampType.LOG_APPEND_TIME
+        if magic == 1 and attributes & 0x08
+        else TimestampType.CREATE_TIME
+    )
+    codec = attributes & 0x07
+    if codec == 0:
+        return magic, timestamp_type, [Record(offset, timestamp, key, value)]
+    if value is None:
+        raise CorruptRecordError("compressed legacy wrapper has no value", entry_position)
+    inner = _decompress_legacy(Compression(codec), value, magic, entry_position)
+    records = [r for _, _, _, rs in _iter_entries(inner, 0, len(inner)) for r in rs]
+    if not records:
+        return magic, timestamp_type, []
+    if magic == 1:
+        base = offset - records[-1].offset
+        records = [
+            r._replace(
+                offset=base + r.offset,
+                timestamp=timestamp
+                if timestamp_type == TimestampType.LOG_APPEND_TIME
+                else r.timestamp,
+            )
+            for r in records
+        ]
+    return magic, timestamp_type, records
+
+
+def _read_bytes(buf: bytes, position: int, end: int, entry: int) -> tuple[bytes | None, int]:
+    if position + 4 > end:
+        raise CorruptRecordError("legacy message is truncated", entry)
+    (length,) = _I32.unpack_from(buf, position)
+    position += 4
+    if length < 0:
+        return None, position
+    if position + length > end:
+        raise CorruptRecordError(f"legacy field of {length} bytes overruns its message", entry)
+    return buf[position : position + length], position + length
+
+
+def _decompress_legacy(codec: Compression, data: bytes, magic: int, entry: int) -> bytes:
+    if codec == Compression.LZ4 and magic == 0:
+        return _lz4_old_kafka(data, entry)
+    if codec not in (Compression.GZIP, Compression.SNAPPY, Compression.LZ4):
+        raise CorruptRecordError(f"codec {int(codec)} is not valid in a legacy message", entry)
+    return decompress(codec, data)
+
+
+def _lz4_old_kafka(data: bytes, entry: int) -> bytes:
+    """LZ4 frames as Kafka wrote them for magic 0: the header checksum was
+    computed over the wrong bytes, so the frame is walked block by block."""
+    try:
+        if len(data) < 7 or data[:4] != b"\x04\x22\x4d\x18":
+            raise ValueError("not an LZ4 frame")
+        flags = data[4]
+        block_max = {4: 1 << 16, 5: 1 << 18, 6: 1 << 20, 7: 1 << 22}[(data[5] >> 4) & 0x07]
+        position = 7 + (8 if flags & 0x08 else 0)  # magic, FLG, BD, [content size], HC
+        out = []
+        while True:
+            (word,) = struct.unpack_from("<I", data, position)
+            position += 4
+            if word == 0:
+                break
+            size = word & 0x7FFFFFFF
+            block = data[position : position + size]
+            position += size + (4 if flags & 0x10 else 0)  # block checksum
+            if word & 0x80000000:
+                out.append(block)
+            else:
+                out.append(lz4.block.decompress(block, uncompressed_size=block_max))
+        return b"".join(out)
+    except (ValueError, KeyError, struct.error, lz4.block.LZ4BlockError) as exc:
+        raise CorruptRecordError(f"cannot decompress legacy lz4 data: {exc}", entry) from None
+
+
+def upconvert(buf: bytes, renumber: bool = False) -> bytes:
+    """Equivalent v2 batches for a legacy message set.
+
+    Each compressed wrapper becomes one batch with the same codec (snappy,
+    gzip, lz4); each run of uncompressed messages becomes one uncompressed
+    batch.  Offsets and timestamps are kept (magic 0 has none: -1), unless
+    ``renumber``, which numbers the records 0..n-1 as a producer's would be
+    before the leader assigns real offsets.
+    """
+    out: list[bytes] = []
+    run: list[Record] = []
+    counter = 0
+    last_offset = -1
+
+    def flush_run() -> None:
+        if run:
+            out.append(encode_batch(run, base_offset=run[0].offset))
+            run.clear()
+
+    for position, _magic, timestamp_type, found in _iter_entries(buf, 0, len(buf)):
+        records = found
+        if renumber:
+            records = [r._replace(offset=counter + i) for i, r in enumerate(found)]
+            counter += len(found)
+        else:
+            for record in found:
+                if record.offset <= last_offset:
+                    raise CorruptRecordError(
+                        f"legacy offset {record.offset} does not follow {last_offset}", position
+                    )
+                last_offset = record.offset
+        message_start = position + _ENTRY.size
+        codec = buf[message_start + 5] & 0x07
+        if codec == 0:
+            run.extend(records)
+            continue
+        flush_run()
+        if records:
+            out.append(
+                encode_batch(
+                    records,
+                    base_offset=records[0].offset,
+                    compression=Compression(codec),
+                    timestamp_type=timestamp_type,
+                )
+            )
+    flush_run()
+    return b"".join(out)

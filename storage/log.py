@@ -1,0 +1,839 @@
+"""A partition's log: an ordered list of segments under ``<topic>-<partition>/``.
+
+Offsets are dense per partition and assigned here, by ``append_as_leader``;
+followers keep the leader's offsets (``append_as_follower``).  The newest
+segment is the active one; appends go there and it rolls (see ``_maybe_roll``)
+when any of Kafka's four conditions holds.
+
+Crash safety (details in docs/storage.md): everything after the recovery point
+is re-validated on open unless the log was shut down cleanly; transient files
+(``.cleaned``, ``.swap``, ``.deleted``) are resolved by ``_load_segments``.
+
+Thread safety: ``self._lock`` guards every mutation (append, roll, truncate,
+retention, compaction swaps, config and start-offset changes).  Readers never
+take it: they work on ``self._view``, an immutable snapshot of the segment list
+that mutations replace as a whole, and on segment files that stay open until
+their delayed removal.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import files
+from .batch import (
+    CURRENT_MAGIC,
+    MAGIC_OFFSET,
+    NO_TIMESTAMP,
+    BatchHeader,
+    TimestampType,
+    iter_batches,
+    patch_log_append_time,
+    patch_offsets,
+)
+from .checkpoints import LeaderEpochCheckpointFile
+from .config import LogConfig
+from .epoch_cache import LeaderEpochFileCache
+from .errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    KeylessRecordError,
+    LogDirError,
+    NonMonotonicOffsetError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
+from .index import TimestampOffset
+from .segment import INT32_MAX, LogSegment
+
+logger = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+Clock = Callable[[], int]
+Executor = Callable[[Callable[[], None]], None]
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def run_inline(task: Callable[[], None]) -> None:
+    task()
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """What one append stored."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time_ms: int  # NO_TIMESTAMP unless the log uses LogAppendTime
+    num_batches: int
+    num_records: int
+    valid_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """An immutable snapshot of the segment list, for lock-free readers."""
+
+    segments: tuple[LogSegment, ...]
+    base_offsets: tuple[int, ...]
+
+    @classmethod
+    def of(cls, segments: Sequence[LogSegment]) -> _View:
+        ordered = tuple(sorted(segments, key=lambda s: s.base_offset))
+        return cls(ordered, tuple(s.base_offset for s in ordered))
+
+    def floor_index(self, offset: int) -> int:
+        """Index of the segment that would hold ``offset`` (0 when before all)."""
+        return max(bisect.bisect_right(self.base_offsets, offset) - 1, 0)
+
+
+class Log:
+    """One partition's log.  Thread-safe; see the module docstring."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        time_ms: Clock,
+        background: Executor,
+    ) -> None:
+        self.directory = directory
+        parsed = files.parse_partition_dir_name(directory.name)
+        if parsed is None:
+            raise LogDirError(
+                f"{directory} is not a partition directory: its name must be <topic>-<partition>"
+            )
+        self.topic_partition = files.TopicPartition(*parsed)
+        self._config = config
+        self._time_ms = time_ms
+        self._background = background
+        self._lock = threading.RLock()
+        self._view = _View.of(())
+        self._log_end_offset = 0
+        self._log_start_offset = 0
+        self._recovery_point = 0
+        self._high_watermark = 0
+        self._unflushed_records = 0
+        self._last_flush_ms = time_ms()
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._closed = False
+        self.leader_epoch_cache = LeaderEpochFileCache(
+            self.topic_partition,
+            LeaderEpochCheckpointFile(directory / files.LEADER_EPOCH_CHECKPOINT),
+        )
+
+    # -- opening ---------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path | str,
+        config: LogConfig | None = None,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        had_clean_shutdown: bool = False,
+        time_ms: Clock | None = None,
+        background: Executor | None = None,
+    ) -> Log:
+        """Open (creating when missing) the log in ``directory`` and recover it.
+
+        ``recovery_point`` and ``log_start_offset`` come from the log dir's
+        checkpoint files; with ``had_clean_shutdown`` recovery is skipped
+        except for segments whose indexes fail their sanity check.
+        """
+        directory = Path(directory)
+        if directory.exists() and not directory.is_dir():
+            raise LogDirError(f"{directory} is not a directory")
+        if files.parse_partition_dir_name(directory.name) is None:
+            raise LogDirError(
+                f"{directory} is not a partition directory: its name must be <topic>-<partition>"
+            )
+        directory.mkdir(parents=True, exist_ok=True)
+        log = cls(
+            directory,
+            config or LogConfig(),
+            time_ms=time_ms or wall_clock_ms,
+            background=background or run_inline,
+        )
+        with log._lock:
+            log._load(recovery_point, log_start_offset, had_clean_shutdown)
+        return log
+
+    def _new_segment(self, base_offset: int, suffix: str = "") -> LogSegment:
+        return LogSegment(
+            self.directory,
+            base_offset,
+            index_interval_bytes=self._config.index_interval_bytes,
+            max_index_size=self._config.segment_index_bytes,
+            suffix=suffix,
+            time_ms=self._time_ms,
+        )
+
+    def _load(self, recovery_point: int, log_start_offset: int, clean: bool) -> None:
+        segments = self._load_segments()
+        if not segments:
+            segments = [self._new_segment(log_start_offset)]
+        self._view = _View.of(segments)
+        segments = list(self._view.segments)
+        for i, segment in enumerate(segments):
+            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            needs_recovery = not clean and (next_base is None or next_base > recovery_point)
+            if not needs_recovery:
+                try:
+                    segment.sanity_check()
+                except CorruptIndexError as exc:
+                    logger.warning("rebuilding indexes of %s: %s", segment.log_path, exc)
+                    needs_recovery = True
+            if needs_recovery:
+                result = segment.recover()
+                for header in result.headers:
+                    if header.partition_leader_epoch >= 0:
+                        self._assign_epoch(header.partition_leader_epoch, header.base_offset)
+                if result.truncated_bytes and next_base is not None:
+                    doomed = segments[i + 1 :]
+                    logger.warning(
+                        "%s was cut by recovery; removing %d later segments",
+                        segment.log_path,
+                        len(doomed),
+                    )
+                    for later in doomed:
+                        later.close_and_delete()
+                    segments = segments[: i + 1]
+                    break
+                if next_base is not None:
+                    segment.on_became_inactive()
+        self._view = _View.of(segments)
+        active = self._view.segments[-1]
+        active.offset_index.resize(self._config.segment_index_bytes)
+        active.time_index.resize(self._config.segment_index_bytes)
+        self._log_end_offset = active.read_next_offset()
+        self._log_start_offset = min(
+            max(log_start_offset, self._view.segments[0].base_offset), self._log_end_offset
+        )
+        self._recovery_point = self._log_end_offset
+        self._high_watermark = self._log_end_offset
+        self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+
+    def _load_segments(self) -> list[LogSegment]:
+        """Resolve transient files, then open every segment (protocol steps in docs/storage.md)."""
+        logs: set[int] = set()
+        swaps: set[int] = set()
+        indexes: dict[int, list[Path]] = {}
+        for path in sorted(self.directory.iterdir()):
+            name = path.name
+            parsed = files.parse_segment_file_name(name)
+            if parsed is None:
+                if name != files.LEADER_EPOCH_CHECKPOINT and not name.endswith(".tmp"):
+                    logger.warning(
+                        "unknown file %s in log directory %s, left in place", name, self.directory
+                    )
+                elif name.endswith(".tmp"):
+                    path.unlink()
+                continue
+            base, suffix, transient = parsed
+            if transient in (files.DELETED_SUFFIX, files.CLEANED_SUFFIX):
+                # .deleted: already out of the log; .cleaned: an uncommitted compaction.
+                path.unlink()
+            elif transient == files.SWAP_SUFFIX:
+                if suffix == files.LOG_SUFFIX:
+                    swaps.add(base)
+                else:
+                    path.unlink()  # derived; rebuilt from the .swap log below
+            elif suffix == files.LOG_SUFFIX:
+                logs.add(base)
+            else:
+                indexes.setdefault(base, []).append(path)
+        for base, paths in indexes.items():
+            if base not in logs:
+                for path in paths:
+                    logger.warning("removing index %s that has no log file", path)
+                    path.unlink()
+        segments = {base: self._new_segment(base) for base in sorted(logs)}
+        for base in sorted(swaps):
+            swap = self._new_segment(base, files.SWAP_SUFFIX)
+            swap.recover()
+            swap_end = swap.read_next_offset()
+            for old_base in [b for b in segments if base <= b < max(swap_end, base + 1)]:
+                segments.pop(old_base).close_and_delete()
+            swap.change_suffix("")
+            segments[base] = swap
+        return list(segments.values())
+
+    # -- properties -------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return str(self.topic_partition)
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        with self._lock:
+            self._config = config
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to [log_start_offset, log_end_offset]."""
+        with self._lock:
+            self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+            return self._high_watermark
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self._view.segments)
+
+    def segments(self) -> tuple[LogSegment, ...]:
+        """A snapshot of the segment list, oldest first."""
+        return self._view.segments
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._view.segments[-1]
+
+    # -- appending --------------------------------------------------------
+
+    def append_as_leader(
+        self, batches: bytes | bytearray | memoryview, leader_epoch: int
+    ) -> LogAppendInfo:
+        """Validate producer batches, assign offsets from the log end, store them.
+
+        Raises an InvalidRecordError subclass, leaving the log unchanged, when
+        any batch is bad.
+        """
+        buf = _upconvert_if_legacy(batches)
+        headers = self._validate(buf)
+        for header in headers:
+            if header.record_count != header.last_offset_delta + 1:
+                raise CorruptRecordError(
+                    f"record count {header.record_count} does not match lastOffsetDelta "
+                    f"{header.last_offset_delta} + 1",
+                    header.position,
+                )
+        if self._config.compact:
+            _require_keys(buf, headers)
+        data = bytearray(buf)
+        with self._lock:
+            self._check_open()
+            now = self._time_ms()
+            append_time = self._config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
+            first = offset = self._log_end_offset
+            max_timestamp, offset_of_max = NO_TIMESTAMP, first
+            records = 0
+            for header in headers:
+                patch_offsets(data, header.position, offset, leader_epoch)
+                timestamp = header.max_timestamp
+                if append_time:
+                    patch_log_append_time(data, header.position, header.size, now)
+                    timestamp = now
+                last = offset + header.last_offset_delta
+                if timestamp > max_timestamp:
+                    max_timestamp, offset_of_max = timestamp, last
+                records += header.record_count
+                offset = last + 1
+            if leader_epoch >= 0:
+                self._assign_epoch(leader_epoch, first)
+            self._append_locked(data, first, offset - 1, max_timestamp, offset_of_max, records, now)
+            return LogAppendInfo(
+                first,
+                offset - 1,
+                max_timestamp,
+                offset_of_max,
+                now if append_time else NO_TIMESTAMP,
+                len(headers),
+                records,
+                len(data),
+            )
+
+    def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Store batches copied from the leader, keeping their offsets and epochs.
+
+        Offsets must start at or after the log end and increase from batch to
+        batch; gaps (from a compacted leader) are allowed.
+        """
+        headers = self._validate(batches)
+        for previous, header in itertools.pairwise(headers):
+            if header.base_offset <= previous.last_offset:
+                raise NonMonotonicOffsetError(
+                    f"batch base offset {header.base_offset} is not above the previous batch's "
+                    f"last offset {previous.last_offset}",
+                    header.position,
+                )
+        with self._lock:
+            self._check_open()
+            if headers[0].base_offset < self._log_end_offset:
+                raise NonMonotonicOffsetError(
+                    f"first offset {headers[0].base_offset} is below the log end offset "
+                    f"{self._log_end_offset} of {self.name}",
+                    headers[0].position,
+                )
+            now = self._time_ms()
+            max_timestamp, offset_of_max = NO_TIMESTAMP, headers[0].base_offset
+            for header in headers:
+                if header.max_timestamp > max_timestamp:
+                    max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+                if header.partition_leader_epoch >= 0:
+                    self._assign_epoch(header.partition_leader_epoch, header.base_offset)
+            records = sum(h.record_count for h in headers)
+            self._append_locked(
+                batches,
+                headers[0].base_offset,
+                headers[-1].last_offset,
+                max_timestamp,
+                offset_of_max,
+                records,
+                now,
+            )
+            return LogAppendInfo(
+                headers[0].base_offset,
+                headers[-1].last_offset,
+                max_timestamp,
+                offset_of_max,
+                NO_TIMESTAMP,
+                len(headers),
+                records,
+                len(batches),
+            )
+
+    def _validate(self, buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
+        if len(buf) == 0:
+            raise CorruptRecordError("empty append: no record batch", 0)
+        return list(iter_batches(buf, max_batch_size=self._config.max_message_bytes))
+
+    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
+        latest = self.leader_epoch_cache.latest_epoch
+        if latest is None or epoch > latest:
+            self.leader_epoch_cache.assign(epoch, start_offset)
+
+    def _append_locked(
+        self,
+        data: bytes | bytearray | memoryview,
+        first_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        offset_of_max_timestamp: int,
+        records: int,
+        now: int,
+    ) -> None:
+        segment = self._maybe_roll(len(data), first_offset, last_offset, max_timestamp, now)
+        segment.append(last_offset, max_timestamp, offset_of_max_timestamp, data)
+        self._log_end_offset = last_offset + 1
+        self._unflushed_records += records
+        if self._unflushed_records >= self._config.flush_messages:
+            self.flush()
+
+    def _maybe_roll(
+        self, size: int, first_offset: int, last_offset: int, max_timestamp: int, now: int
+    ) -> LogSegment:
+        segment = self._view.segments[-1]
+        config = self._config
+        reason = None
+        if segment.size > 0 and segment.size + size > config.segment_bytes:
+            reason = f"{segment.size} + {size} bytes would exceed segment.bytes"
+        elif (
+            segment.size > 0
+            and segment.time_waited_for_roll(now, max_timestamp) > config.segment_ms
+        ):
+            reason = f"segment older than segment.ms {config.segment_ms}"
+        elif segment.is_full:
+            reason = "an index is full"
+        elif last_offset - segment.base_offset > INT32_MAX:
+            reason = (
+                f"offset {last_offset} does not fit a relative offset from {segment.base_offset}"
+            )
+        if reason is None:
+            return segment
+        logger.debug("rolling %s: %s", self.name, reason)
+        return self._roll_locked(first_offset)
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset."""
+        with self._lock:
+            self._check_open()
+            return self._roll_locked(self._log_end_offset)
+
+    def _roll_locked(self, expected_next_offset: int) -> LogSegment:
+        old = self._view.segments[-1]
+        new_base = max(expected_next_offset, self._log_end_offset)
+        if old.base_offset == new_base:
+            if old.size == 0:
+                return old  # an empty active segment already starts there
+            raise StorageError(f"cannot roll {self.name}: a segment at {new_base} exists")
+        segment = self._new_segment(new_base)
+        old.on_became_inactive()
+        self._view = _View.of((*self._view.segments, segment))
+        self._background(lambda: self.flush(new_base))
+        return segment
+
+    # -- reading ------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> bytes:
+        """Whole batches starting with the one that holds ``offset``.
+
+        At most ``max_bytes`` unless the first batch alone is larger (then it
+        is returned whole when ``min_one_message``); ``max_offset`` (exclusive,
+        e.g. the high watermark) stops before the batch holding it.  Reading
+        at the log end returns b"".
+        """
+        view = self._view
+        start, end = self._log_start_offset, self._log_end_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.name}: log start offset "
+                f"{start}, log end offset {end}"
+            )
+        if offset == end or (max_offset is not None and offset >= max_offset):
+            return b""
+        for segment in view.segments[view.floor_index(offset) :]:
+            max_position = None
+            if max_offset is not None and max_offset < end:
+                hit = segment.translate_offset(
+                    max_offset, segment.offset_index.lookup(max_offset).position
+                )
+                if hit is not None:
+                    max_position = hit.position
+            data = segment.read(offset, max_bytes, max_position, min_one_message)
+            if data:
+                return data
+            if max_position is not None:
+                return b""
+        return b""
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """Kafka's ListOffsets: the first offset whose record timestamp is >= ``timestamp``.
+
+        ``EARLIEST_TIMESTAMP`` (-2) gives the log start offset and
+        ``LATEST_TIMESTAMP`` (-1) the log end offset, both with timestamp -1.
+        None when no record is that recent.
+        """
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampOffset(NO_TIMESTAMP, self._log_start_offset)
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampOffset(NO_TIMESTAMP, self._log_end_offset)
+        if timestamp < 0:
+            raise ValueError(f"invalid timestamp {timestamp} for an offset lookup")
+        start = self._log_start_offset
+        for segment in self._view.segments:
+            if segment.largest_timestamp < timestamp or segment.size == 0:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, start)
+            if found is not None:
+                return found
+        return None
+
+    # -- truncation and retention ---------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch whose last offset is >= ``offset`` (whole batches).
+
+        Returns False when there was nothing to remove.  The log end offset
+        becomes the end of the last remaining batch.
+        """
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"cannot truncate {self.name} to negative offset {offset}")
+        with self._lock:
+            self._check_open()
+            if offset >= self._log_end_offset:
+                return False
+            if offset < self._log_start_offset:
+                self.truncate_fully_and_start_at(offset)
+                return True
+            segments = self._view.segments
+            doomed = [s for s in segments if s.base_offset >= offset]
+            keep = [s for s in segments if s.base_offset < offset]
+            if not keep:
+                self.truncate_fully_and_start_at(offset)
+                return True
+            self._remove_segments(doomed, "truncation")
+            self._view = _View.of(keep)
+            active = keep[-1]
+            active.truncate_to(offset)
+            active.offset_index.resize(self._config.segment_index_bytes)
+            active.time_index.resize(self._config.segment_index_bytes)
+            self._log_end_offset = active.read_next_offset()
+            if self._log_end_offset < self._log_start_offset:
+                # The batch holding the log start offset went: nothing visible remains.
+                self.truncate_fully_and_start_at(self._log_start_offset)
+                return True
+            self._after_truncation()
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and restart the log, empty, at ``offset``."""
+        with self._lock:
+            self._check_open()
+            old = list(self._view.segments)
+            self._remove_segments(old, "full truncation")
+            self._view = _View.of([self._new_segment(offset)])
+            self._log_end_offset = offset
+            self._log_start_offset = offset
+            self.leader_epoch_cache.clear_and_flush()
+            self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        self._recovery_point = min(self._recovery_point, self._log_end_offset)
+        self._high_watermark = min(self._high_watermark, self._log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+
+    def delete_records_before(self, offset: int) -> int:
+        """Kafka's DeleteRecords: move the log start offset up to ``offset``.
+
+        Segments wholly below it are removed; returns the new log start offset.
+        """
+        with self._lock:
+            self._check_open()
+            if offset > self._log_end_offset or offset < 0:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of {self.name} before {offset}: log end offset "
+                    f"is {self._log_end_offset}"
+                )
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+                self._high_watermark = max(self._high_watermark, offset)
+                self.leader_epoch_cache.truncate_from_start(offset)
+            self._delete_segments_where(
+                lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset,
+                "log start offset",
+            )
+            return self._log_start_offset
+
+    def delete_old_segments(self) -> int:
+        """Apply retention (time, size, log start offset); returns segments removed."""
+        with self._lock:
+            if self._closed:
+                return 0
+            config = self._config
+            deleted = 0
+            if config.delete and config.retention_ms >= 0:
+                now = self._time_ms()
+                deleted += self._delete_segments_where(
+                    lambda seg, nxt: now - seg.largest_timestamp > config.retention_ms,
+                    f"retention.ms {config.retention_ms}",
+                )
+            if config.delete and config.retention_bytes >= 0:
+                excess = self.size - config.retention_bytes
+
+                def over_size(seg: LogSegment, nxt: LogSegment | None) -> bool:
+                    nonlocal excess
+                    if excess - seg.size < 0:
+                        return False
+                    excess -= seg.size
+                    return True
+
+                deleted += self._delete_segments_where(
+                    over_size, f"retention.bytes {config.retention_bytes}"
+                )
+            deleted += self._delete_segments_where(
+                lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset,
+                "log start offset",
+            )
+            self.delete_pending_segments()
+            return deleted
+
+    def _delete_segments_where(
+        self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str
+    ) -> int:
+        segments = self._view.segments
+        doomed: list[LogSegment] = []
+        for i, segment in enumerate(segments):
+            following = segments[i + 1] if i + 1 < len(segments) else None
+            if following is None and segment.size == 0:
+                break
+            if not predicate(segment, following):
+                break
+            doomed.append(segment)
+        if not doomed:
+            return 0
+        if doomed[-1] is segments[-1]:
+            self._roll_locked(self._log_end_offset)  # everything expired: roll first
+        self._view = _View.of([s for s in self._view.segments if s not in doomed])
+        self._remove_segments(doomed, reason)
+        self._log_start_offset = max(self._log_start_offset, self._view.segments[0].base_offset)
+        self._high_watermark = max(self._high_watermark, self._log_start_offset)
+        self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        return len(doomed)
+
+    def _remove_segments(self, segments: Sequence[LogSegment], reason: str) -> None:
+        """Rename to ``.deleted`` now, remove after ``file.delete.delay.ms``.
+
+        Readers holding an older snapshot keep reading: the files stay open
+        until the delayed removal.
+        """
+        due = self._time_ms() + self._config.file_delete_delay_ms
+        for segment in segments:
+            logger.info("deleting %s (%s)", segment.log_path, reason)
+            segment.change_suffix(files.DELETED_SUFFIX)
+            self._pending_deletes.append((due, segment))
+
+    def delete_pending_segments(self, force: bool = False) -> int:
+        """Remove ``.deleted`` segments whose delay has passed; returns how many."""
+        with self._lock:
+            now = self._time_ms()
+            due = [s for t, s in self._pending_deletes if force or t <= now]
+            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if s not in due]
+        for segment in due:
+            segment.close_and_delete()
+        return len(due)
+
+    # -- compaction support ---------------------------------------------
+
+    def new_cleaned_segment(self, base_offset: int) -> LogSegment:
+        """An empty ``.cleaned`` segment for the cleaner to fill."""
+        path = self.directory / (
+            files.segment_file_name(base_offset, files.LOG_SUFFIX) + files.CLEANED_SUFFIX
+        )
+        for stale in self.directory.glob(path.name.replace(files.LOG_SUFFIX, ".*")):
+            stale.unlink()
+        return self._new_segment(base_offset, files.CLEANED_SUFFIX)
+
+    def replace_segments(self, cleaned: LogSegment, old: Sequence[LogSegment]) -> None:
+        """Swap a compaction output in for the segments it replaces.
+
+        1. ``.cleaned`` → ``.swap``: the commit point.  A crash before it
+           leaves the old segments; recovery deletes the ``.cleaned`` files.
+        2. old segments → ``.deleted``: recovery deletes them, and also any
+           old segment a ``.swap`` overlaps, so a crash here loses nothing.
+        3. ``.swap`` → final name: recovery does this too if it finds a ``.swap``.
+        """
+        with self._lock:
+            self._check_open()
+            current = self._view.segments
+            if any(s not in current for s in old):
+                raise StorageError(f"segments of {self.name} changed while cleaning; swap aborted")
+            cleaned.flush()
+            cleaned.change_suffix(files.SWAP_SUFFIX)
+            files.fsync_dir(self.directory)
+            self._view = _View.of([s for s in current if s not in old])
+            self._remove_segments(old, "replaced by compaction")
+            cleaned.change_suffix("")
+            self._view = _View.of((*self._view.segments, cleaned))
+            files.fsync_dir(self.directory)
+
+    # -- durability and lifecycle ----------------------------------------
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding offsets in [recovery point, ``offset``)."""
+        with self._lock:
+            if self._closed:
+                return
+            target = self._log_end_offset if offset is None else offset
+            if target <= self._recovery_point:
+                return
+            view = self._view
+            dirty = [
+                s
+                for i, s in enumerate(view.segments)
+                if s.base_offset < target
+                and (
+                    i + 1 == len(view.segments)
+                    or view.segments[i + 1].base_offset > self._recovery_point
+                )
+            ]
+            for segment in dirty:
+                if not segment.closed:
+                    segment.flush()
+            self._recovery_point = max(self._recovery_point, target)
+            self._unflushed_records = 0
+            self._last_flush_ms = self._time_ms()
+
+    def flush_if_due(self) -> None:
+        """Flush when ``flush.ms`` has passed since the last flush."""
+        if self._time_ms() - self._last_flush_ms >= self._config.flush_ms:
+            self.flush()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self.name} is closed")
+
+    def close(self) -> None:
+        """Flush nothing, close every file; pending deletions are carried out now."""
+        with self._lock:
+            if self._closed:
+                return
+            self.delete_pending_segments(force=True)
+            self._closed = True
+            for segment in self._view.segments:
+                segment.close()
+
+    def delete(self) -> None:
+        """Close the log and remove its directory (topic deletion)."""
+        with self._lock:
+            self.close()
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.directory}, start={self._log_start_offset}, end={self._log_end_offset}, "
+            f"segments={len(self._view.segments)})"
+        )
+
+
+def _upconvert_if_legacy(buf: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
+    if len(buf) > MAGIC_OFFSET and buf[MAGIC_OFFSET] < CURRENT_MAGIC:
+        from .legacy import upconvert
+
+        return upconvert(bytes(buf), renumber=True)
+    return buf
+
+
+def _require_keys(buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
+    """A compacted log refuses records without a key (Kafka: INVALID_RECORD)."""
+    from .records import decode_batch
+
+    for header in headers:
+        _, records = decode_batch(buf, header.position)
+        for record in records:
+            if record.key is None:
+                raise KeylessRecordError(
+                    f"record at offset delta {record.offset - header.base_offset} has a null key; "
+                    "compacted topics require keys",
+                    header.position,
+                )
+
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "Log",
+    "LogAppendInfo",
+]

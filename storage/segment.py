@@ -1,0 +1,450 @@
+"""One log segment: a ``.log`` file of v2 batches with its two sparse indexes.
+
+    <base>.log         batches back to back, offsets strictly increasing
+    <base>.index       (last offset of a batch, its position) every
+                       ``index.interval.bytes`` of log
+    <base>.timeindex   (largest timestamp so far, offset holding it), same cadence
+
+The ``.log`` is the source of truth.  Indexes are derived: ``recover()``
+rebuilds both from the log and cuts the log at the first invalid batch.
+
+Thread safety: a segment is not thread-safe for writers; its owning Log's
+lock serialises append, truncate, roll and recovery.  Readers may call
+``read`` and ``find_offset_by_timestamp`` concurrently with an append: reads
+use ``os.pread`` and never look past ``size``, which an append only advances
+after the bytes are written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import files
+from .batch import (
+    HEADER,
+    LOG_OVERHEAD,
+    NO_TIMESTAMP,
+    BatchHeader,
+    read_header,
+    scan_valid_prefix,
+)
+from .errors import CorruptIndexError, CorruptRecordError
+from .index import OffsetIndex, TimeIndex, TimestampOffset
+
+log = logging.getLogger(__name__)
+
+_PREFIX = struct.Struct(">qi")
+_LAST_DELTA = struct.Struct(">i")
+_LAST_DELTA_OFFSET = 23
+_SCAN_HEADER_BYTES = 27  # enough for baseOffset, length and lastOffsetDelta
+RECOVERY_CHUNK_BYTES = 8 * 1024 * 1024
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class LogOffsetPosition:
+    """Where the batch holding an offset starts, and how large it is."""
+
+    offset: int  # last offset of that batch
+    position: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryResult:
+    """What ``LogSegment.recover`` found."""
+
+    valid_bytes: int
+    truncated_bytes: int
+    headers: list[BatchHeader]
+    reason: str | None
+
+
+class LogSegment:
+    """A segment file and its indexes; see the module docstring for threading."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_size: int,
+        suffix: str = "",
+        time_ms: Callable[[], int],
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self._suffix = suffix
+        self._time_ms = time_ms
+        self._max_index_size = max_index_size
+        self.log_path = directory / (
+            files.segment_file_name(base_offset, files.LOG_SUFFIX) + suffix
+        )
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.offset_index = OffsetIndex(
+            directory / (files.segment_file_name(base_offset, files.INDEX_SUFFIX) + suffix),
+            base_offset,
+            max_index_size,
+        )
+        self.time_index = TimeIndex(
+            directory / (files.segment_file_name(base_offset, files.TIME_INDEX_SUFFIX) + suffix),
+            base_offset,
+            max_index_size,
+        )
+        self.created_ms = time_ms()
+        self._bytes_since_last_index_entry = 0
+        self._rolling_based_timestamp: int | None = None
+        last = self.time_index.last_entry
+        self.max_timestamp_so_far = last.timestamp
+        self.offset_of_max_timestamp = last.offset
+        self.closed = False
+
+    # -- reading ---------------------------------------------------------
+
+    def _pread(self, size: int, position: int) -> bytes:
+        return os.pread(self._fd, size, position)
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> LogOffsetPosition | None:
+        """The first batch at or after ``start_position`` whose last offset is >= ``offset``."""
+        position = start_position
+        size = self.size
+        while position + _SCAN_HEADER_BYTES <= size:
+            head = self._pread(_SCAN_HEADER_BYTES, position)
+            base, length = _PREFIX.unpack_from(head)
+            (delta,) = _LAST_DELTA.unpack_from(head, _LAST_DELTA_OFFSET)
+            if base + delta >= offset:
+                return LogOffsetPosition(base + delta, position, length + LOG_OVERHEAD)
+            position += length + LOG_OVERHEAD
+        return None
+
+    def read(
+        self,
+        start_offset: int,
+        max_size: int,
+        max_position: int | None = None,
+        min_one_message: bool = True,
+    ) -> bytes | None:
+        """Whole batches from the one holding ``start_offset``, at most ``max_size``
+        bytes (the first batch whole when ``min_one_message``), never past
+        ``max_position``.  None when no batch holds an offset >= ``start_offset``."""
+        start = self.translate_offset(start_offset, self.offset_index.lookup(start_offset).position)
+        if start is None:
+            return None
+        limit = self.size if max_position is None else min(max_position, self.size)
+        available = limit - start.position
+        if available <= 0:
+            return b""
+        if min_one_message and start.size > max_size:
+            return self._pread(min(start.size, available), start.position)
+        chunk = self._pread(min(max_size, available), start.position)
+        return chunk[: whole_batches_length(chunk)]
+
+    def iter_headers(self, start_position: int = 0) -> list[BatchHeader]:
+        """Headers of every batch from ``start_position`` to the end (unvalidated)."""
+        headers: list[BatchHeader] = []
+        position = start_position
+        size = self.size
+        while position + HEADER.size <= size:
+            header = read_header(self._pread(HEADER.size, position))
+            headers.append(_at(header, position))
+            position += header.size
+        return headers
+
+    def read_batch(self, header: BatchHeader) -> bytes:
+        return self._pread(header.size, header.position)
+
+    def read_all(self) -> bytes:
+        return self._pread(self.size, 0)
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int
+    ) -> TimestampOffset | None:
+        """The first record at or after ``starting_offset`` with a timestamp >= ``timestamp``."""
+        from .records import decode_batch
+
+        hint = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(max(hint.offset, starting_offset)).position
+        for header in self.iter_headers(position):
+            if header.max_timestamp < timestamp or header.last_offset < starting_offset:
+                continue
+            _, records = decode_batch(self.read_batch(header))
+            for record in records:
+                if record.timestamp >= timestamp and record.offset >= starting_offset:
+                    return TimestampOffset(record.timestamp, record.offset)
+        return None
+
+    def read_next_offset(self) -> int:
+        """The offset after this segment's last batch (base offset when empty)."""
+        start = (
+            self.offset_index.lookup(self.offset_index.last_offset).position
+            if self.offset_index.entries
+            else 0
+        )
+        headers = self.iter_headers(start)
+        return headers[-1].next_offset if headers else self.base_offset
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Largest batch timestamp, or the file's mtime when batches carry none."""
+        if self.max_timestamp_so_far >= 0:
+            return self.max_timestamp_so_far
+        return int(os.stat(self.log_path).st_mtime * 1000)
+
+    def rolling_based_timestamp(self) -> int | None:
+        """The first batch's max timestamp: what ``segment.ms`` is measured from."""
+        if self._rolling_based_timestamp is None and self.size >= HEADER.size:
+            first = read_header(self._pread(HEADER.size, 0))
+            if first.max_timestamp >= 0:
+                self._rolling_based_timestamp = first.max_timestamp
+        return self._rolling_based_timestamp
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        first = self.rolling_based_timestamp()
+        if first is not None and message_timestamp >= 0:
+            return message_timestamp - first
+        return now_ms - self.created_ms
+
+    # -- writing (under the owning Log's lock) ---------------------------
+
+    def append(
+        self,
+        largest_offset: int,
+        largest_timestamp: int,
+        offset_of_max_timestamp: int,
+        data: bytes | bytearray | memoryview,
+    ) -> None:
+        """Append already-validated batches whose offsets start after the last one."""
+        if largest_offset - self.base_offset > INT32_MAX:
+            raise ValueError(
+                f"offset {largest_offset} does not fit segment {self.log_path} "
+                f"with base offset {self.base_offset}"
+            )
+        position = self.size
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(largest_offset, position)
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+            self._bytes_since_last_index_entry = 0
+        written = os.write(self._fd, data)
+        if written != len(data):  # a short write leaves a torn tail; recovery cuts it
+            raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+        if largest_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = largest_timestamp
+            self.offset_of_max_timestamp = offset_of_max_timestamp
+        if self._rolling_based_timestamp is None and position == 0 and largest_timestamp >= 0:
+            self._rolling_based_timestamp = read_header(data).max_timestamp
+        self._bytes_since_last_index_entry += len(data)
+        self.size = position + len(data)
+
+    def recover(self) -> RecoveryResult:
+        """Rebuild both indexes from the log and cut the log after its last valid batch."""
+        for index in (self.offset_index, self.time_index):
+            index.resize(self._max_index_size)
+            index.truncate()
+        self.max_timestamp_so_far = NO_TIMESTAMP
+        self.offset_of_max_timestamp = self.base_offset
+        self._bytes_since_last_index_entry = 0
+        file_size = os.fstat(self._fd).st_size
+        headers: list[BatchHeader] = []
+        position = 0
+        reason: str | None = None
+        want = RECOVERY_CHUNK_BYTES
+        while position < file_size:
+            chunk_start = position
+            chunk = self._pread(min(want, file_size - chunk_start), chunk_start)
+            found, valid_end, error = scan_valid_prefix(chunk)
+            for header in found:
+                expected = headers[-1].next_offset if headers else self.base_offset
+                if (
+                    header.base_offset < expected
+                    or header.last_offset - self.base_offset > INT32_MAX
+                ):
+                    # The CRC does not cover the base offset: check it against its neighbours.
+                    valid_end = header.position
+                    error = CorruptRecordError(
+                        f"batch offset {header.base_offset} does not follow {expected - 1}",
+                        chunk_start + header.position,
+                    )
+                    break
+                header = _at(header, chunk_start + header.position)
+                self._index_batch(header)
+                headers.append(header)
+            position = chunk_start + valid_end
+            want = RECOVERY_CHUNK_BYTES
+            if error is None:
+                continue
+            if chunk_start + len(chunk) < file_size:
+                # The chunk ended before the file did: a batch cut by the chunk
+                # boundary is read again whole, not mistaken for a torn tail.
+                rest = len(chunk) - valid_end
+                if rest < LOG_OVERHEAD:
+                    continue
+                _, length = _PREFIX.unpack_from(chunk, valid_end)
+                needed = length + LOG_OVERHEAD
+                if rest < needed and position + needed <= file_size:
+                    want = needed
+                    continue
+            reason = error.reason
+            break
+        truncated = file_size - position
+        if truncated:
+            log.warning(
+                "truncating %s at position %d (%d bytes cut): %s",
+                self.log_path,
+                position,
+                truncated,
+                reason or "trailing bytes",
+            )
+            os.ftruncate(self._fd, position)
+        self.size = position
+        self.time_index.maybe_append(
+            self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True
+        )
+        return RecoveryResult(position, truncated, headers, reason)
+
+    def _index_batch(self, header: BatchHeader) -> None:
+        if header.max_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(header.last_offset, header.position)
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += header.size
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset is >= ``offset``; returns bytes removed."""
+        found = self.translate_offset(offset, self.offset_index.lookup(offset).position)
+        if found is None:
+            return 0
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        removed = self.size - found.position
+        os.ftruncate(self._fd, found.position)
+        self.size = found.position
+        self._bytes_since_last_index_entry = 0
+        if self.offset_index.entries:
+            self._bytes_since_last_index_entry = (
+                self.size - self.offset_index.lookup(self.offset_index.last_offset).position
+            )
+        if self.size == 0:
+            self._rolling_based_timestamp = None
+            self.created_ms = self._time_ms()
+        last = self.time_index.last_entry
+        self.max_timestamp_so_far = last.timestamp
+        self.offset_of_max_timestamp = last.offset
+        if self.size and self.time_index.entries == 0:
+            for header in self.iter_headers():
+                if header.max_timestamp > self.max_timestamp_so_far:
+                    self.max_timestamp_so_far = header.max_timestamp
+                    self.offset_of_max_timestamp = header.last_offset
+        return removed
+
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError when an index is missing or fails its check."""
+        for index in (self.offset_index, self.time_index):
+            if index.created and self.size > 0:
+                raise CorruptIndexError(f"missing index file {index.path}")
+            index.sanity_check()
+
+    @property
+    def is_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def on_became_inactive(self) -> None:
+        """Called when the log rolls past this segment: final time entry, trim indexes."""
+        self.time_index.maybe_append(
+            self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True
+        )
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def change_suffix(self, new_suffix: str) -> None:
+        """Rename the log and both indexes from the current suffix to ``new_suffix``."""
+
+        def renamed(path: Path) -> Path:
+            stem = path.name[: len(path.name) - len(self._suffix)] if self._suffix else path.name
+            return path.with_name(stem + new_suffix)
+
+        new_log = renamed(self.log_path)
+        os.replace(self.log_path, new_log)
+        self.log_path = new_log
+        self.offset_index.rename_to(renamed(self.offset_index.path))
+        self.time_index.rename_to(renamed(self.time_index.path))
+        self._suffix = new_suffix
+
+    @property
+    def suffix(self) -> str:
+        return self._suffix
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.time_index.maybe_append(
+            self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True
+        )
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self._fd)
+
+    def close_and_delete(self) -> None:
+        """Close and remove all three files (those already gone are ignored)."""
+        if not self.closed:
+            self.closed = True
+            self.offset_index.close()
+            self.time_index.close()
+            os.close(self._fd)
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path}, size={self.size})"
+
+
+def whole_batches_length(buf: bytes | bytearray | memoryview) -> int:
+    """Length of the longest prefix of ``buf`` made of whole batches."""
+    position = 0
+    end = len(buf)
+    while position + LOG_OVERHEAD <= end:
+        _, length = _PREFIX.unpack_from(buf, position)
+        if position + LOG_OVERHEAD + length > end:
+            break
+        position += LOG_OVERHEAD + length
+    return position
+
+
+def _at(header: BatchHeader, position: int) -> BatchHeader:
+    if header.position == position:
+        return header
+    return BatchHeader(
+        header.base_offset,
+        header.batch_length,
+        header.partition_leader_epoch,
+        header.magic,
+        header.crc,
+        header.attributes,
+        header.last_offset_delta,
+        header.first_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.record_count,
+        position,
+    )
