@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from annal.storage.batch import iter_batches
+from annal.storage.batch import last_header
 from annal.storage.cleaner import clean_log, describe_dirty_range
 from annal.storage.config import LogConfig
 from annal.storage.log import Log
@@ -155,10 +155,11 @@ def bench_append_and_read(root: Path, batches: list[bytes], runs: int) -> dict[s
     }
 
 
-def last_next_offset(data: bytes) -> int:
+def last_next_offset(data: bytes | memoryview) -> int:
     """Next offset after the last whole batch in ``data``, from its header alone."""
-    headers = list(iter_batches(data))
-    return headers[-1].next_offset
+    header = last_header(data)
+    assert header is not None
+    return header.next_offset
 
 
 def bench_recovery(root: Path) -> float:

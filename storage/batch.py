@@ -30,7 +30,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c
 
@@ -77,8 +77,7 @@ class TimestampType(enum.IntEnum):
     LOG_APPEND_TIME = 1
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
     """The fixed header of one v2 batch, plus where it sits in its buffer or file."""
 
     base_offset: int
@@ -128,7 +127,7 @@ class BatchHeader:
 
 def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
     """Parse the header at ``position``; the caller has checked the length."""
-    return BatchHeader(*HEADER.unpack_from(buf, position), position=position)  # type: ignore[misc]
+    return BatchHeader._make((*HEADER.unpack_from(buf, position), position))
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, position: int, size: int) -> int:
@@ -151,17 +150,17 @@ def check_batch(
     Raises CorruptRecordError (or RecordTooLargeError) naming the position.
     """
     remaining = end - position
-    if remaining < LOG_OVERHEAD:
+    if remaining < RECORD_BATCH_OVERHEAD:
         raise CorruptRecordError(
-            f"truncated batch: {remaining} bytes left, fewer than the {LOG_OVERHEAD}-byte "
-            "offset and length prefix",
+            f"truncated batch: {remaining} bytes left, fewer than the "
+            f"{RECORD_BATCH_OVERHEAD}-byte batch header",
             position,
         )
-    _, batch_length = _PREFIX.unpack_from(buf, position)
-    size = batch_length + LOG_OVERHEAD
+    header = BatchHeader._make((*HEADER.unpack_from(buf, position), position))
+    size = header.batch_length + LOG_OVERHEAD
     if size < RECORD_BATCH_OVERHEAD:
         raise CorruptRecordError(
-            f"batch length {batch_length} is smaller than the minimum "
+            f"batch length {header.batch_length} is smaller than the minimum "
             f"{RECORD_BATCH_OVERHEAD - LOG_OVERHEAD}",
             position,
         )
@@ -169,36 +168,35 @@ def check_batch(
         raise CorruptRecordError(
             f"truncated batch: it declares {size} bytes but only {remaining} remain", position
         )
-    magic = buf[position + MAGIC_OFFSET]
-    if magic != CURRENT_MAGIC:
-        raise CorruptRecordError(f"unsupported magic {magic}, expected {CURRENT_MAGIC}", position)
+    if header.magic != CURRENT_MAGIC:
+        raise CorruptRecordError(
+            f"unsupported magic {header.magic}, expected {CURRENT_MAGIC}", position
+        )
     if max_batch_size is not None and size > max_batch_size:
         raise RecordTooLargeError(
             f"batch of {size} bytes exceeds max.message.bytes {max_batch_size}", position
         )
-    header = read_header(buf, position)
-    if header.last_offset_delta < 0 or header.record_count < 0:
+    count = header.record_count
+    if header.last_offset_delta < 0 or count < 0:
         raise CorruptRecordError(
-            f"negative lastOffsetDelta {header.last_offset_delta} or record count "
-            f"{header.record_count}",
+            f"negative lastOffsetDelta {header.last_offset_delta} or record count {count}",
             position,
         )
-    if header.record_count > header.last_offset_delta + 1:
+    if count > header.last_offset_delta + 1:
         raise CorruptRecordError(
-            f"record count {header.record_count} exceeds lastOffsetDelta+1 "
-            f"({header.last_offset_delta + 1})",
+            f"record count {count} exceeds lastOffsetDelta+1 ({header.last_offset_delta + 1})",
             position,
         )
     if (
-        header.attributes & COMPRESSION_MASK == Compression.NONE
-        and header.record_count * MIN_RECORD_SIZE > size - RECORD_BATCH_OVERHEAD
+        header.attributes & COMPRESSION_MASK == 0
+        and count * MIN_RECORD_SIZE > size - RECORD_BATCH_OVERHEAD
     ):
         raise CorruptRecordError(
-            f"record count {header.record_count} cannot fit in "
-            f"{size - RECORD_BATCH_OVERHEAD} bytes of records",
+            f"record count {count} cannot fit in {size - RECORD_BATCH_OVERHEAD} bytes of records",
             position,
         )
-    actual = compute_crc(buf, position, size)
+    with memoryview(buf) as view:
+        actual = crc32c.crc32c(view[position + ATTRIBUTES_OFFSET : position + size])
     if actual != header.crc:
         raise CorruptRecordError(
             f"CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}", position
@@ -219,6 +217,25 @@ def iter_batches(
         header = check_batch(buf, position, end, max_batch_size)
         yield header
         position += header.size
+
+
+def last_header(buf: bytes | bytearray | memoryview) -> BatchHeader | None:
+    """The header of the last whole batch in ``buf``, walking lengths only (no CRC).
+
+    For readers of data the log already validated: the offset to fetch next
+    is ``last_header(data).next_offset``.
+    """
+    position = 0
+    last = -1
+    end = len(buf)
+    unpack = _PREFIX.unpack_from
+    while position + RECORD_BATCH_OVERHEAD <= end:
+        length = unpack(buf, position)[1] + LOG_OVERHEAD
+        if position + length > end:
+            break
+        last = position
+        position += length
+    return None if last < 0 else read_header(buf, last)
 
 
 def scan_valid_prefix(

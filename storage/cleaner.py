@@ -347,7 +347,11 @@ def clean_log(
                     if data is not None:
                         written = read_header(data)
                         cleaned.append(
-                            written.last_offset, written.max_timestamp, written.last_offset, data
+                            written.last_offset,
+                            written.max_timestamp,
+                            written.last_offset,
+                            [data],
+                            len(data),
                         )
                         stats.bytes_written += len(data)
             cleaned.on_became_inactive()

@@ -106,9 +106,12 @@ class _Index:
             )
         return relative
 
+    _last: tuple[int, TimestampOffset] | None = None  # TimeIndex's (entries, last entry) cache
+
     def truncate(self) -> None:
         """Drop every entry."""
         self._entries = 0
+        self._last = None
 
     def resize(self, new_size: int) -> None:
         """Make the file ``new_size`` bytes (rounded down to whole entries)."""
@@ -123,6 +126,7 @@ class _Index:
             os.ftruncate(self._fd, length)
             self._map(length)
             self._entries = min(self._entries, length // self.entry_size)
+            self._last = None
 
     def trim_to_valid_size(self) -> None:
         """Cut the file to exactly its entries (the segment is no longer written)."""
@@ -214,17 +218,25 @@ class OffsetIndex(_Index):
 
     def append(self, offset: int, position: int) -> None:
         """Add an entry; offsets must strictly increase."""
-        if self._entries and offset <= self.last_offset:
+        entries = self._entries
+        if entries:
+            last = self.last_offset
+            if offset <= last:
+                raise CorruptIndexError(
+                    f"offset {offset} is not larger than last offset {last} in {self.path}"
+                )
+        if entries * 8 >= self._size:
+            raise CorruptIndexError(f"index {self.path} is full ({entries} entries)")
+        relative = offset - self.base_offset
+        if relative > INT32_MAX:
             raise CorruptIndexError(
-                f"offset {offset} is not larger than last offset {self.last_offset} in {self.path}"
+                f"offset {offset} does not fit index {self.path} "
+                f"with base offset {self.base_offset}"
             )
-        if self.is_full:
-            raise CorruptIndexError(f"index {self.path} is full ({self._entries} entries)")
-        relative = self._relative(offset)
         with self._lock:
             assert self._mmap is not None
-            self._ENTRY.pack_into(self._mmap, self._entries * 8, relative, position)
-            self._entries += 1
+            self._ENTRY.pack_into(self._mmap, entries * 8, relative, position)
+            self._entries = entries + 1
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The largest entry with offset <= ``target_offset``; (base offset, 0) if none."""
@@ -287,16 +299,25 @@ class TimeIndex(_Index):
     def last_entry(self) -> TimestampOffset:
         if self._entries == 0:
             return TimestampOffset(-1, self.base_offset)
-        return self.entry(self._entries - 1)
+        if self._last is None or self._last[0] != self._entries:
+            self._last = (self._entries, self.entry(self._entries - 1))
+        return self._last[1]
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Add an entry when ``timestamp`` is above the last one."""
-        last = self.last_entry
-        if self._entries and offset < last.offset:
-            raise CorruptIndexError(
-                f"offset {offset} is below last offset {last.offset} in {self.path}"
-            )
-        if timestamp < 0 or (self._entries and timestamp <= last.timestamp):
+        if self._entries:
+            last = self.last_entry
+            if timestamp <= last.timestamp:
+                if offset < last.offset:
+                    raise CorruptIndexError(
+                        f"offset {offset} is below last offset {last.offset} in {self.path}"
+                    )
+                return
+            if offset < last.offset:
+                raise CorruptIndexError(
+                    f"offset {offset} is below last offset {last.offset} in {self.path}"
+                )
+        if timestamp < 0:
             return
         if self._entries >= self.max_entries or (not skip_full_check and self.is_full):
             raise CorruptIndexError(f"time index {self.path} is full ({self._entries} entries)")
@@ -305,6 +326,7 @@ class TimeIndex(_Index):
             assert self._mmap is not None
             self._ENTRY.pack_into(self._mmap, self._entries * 12, timestamp, relative)
             self._entries += 1
+            self._last = (self._entries, TimestampOffset(timestamp, offset))
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """The largest entry with timestamp <= target; (-1, base offset) if none."""
@@ -325,6 +347,7 @@ class TimeIndex(_Index):
             while n > 0 and self._entry(n - 1).offset >= offset:
                 n -= 1
             self._entries = n
+            self._last = None
 
     def sanity_check(self) -> None:
         self._check_length()

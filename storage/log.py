@@ -19,6 +19,7 @@ their delayed removal.
 from __future__ import annotations
 
 import bisect
+import struct
 import itertools
 import logging
 import shutil
@@ -27,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from . import files
 from .batch import (
@@ -56,6 +58,8 @@ from .segment import INT32_MAX, LogSegment
 
 logger = logging.getLogger(__name__)
 
+_PREFIX16 = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
+
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 
@@ -71,8 +75,7 @@ def run_inline(task: Callable[[], None]) -> None:
     task()
 
 
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
+class LogAppendInfo(NamedTuple):
     """What one append stored."""
 
     first_offset: int
@@ -132,6 +135,7 @@ class Log:
         self._unflushed_records = 0
         self._last_flush_ms = time_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._epoch_hint: int | None = None  # the epoch the last leader append assigned
         self._closed = False
         self.leader_epoch_cache = LeaderEpochFileCache(
             self.topic_partition,
@@ -346,28 +350,40 @@ class Log:
                 )
         if self._config.compact:
             _require_keys(buf, headers)
-        data = bytearray(buf)
+        append_time = self._config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
+        copy = bytearray(buf) if append_time else None
+        view = memoryview(buf)
+        parts: list[bytes | bytearray | memoryview] = []
         with self._lock:
             self._check_open()
             now = self._time_ms()
-            append_time = self._config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
             first = offset = self._log_end_offset
             max_timestamp, offset_of_max = NO_TIMESTAMP, first
             records = 0
             for header in headers:
-                patch_offsets(data, header.position, offset, leader_epoch)
                 timestamp = header.max_timestamp
-                if append_time:
-                    patch_log_append_time(data, header.position, header.size, now)
+                if copy is not None:
+                    patch_offsets(copy, header.position, offset, leader_epoch)
+                    patch_log_append_time(copy, header.position, header.size, now)
                     timestamp = now
+                else:
+                    # baseOffset, batchLength and partitionLeaderEpoch lie outside the
+                    # CRC: write a new 16-byte prefix and the rest of the batch as is.
+                    parts.append(_PREFIX16.pack(offset, header.batch_length, leader_epoch))
+                    parts.append(view[header.position + 16 : header.position + header.size])
                 last = offset + header.last_offset_delta
                 if timestamp > max_timestamp:
                     max_timestamp, offset_of_max = timestamp, last
                 records += header.record_count
                 offset = last + 1
-            if leader_epoch >= 0:
+            if copy is not None:
+                parts = [copy]
+            if leader_epoch >= 0 and leader_epoch != self._epoch_hint:
                 self._assign_epoch(leader_epoch, first)
-            self._append_locked(data, first, offset - 1, max_timestamp, offset_of_max, records, now)
+                self._epoch_hint = leader_epoch
+            self._append_locked(
+                parts, len(buf), first, offset - 1, max_timestamp, offset_of_max, records, now
+            )
             return LogAppendInfo(
                 first,
                 offset - 1,
@@ -376,7 +392,7 @@ class Log:
                 now if append_time else NO_TIMESTAMP,
                 len(headers),
                 records,
-                len(data),
+                len(buf),
             )
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
@@ -409,8 +425,10 @@ class Log:
                 if header.partition_leader_epoch >= 0:
                     self._assign_epoch(header.partition_leader_epoch, header.base_offset)
             records = sum(h.record_count for h in headers)
+            self._epoch_hint = None
             self._append_locked(
-                batches,
+                [batches],
+                len(batches),
                 headers[0].base_offset,
                 headers[-1].last_offset,
                 max_timestamp,
@@ -441,7 +459,8 @@ class Log:
 
     def _append_locked(
         self,
-        data: bytes | bytearray | memoryview,
+        parts: Sequence[bytes | bytearray | memoryview],
+        size: int,
         first_offset: int,
         last_offset: int,
         max_timestamp: int,
@@ -449,8 +468,8 @@ class Log:
         records: int,
         now: int,
     ) -> None:
-        segment = self._maybe_roll(len(data), first_offset, last_offset, max_timestamp, now)
-        segment.append(last_offset, max_timestamp, offset_of_max_timestamp, data)
+        segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now)
+        segment.append(last_offset, max_timestamp, offset_of_max_timestamp, parts, size)
         self._log_end_offset = last_offset + 1
         self._unflushed_records += records
         if self._unflushed_records >= self._config.flush_messages:
@@ -507,8 +526,9 @@ class Log:
         max_bytes: int,
         max_offset: int | None = None,
         min_one_message: bool = True,
-    ) -> bytes:
-        """Whole batches starting with the one that holds ``offset``.
+    ) -> bytes | memoryview:
+        """Whole batches starting with the one that holds ``offset`` (a memoryview
+        when the tail of a read had to be dropped without copying).
 
         At most ``max_bytes`` unless the first batch alone is larger (then it
         is returned whole when ``min_one_message``); ``max_offset`` (exclusive,
@@ -611,6 +631,7 @@ class Log:
             self._after_truncation()
 
     def _after_truncation(self) -> None:
+        self._epoch_hint = None
         self._recovery_point = min(self._recovery_point, self._log_end_offset)
         self._high_watermark = min(self._high_watermark, self._log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)

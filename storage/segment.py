@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,7 +131,7 @@ class LogSegment:
         max_size: int,
         max_position: int | None = None,
         min_one_message: bool = True,
-    ) -> bytes | None:
+    ) -> bytes | memoryview | None:
         """Whole batches from the one holding ``start_offset``, at most ``max_size``
         bytes (the first batch whole when ``min_one_message``), never past
         ``max_position``.  None when no batch holds an offset >= ``start_offset``."""
@@ -145,7 +145,9 @@ class LogSegment:
         if min_one_message and start.size > max_size:
             return self._pread(min(start.size, available), start.position)
         chunk = self._pread(min(max_size, available), start.position)
-        return chunk[: whole_batches_length(chunk)]
+        whole = whole_batches_length(chunk)
+        # A view, not a slice: the tail of a partial batch is dropped without a copy.
+        return chunk if whole == len(chunk) else memoryview(chunk)[:whole]
 
     def iter_headers(self, start_position: int = 0) -> list[BatchHeader]:
         """Headers of every batch from ``start_position`` to the end (unvalidated)."""
@@ -219,9 +221,11 @@ class LogSegment:
         largest_offset: int,
         largest_timestamp: int,
         offset_of_max_timestamp: int,
-        data: bytes | bytearray | memoryview,
+        parts: Sequence[bytes | bytearray | memoryview],
+        size: int,
     ) -> None:
-        """Append already-validated batches whose offsets start after the last one."""
+        """Append already-validated batches (given as buffers written back to back,
+        ``size`` bytes in all) whose offsets start after the last one."""
         if largest_offset - self.base_offset > INT32_MAX:
             raise ValueError(
                 f"offset {largest_offset} does not fit segment {self.log_path} "
@@ -232,16 +236,14 @@ class LogSegment:
             self.offset_index.append(largest_offset, position)
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
             self._bytes_since_last_index_entry = 0
-        written = os.write(self._fd, data)
-        if written != len(data):  # a short write leaves a torn tail; recovery cuts it
-            raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+        written = os.writev(self._fd, parts) if len(parts) > 1 else os.write(self._fd, parts[0])
+        if written != size:  # a short write leaves a torn tail; recovery cuts it
+            raise OSError(f"short write to {self.log_path}: {written} of {size} bytes")
         if largest_timestamp > self.max_timestamp_so_far:
             self.max_timestamp_so_far = largest_timestamp
             self.offset_of_max_timestamp = offset_of_max_timestamp
-        if self._rolling_based_timestamp is None and position == 0 and largest_timestamp >= 0:
-            self._rolling_based_timestamp = read_header(data).max_timestamp
-        self._bytes_since_last_index_entry += len(data)
-        self.size = position + len(data)
+        self._bytes_since_last_index_entry += size
+        self.size = position + size
 
     def recover(self) -> RecoveryResult:
         """Rebuild both indexes from the log and cut the log after its last valid batch."""
@@ -430,21 +432,4 @@ def whole_batches_length(buf: bytes | bytearray | memoryview) -> int:
 
 
 def _at(header: BatchHeader, position: int) -> BatchHeader:
-    if header.position == position:
-        return header
-    return BatchHeader(
-        header.base_offset,
-        header.batch_length,
-        header.partition_leader_epoch,
-        header.magic,
-        header.crc,
-        header.attributes,
-        header.last_offset_delta,
-        header.first_timestamp,
-        header.max_timestamp,
-        header.producer_id,
-        header.producer_epoch,
-        header.base_sequence,
-        header.record_count,
-        position,
-    )
+    return header if header.position == position else header._replace(position=position)
