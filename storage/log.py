@@ -19,10 +19,10 @@ their delayed removal.
 from __future__ import annotations
 
 import bisect
-import struct
 import itertools
 import logging
 import shutil
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
