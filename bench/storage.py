@@ -41,33 +41,38 @@ def make_values(count: int) -> list[bytes]:
     return [(b"%010d" % i) + b"v" * (RECORD_SIZE - 10) for i in range(count)]
 
 
-def build_batches(values: list[bytes], timestamp: int) -> list[bytes]:
+def build_batches(values: list[bytes], timestamp: int, per_record: bool = False) -> list[bytes]:
+    """~16 KiB batches of ``values``: record by record (``append``) or in bulk (``extend``)."""
+    per_batch = BATCH_BYTES // (RECORD_SIZE + 8)
     batches: list[bytes] = []
-    builder = BatchBuilder()
-    for value in values:
-        builder.append(None, value, timestamp)
-        if builder.estimated_size >= BATCH_BYTES:
-            batches.append(builder.build())
-            builder = BatchBuilder()
-    if builder.record_count:
+    for start in range(0, len(values), per_batch):
+        builder = BatchBuilder()
+        chunk = values[start : start + per_batch]
+        if per_record:
+            for value in chunk:
+                builder.append(None, value, timestamp)
+        else:
+            builder.extend(chunk, None, timestamp)
         batches.append(builder.build())
     return batches
 
 
-def bench_encode(values: list[bytes], timestamp: int, runs: int) -> tuple[float, float]:
-    """Records per second for annal's builder and for kafka-python's."""
+def bench_encode(values: list[bytes], timestamp: int, runs: int) -> dict[str, float]:
+    """Records per second for annal's builder (bulk and per record) and kafka-python's."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
     per_batch = BATCH_BYTES // (RECORD_SIZE + 8)
     sample = values[: max(len(values) // 10, 20_000)]  # kafka-python is slow: a tenth
 
-    def ours() -> float:
-        started = time.perf_counter()
-        build_batches(values, timestamp)
-        return time.perf_counter() - started
+    def timed(fn: Callable[[], object]) -> Callable[[], float]:
+        def run() -> float:
+            started = time.perf_counter()
+            fn()
+            return time.perf_counter() - started
 
-    def theirs() -> float:
-        started = time.perf_counter()
+        return run
+
+    def theirs() -> None:
         for start in range(0, len(sample), per_batch):
             builder = DefaultRecordBatchBuilder(
                 magic=2,
@@ -81,11 +86,15 @@ def bench_encode(values: list[bytes], timestamp: int, runs: int) -> tuple[float,
             for i, value in enumerate(sample[start : start + per_batch]):
                 builder.append(i, timestamp, None, value, [])
             builder.build()
-        return time.perf_counter() - started
 
-    ours_s = best_of(runs, ours)
-    theirs_s = best_of(runs, theirs)
-    return len(values) / ours_s, len(sample) / theirs_s
+    bulk = best_of(runs, timed(lambda: build_batches(values, timestamp)))
+    per_record = best_of(runs, timed(lambda: build_batches(values, timestamp, per_record=True)))
+    kafka_python = best_of(runs, timed(theirs))
+    return {
+        "bulk": len(values) / bulk,
+        "append": len(values) / per_record,
+        "kafka_python": len(sample) / kafka_python,
+    }
 
 
 def bench_append_and_read(root: Path, batches: list[bytes], runs: int) -> dict[str, float]:
@@ -215,7 +224,7 @@ def main() -> int:
         count = mb * 1_000_000 // (RECORD_SIZE + 8)
         values = make_values(count)
         print(f"encoding {count:,} records of {RECORD_SIZE} bytes ...", flush=True)
-        encode_rate, kafka_python_rate = bench_encode(values, timestamp, runs)
+        encode = bench_encode(values, timestamp, max(runs, 3))
         batches = build_batches(values, timestamp)
         del values
         print(f"appending and reading {sum(map(len, batches)) / 1e6:.0f} MB ...", flush=True)
@@ -231,9 +240,11 @@ def main() -> int:
         **{k: round(v, 1) for k, v in io.items()},
         "append_vs_raw": round(io["append_mb_s"] / io["raw_write_mb_s"], 3),
         "read_vs_raw": round(io["read_mb_s"] / io["raw_read_mb_s"], 3),
-        "encode_records_per_s": round(encode_rate),
-        "kafka_python_records_per_s": round(kafka_python_rate),
-        "encode_vs_kafka_python": round(encode_rate / kafka_python_rate, 2),
+        "encode_records_per_s": round(encode["bulk"]),
+        "encode_append_records_per_s": round(encode["append"]),
+        "kafka_python_records_per_s": round(encode["kafka_python"]),
+        "encode_vs_kafka_python": round(encode["bulk"] / encode["kafka_python"], 2),
+        "encode_append_vs_kafka_python": round(encode["append"] / encode["kafka_python"], 2),
         "recovery_mb_s": round(recovery, 1),
         "compaction_mb_s": round(compaction, 1),
     }

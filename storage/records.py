@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import itertools
 import struct
-from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain, repeat
+from operator import add
+from typing import NamedTuple, cast
 
 import crc32c
 
@@ -84,6 +86,14 @@ def encode_varint(value: int) -> bytes:
 
 _TABLE_SIZE = 1 << 16
 _VARINTS: list[bytes] = [encode_varint(n) for n in range(-1, _TABLE_SIZE)]  # index n + 1
+# Merged constant runs for the common record shapes (record sizes < _SHORT):
+_SHORT = 1 << 14
+_LEN_ATTR_TS0 = [encode_varint(n) + b"\x00\x00" for n in range(_SHORT)]  # length, attributes, ts 0
+# the same, behind the previous record's header count (0)
+_END_LEN_ATTR_TS0 = [b"\x00" + head for head in _LEN_ATTR_TS0]
+_DELTA_NULL_KEY = [encode_varint(n) + b"\x01" for n in range(_SHORT)]  # offset delta, null key
+_DELTA_FIELDS_LEN = [len(encode_varint(n)) + 4 for n in range(_SHORT)]  # + attr, ts, key, headers
+_VALUE_FIELD_LEN = [len(encode_varint(n)) + n for n in range(_SHORT)]  # value varint + value
 
 
 def _varint(value: int) -> bytes:
@@ -127,63 +137,127 @@ def _encode_headers(headers: Sequence[Header | tuple[str, bytes | None]]) -> byt
     return b"".join(parts)
 
 
+def _lengths(
+    items: Sequence[bytes | None],
+) -> tuple[list[bytes], Sequence[bytes], list[int]]:
+    """Length varints, the payloads (b"" for null) and payload sizes, C-level where possible."""
+    table = _VARINTS
+    if None in items:
+        heads = [b"\x01" if x is None else _varint(len(x)) for x in items]
+        payloads: Sequence[bytes] = [b"" if x is None else x for x in items]
+    else:
+        payloads = items  # type: ignore[assignment]
+        sizes = list(map(len, payloads))
+        if sizes and max(sizes) >= _TABLE_SIZE:
+            heads = [_varint(n) for n in sizes]
+        else:
+            heads = list(map(table.__getitem__, map(_PLUS_ONE, sizes)))
+        return heads, payloads, sizes
+    return heads, payloads, list(map(len, payloads))
+
+
+_PLUS_ONE = (1).__add__
+
+
 def _encode_records(
     keys: Sequence[bytes | None],
     values: Sequence[bytes | None],
     timestamp_deltas: Sequence[int] | None,
     offset_deltas: Sequence[int] | None,
     headers: Sequence[Sequence[Header | tuple[str, bytes | None]]] | None,
-) -> list[bytes]:
-    """The byte parts of the records section, to be joined.
+) -> bytes:
+    """The records section, uncompressed.
 
     ``None`` for timestamp deltas means all 0, for offset deltas 0..n-1, for
-    headers none at all: the common producer case takes the shortest path.
+    headers none at all.  Without headers every step is a C-level map over
+    the whole batch (lengths, varint table lookups, one join); only records
+    with headers take a per-record path.
     """
+    if headers is not None:
+        return _encode_records_one_by_one(keys, values, timestamp_deltas, offset_deltas, headers)
+    n = len(values)
     table = _VARINTS
-    limit = _TABLE_SIZE
+    get = table.__getitem__
+    if (
+        timestamp_deltas is None
+        and offset_deltas is None
+        and 0 < n < _SHORT
+        and keys.count(None) == n
+        and None not in values
+    ):
+        # The producer's commonest batch: null keys, one timestamp, offsets 0..n-1.
+        # Per record: [length|attr|ts] [delta|null key] [value length] value [0 headers].
+        present = cast(Sequence[bytes], values)
+        vls = list(map(len, present))
+        if max(vls, default=0) < _SHORT - 8:
+            # length = attributes + ts + delta + key + headers (delta fields) + value field
+            sizes = list(map(add, _DELTA_FIELDS_LEN[:n], map(_VALUE_FIELD_LEN.__getitem__, vls)))
+            heads = list(map(_END_LEN_ATTR_TS0.__getitem__, sizes))
+            heads[0] = _LEN_ATTR_TS0[sizes[0]]  # the first record has no predecessor
+            parts: Iterable[tuple[bytes, ...]]
+            if vls.count(vls[0]) == n:
+                # one value size: merge [delta|null key] with the shared value varint
+                mids = list(map(add, _DELTA_NULL_KEY[:n], repeat(get(vls[0] + 1))))
+                parts = zip(heads, mids, present, strict=True)
+            else:
+                vheads = map(get, map(_PLUS_ONE, vls))
+                parts = zip(heads, _DELTA_NULL_KEY[:n], vheads, present, strict=True)
+            return b"".join(chain.from_iterable(parts)) + b"\x00"
+    if offset_deltas is None:
+        ods: Sequence[bytes] = (
+            table[1 : n + 1] if n < _TABLE_SIZE else [_varint(i) for i in range(n)]
+        )
+    else:
+        ods = [_varint(d) for d in offset_deltas]
+    if timestamp_deltas is None:
+        tss: Sequence[bytes] = repeat(b"\x00", n)  # type: ignore[assignment]
+        ts_lens: Sequence[int] = repeat(1, n)  # type: ignore[assignment]
+    else:
+        tss = [_varint(d) for d in timestamp_deltas]
+        ts_lens = list(map(len, tss))
+    vhs, vps, vls = _lengths(values)
+    if keys.count(None) == n:
+        khs: Sequence[bytes] = repeat(b"\x01", n)  # type: ignore[assignment]
+        kps: Sequence[bytes] = repeat(b"", n)  # type: ignore[assignment]
+        key_lens: Sequence[int] = repeat(1, n)  # type: ignore[assignment]
+    else:
+        khs, kps, kls = _lengths(keys)
+        key_lens = list(map(sum, zip(map(len, khs), kls, strict=True)))
+    # body = attributes(1) + ts + od + key varint + key + value varint + value + headers(1)
+    bodies = list(map(sum, zip(ts_lens, map(len, ods), key_lens, map(len, vhs), vls, strict=True)))
+    if max(bodies, default=0) + 2 < _TABLE_SIZE:
+        size_heads = list(map(get, map((3).__add__, bodies)))  # index = (body + 2) + 1
+    else:
+        size_heads = [_varint(b + 2) for b in bodies]
+    return b"".join(
+        chain.from_iterable(
+            zip(size_heads, repeat(b"\x00"), tss, ods, khs, kps, vhs, vps, repeat(b"\x00"))
+        )
+    )
+
+
+def _encode_records_one_by_one(
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    timestamp_deltas: Sequence[int] | None,
+    offset_deltas: Sequence[int] | None,
+    headers: Sequence[Sequence[Header | tuple[str, bytes | None]]],
+) -> bytes:
     parts: list[bytes] = []
     add = parts.extend
     for i in range(len(values)):
         key = keys[i]
         value = values[i]
-        if timestamp_deltas is None:
-            ts = b"\x00"
-        else:
-            d = timestamp_deltas[i]
-            ts = table[d + 1] if -1 <= d < limit else encode_varint(d)
-        if offset_deltas is None:
-            od = table[i + 1] if i < limit else encode_varint(i)
-        else:
-            d = offset_deltas[i]
-            od = table[d + 1] if -1 <= d < limit else encode_varint(d)
-        if key is None:
-            kh = b"\x01"
-            key = b""
-        else:
-            kl = len(key)
-            kh = table[kl + 1] if kl < limit else encode_varint(kl)
-        if value is None:
-            vh = b"\x01"
-            value = b""
-        else:
-            vl = len(value)
-            vh = table[vl + 1] if vl < limit else encode_varint(vl)
-        hd = b"\x00" if headers is None or not headers[i] else _encode_headers(headers[i])
+        ts = b"\x00" if timestamp_deltas is None else _varint(timestamp_deltas[i])
+        od = _varint(i if offset_deltas is None else offset_deltas[i])
+        kh = b"\x01" if key is None else _varint(len(key))
+        vh = b"\x01" if value is None else _varint(len(value))
+        key = key or b""
+        value = value or b""
+        hd = _encode_headers(headers[i]) if headers[i] else b"\x00"
         size = 1 + len(ts) + len(od) + len(kh) + len(key) + len(vh) + len(value) + len(hd)
-        add(
-            (
-                table[size + 1] if size < limit else encode_varint(size),
-                b"\x00",
-                ts,
-                od,
-                kh,
-                key,
-                vh,
-                value,
-                hd,
-            )
-        )
-    return parts
+        add((_varint(size), b"\x00", ts, od, kh, key, vh, value, hd))
+    return b"".join(parts)
 
 
 def _assemble(
@@ -273,7 +347,7 @@ def encode_batch(
         max_ts = NO_TIMESTAMP if max_timestamp is None else max_timestamp
         deltas = []
         last_delta = 0 if last_offset_delta is None else last_offset_delta
-    parts = _encode_records(
+    body = _encode_records(
         [r.key for r in records],
         [r.value for r in records],
         [r.timestamp - first_ts for r in records],
@@ -281,7 +355,7 @@ def encode_batch(
         [r.headers for r in records] if any(r.headers for r in records) else None,
     )
     return _assemble(
-        b"".join(parts),
+        body,
         len(records),
         base_offset=base_offset,
         compression=compression,
@@ -302,8 +376,9 @@ class BatchBuilder:
     """Accumulates a producer batch record by record; ``build`` encodes it once.
 
     Offsets are 0..n-1 (the leader assigns real ones).  ``estimated_size`` is
-    exact for uncompressed batches and an upper bound otherwise, so a producer
-    can close the batch at ``batch.size``.  Not thread-safe.
+    an upper bound of the uncompressed batch (exact but for a few bytes of
+    varints), so a producer can close the batch at ``batch.size``.
+    ``extend`` adds many records in one call.  Not thread-safe.
     """
 
     def __init__(
@@ -323,9 +398,7 @@ class BatchBuilder:
         self._keys: list[bytes | None] = []
         self._values: list[bytes | None] = []
         self._timestamps: list[int] = []
-        self._headers: list[Sequence[Header | tuple[str, bytes | None]]] = []
-        self._has_headers = False
-        self._same_timestamp = True
+        self._headers: dict[int, Sequence[Header | tuple[str, bytes | None]]] = {}
         self._size = RECORD_BATCH_OVERHEAD
 
     @property
@@ -340,40 +413,53 @@ class BatchBuilder:
         self,
         key: bytes | None,
         value: bytes | None,
-        timestamp_ms: int | None = None,
+        timestamp_ms: int = NO_TIMESTAMP,
         headers: Sequence[Header | tuple[str, bytes | None]] = (),
     ) -> int:
         """Add a record; returns its offset delta within the batch."""
         n = len(self._values)
-        if timestamp_ms is None:
-            timestamp_ms = self._timestamps[-1] if self._timestamps else NO_TIMESTAMP
-        if self._timestamps and timestamp_ms != self._timestamps[0]:
-            self._same_timestamp = False
         self._keys.append(key)
         self._values.append(value)
         self._timestamps.append(timestamp_ms)
-        self._headers.append(headers)
         if headers:
-            self._has_headers = True
-        # length varint + attributes + deltas (at most 3 + 3 + 3) + key + value + headers
-        body = 7 + (len(key) if key else 0) + (len(value) if value else 0)
-        body += len(_encode_headers(headers)) if headers else 0
-        self._size += body + (1 if body < 64 else 2 if body < 8192 else 3) + (n >= 64) + (n >= 8192)
+            self._headers[n] = headers
+            self._size += len(_encode_headers(headers))
+        # length, attributes, ts delta, offset delta, key and value varints, header count
+        self._size += 14 + (len(key) if key else 0) + (len(value) if value else 0)
         return n
+
+    def extend(
+        self,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        timestamp_ms: int = NO_TIMESTAMP,
+    ) -> None:
+        """Add records with the same timestamp and no headers in one call."""
+        n = len(values)
+        self._values.extend(values)
+        self._keys.extend(keys if keys is not None else repeat(None, n))
+        self._timestamps.extend(repeat(timestamp_ms, n))
+        self._size += 14 * n + sum(map(len, filter(None, values)))
+        if keys is not None:
+            self._size += sum(map(len, filter(None, keys)))
 
     def build(self) -> bytes:
         timestamps = self._timestamps
+        count = len(self._values)
         first = timestamps[0] if timestamps else NO_TIMESTAMP
-        parts = _encode_records(
+        same = timestamps.count(first) == count
+        headers = None
+        if self._headers:
+            headers = [self._headers.get(i, ()) for i in range(count)]
+        body = _encode_records(
             self._keys,
             self._values,
-            None if self._same_timestamp else [t - first for t in timestamps],
+            None if same else [t - first for t in timestamps],
             None,
-            self._headers if self._has_headers else None,
+            headers,
         )
-        count = len(self._values)
         return _assemble(
-            b"".join(parts),
+            body,
             count,
             base_offset=0,
             compression=self.compression,
