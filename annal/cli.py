@@ -7,6 +7,7 @@ usage error with exit code 2 (argparse's convention, as Kafka's tools).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -31,7 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    code: int = args.run(args)
+    try:
+        code: int = args.run(args)
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): stop quietly, as Unix tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        return 130
     return code
 
 
