@@ -81,7 +81,7 @@ def test_legacy_produce_is_upconverted_by_the_log(tmp_path: Path) -> None:
 def test_corrupt_legacy_messages() -> None:
     data = bytearray(legacy_set(1, 0))
     data[30] ^= 0xFF
-    with pytest.raises(CorruptRecordError, match="legacy message CRC mismatch.* at position 0"):
+    with pytest.raises(CorruptRecordError, match=r"legacy message CRC mismatch.* at position 0"):
         list(iter_legacy_records(bytes(data)))
     with pytest.raises(CorruptRecordError, match="declares"):
         list(iter_legacy_records(legacy_set(1, 0)[:-5]))

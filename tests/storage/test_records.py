@@ -162,9 +162,9 @@ def test_corrupt_inputs_name_the_reason_and_position() -> None:
     two = good + good
     bad_crc = bytearray(two)
     bad_crc[len(good) + 70] ^= 1
-    with pytest.raises(CorruptRecordError, match=f"CRC mismatch.* at position {len(good)}"):
+    with pytest.raises(CorruptRecordError, match=rf"CRC mismatch.* at position {len(good)}"):
         list(iter_records(bytes(bad_crc)))
-    with pytest.raises(CorruptRecordError, match="truncated batch.*at position 0"):
+    with pytest.raises(CorruptRecordError, match=r"truncated batch.*at position 0"):
         check_batch(good[:-1], 0, len(good) - 1)
     # the header counts 3 records but the body holds 2: a valid CRC, a wrong count
     short = bytearray(encode_batch([Record(i, 0, None, b"value") for i in range(2)]))
