@@ -8,6 +8,7 @@ must hold exactly the model's records.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -184,8 +185,8 @@ class LogMachine(RuleBasedStateMachine):
 
 
 LogMachine.TestCase.settings = settings(
-    max_examples=60,
-    stateful_step_count=30,
+    max_examples=int(os.environ.get("ANNAL_MODEL_EXAMPLES", "150")),
+    stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
