@@ -8,6 +8,7 @@ compaction pass — all on a real log directory, in Kafka's on-disk format.
 from __future__ import annotations
 
 import argparse
+import logging
 import shutil
 import sys
 import tempfile
@@ -102,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, help="where to put the demo logs (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="leave the demo logs on disk")
     args = parser.parse_args(argv)
+    logging.basicConfig(format="  [storage] %(message)s", level=logging.WARNING)
     root = args.dir or Path(tempfile.mkdtemp(prefix="annal-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     try:

@@ -25,7 +25,7 @@ import os
 import struct
 import threading
 from pathlib import Path
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from . import files
 from .errors import CorruptIndexError
@@ -106,7 +106,7 @@ class _Index:
             )
         return relative
 
-    _last: tuple[int, TimestampOffset] | None = None  # TimeIndex's (entries, last entry) cache
+    _last: tuple[int, Any] | None = None  # (entries, last entry): valid while entries match
 
     def truncate(self) -> None:
         """Drop every entry."""
@@ -214,7 +214,9 @@ class OffsetIndex(_Index):
     def last_offset(self) -> int:
         if self._entries == 0:
             return self.base_offset
-        return self.entry(self._entries - 1).offset
+        if self._last is None or self._last[0] != self._entries:
+            self._last = (self._entries, self.entry(self._entries - 1))
+        return self._last[1].offset
 
     def append(self, offset: int, position: int) -> None:
         """Add an entry; offsets must strictly increase."""
@@ -237,6 +239,7 @@ class OffsetIndex(_Index):
             assert self._mmap is not None
             self._ENTRY.pack_into(self._mmap, entries * 8, relative, position)
             self._entries = entries + 1
+            self._last = (entries + 1, OffsetPosition(offset, position))
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The largest entry with offset <= ``target_offset``; (base offset, 0) if none."""
@@ -261,6 +264,7 @@ class OffsetIndex(_Index):
             self._entries = (
                 self._slot(offset - 1 - self.base_offset, lambda n: unpack(mm, n * 8)[0]) + 1
             )
+            self._last = None
 
     def sanity_check(self) -> None:
         self._check_length()

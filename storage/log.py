@@ -124,6 +124,7 @@ class Log:
             )
         self.topic_partition = files.TopicPartition(*parsed)
         self._config = config
+        self._cache_config()
         self._time_ms = time_ms
         self._background = background
         self._lock = threading.RLock()
@@ -294,6 +295,12 @@ class Log:
     def update_config(self, config: LogConfig) -> None:
         with self._lock:
             self._config = config
+            self._cache_config()
+
+    def _cache_config(self) -> None:
+        """Flags the append path reads on every call, computed once per config."""
+        self._compact = self._config.compact
+        self._log_append_time = self._config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
 
     @property
     def log_end_offset(self) -> int:
@@ -348,9 +355,9 @@ class Log:
                     f"{header.last_offset_delta} + 1",
                     header.position,
                 )
-        if self._config.compact:
+        if self._compact:
             _require_keys(buf, headers)
-        append_time = self._config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
+        append_time = self._log_append_time
         copy = bytearray(buf) if append_time else None
         view = memoryview(buf)
         parts: list[bytes | bytearray | memoryview] = []
