@@ -47,7 +47,7 @@ from .batch import BatchHeader, Compression, read_header
 from .checkpoints import OffsetCheckpointFile
 from .errors import StorageError
 from .log import Clock, Log, wall_clock_ms
-from .records import Record, decode_batch, encode_batch
+from .records import decode_batch, decode_keys, encode_batch
 from .segment import INT32_MAX, LogSegment
 
 if TYPE_CHECKING:
@@ -63,37 +63,43 @@ class OffsetMap:
 
     Slots are addressed by a hash of the key, but every lookup also compares
     the stored key, so two keys whose hashes collide never shadow each other
-    (the loser goes to an exact side table).  Not thread-safe; one pass owns it.
+    (the loser goes to an exact side table).  With the default hash this is
+    exactly a Python dict, which hashes and then compares keys itself; a
+    custom ``hash_fn`` (tests force collisions with one) takes the explicit
+    slot path.  Not thread-safe; one pass owns it.
     """
 
-    def __init__(self, capacity: int, hash_fn: Callable[[bytes], int] = hash) -> None:
+    def __init__(self, capacity: int, hash_fn: Callable[[bytes], int] | None = None) -> None:
         self.capacity = capacity
         self._hash = hash_fn
+        self._exact: dict[bytes, int] = {}
         self._slots: dict[int, tuple[bytes, int]] = {}
-        self._collided: dict[bytes, int] = {}
-        self.latest_offset = -1
+        if hash_fn is None:
+            self.put = self._exact.__setitem__  # type: ignore[method-assign,assignment]
+            self.get = self._exact.get  # type: ignore[method-assign,assignment]
 
     def __len__(self) -> int:
-        return len(self._slots) + len(self._collided)
+        return len(self._slots) + len(self._exact)
 
     @property
     def is_full(self) -> bool:
         return len(self) >= self.capacity
 
     def put(self, key: bytes, offset: int) -> None:
+        assert self._hash is not None
         h = self._hash(key)
         slot = self._slots.get(h)
         if slot is None or slot[0] == key:
             self._slots[h] = (key, offset)
         else:
-            self._collided[key] = offset
-        self.latest_offset = max(self.latest_offset, offset)
+            self._exact[key] = offset
 
     def get(self, key: bytes) -> int | None:
+        assert self._hash is not None
         slot = self._slots.get(self._hash(key))
         if slot is not None and slot[0] == key:
             return slot[1]
-        return self._collided.get(key)
+        return self._exact.get(key)
 
 
 @dataclass
@@ -134,7 +140,7 @@ class LogCleaner:
         *,
         time_ms: Clock | None = None,
         map_capacity: int = DEFAULT_MAP_CAPACITY,
-        hash_fn: Callable[[bytes], int] = hash,
+        hash_fn: Callable[[bytes], int] | None = None,
     ) -> None:
         self._manager = manager
         self._time_ms = time_ms or wall_clock_ms
@@ -256,10 +262,11 @@ def build_offset_map(
         for header in segment.iter_headers():
             if header.last_offset < start or header.is_control:
                 continue
-            _, records = decode_batch(segment.read_batch(header))
-            for record in records:
-                if record.key is not None and record.offset >= start:
-                    offset_map.put(record.key, record.offset)
+            _, keys = decode_keys(segment.read_batch(header))
+            put = offset_map.put
+            for offset, key, _ in keys:
+                if key is not None and offset >= start:
+                    put(key, offset)
             stats.bytes_read += header.size
         stop = segments_end(log, segment)
     return stop
@@ -307,7 +314,7 @@ def clean_log(
     *,
     now_ms: int,
     map_capacity: int = DEFAULT_MAP_CAPACITY,
-    hash_fn: Callable[[bytes], int] = hash,
+    hash_fn: Callable[[bytes], int] | None = None,
     stats: CleanerStats | None = None,
 ) -> int:
     """One compaction pass over ``log``; returns the new first dirty offset."""
@@ -394,22 +401,23 @@ def _filter_batch(
     """The batch to write for ``data``: itself, a re-encoded subset, or None."""
     if header.is_control:
         return data
-    _, records = decode_batch(data)
-    stats.records_read += len(records)
-    kept: list[Record] = []
-    for record in records:
-        if record.key is not None:
-            latest = offset_map.get(record.key)
-            if latest is not None and latest > record.offset:
-                continue
-        if record.value is None and not keep_tombstones:
-            continue
-        kept.append(record)
-    stats.records_retained += len(kept)
-    if len(kept) == len(records):
-        return data
-    if not kept and not producer_needs_it:
+    _, keys = decode_keys(data)
+    stats.records_read += len(keys)
+    keep = [
+        not (
+            (key is not None and (offset_map.get(key) or -1) > offset)
+            or (tombstone and not keep_tombstones)
+        )
+        for offset, key, tombstone in keys
+    ]
+    retained = sum(keep)
+    stats.records_retained += retained
+    if retained == len(keys):
+        return data  # untouched: copied byte for byte
+    if not retained and not producer_needs_it:
         return None
+    _, records = decode_batch(data)
+    kept = [record for record, wanted in zip(records, keep, strict=True) if wanted]
     return encode_batch(
         kept,
         base_offset=header.base_offset,

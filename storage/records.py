@@ -515,6 +515,10 @@ def _decode_records(body: bytes, header: BatchHeader) -> list[Record]:
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif body[pos + 1] < 0x80:  # two bytes: records of 64 B .. 8 KiB
+                z = (b & 0x7F) | (body[pos + 1] << 7)
+                length = (z >> 1) ^ -(z & 1)
+                pos += 2
             else:
                 length, pos = decode_varint(body, pos)
             record_end = pos + length
@@ -548,6 +552,10 @@ def _decode_records(body: bytes, header: BatchHeader) -> list[Record]:
             if b < 0x80:
                 vl = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif body[pos + 1] < 0x80:
+                z = (b & 0x7F) | (body[pos + 1] << 7)
+                vl = (z >> 1) ^ -(z & 1)
+                pos += 2
             else:
                 vl, pos = decode_varint(body, pos)
             if vl < 0:
@@ -579,6 +587,72 @@ def _decode_records(body: bytes, header: BatchHeader) -> list[Record]:
             pos,
         )
     return records
+
+
+def decode_keys(
+    buf: bytes | bytearray | memoryview, position: int = 0
+) -> tuple[BatchHeader, list[tuple[int, bytes | None, bool]]]:
+    """(offset, key, value is null) of every record of the batch at ``position``.
+
+    The log cleaner's view of a batch: values and headers are skipped, not
+    copied.  Validates the CRC like ``decode_batch``.
+    """
+    header = check_batch(buf, position, len(buf))
+    start = position + RECORD_BATCH_OVERHEAD
+    end = position + header.size
+    if header.compression == Compression.NONE:
+        body = bytes(memoryview(buf)[start:end])
+    else:
+        body = decompress(header.compression, memoryview(buf)[start:end])
+    base = header.base_offset
+    out: list[tuple[int, bytes | None, bool]] = []
+    pos = 0
+    size = len(body)
+    try:
+        for _ in range(header.record_count):
+            b = body[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif body[pos + 1] < 0x80:
+                z = (b & 0x7F) | (body[pos + 1] << 7)
+                length = (z >> 1) ^ -(z & 1)
+                pos += 2
+            else:
+                length, pos = decode_varint(body, pos)
+            record_end = pos + length
+            p = pos + 1  # attributes
+            if body[p] < 0x80:  # timestamp delta, skipped
+                p += 1
+            else:
+                _, p = decode_varint(body, p)
+            b = body[p]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                offset_delta, p = decode_varint(body, p)
+            b = body[p]
+            if b < 0x80:
+                key_length = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                key_length, p = decode_varint(body, p)
+            if key_length < 0:
+                key = None
+            else:
+                key = body[p : p + key_length]
+                p += key_length
+            if record_end > size or p >= record_end:
+                raise CorruptRecordError(f"record length {length} does not fit the batch", pos)
+            # a null value is the varint -1: the single byte 0x01
+            out.append((base + offset_delta, key, body[p] == 1))
+            pos = record_end
+    except IndexError:
+        raise CorruptRecordError("records end early", position) from None
+    if pos != len(body):
+        raise CorruptRecordError("record sizes do not add up to the batch", position)
+    return header, out
 
 
 def _decode_headers(body: bytes, pos: int) -> tuple[tuple[Header, ...], int]:
