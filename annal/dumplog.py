@@ -122,6 +122,8 @@ def _batches(path: Path) -> Iterator[tuple[BatchHeader | None, bytes, CorruptRec
         position = 0
         while position < size:
             head = os.pread(fd, HEADER.size, position)
+            if not any(head[:LOG_OVERHEAD]):
+                return  # zeros: space an active segment reserved ahead of its data
             if len(head) > MAGIC_OFFSET and head[MAGIC_OFFSET] in (0, 1):
                 yield None, b"", _LegacyAt(position)
                 return

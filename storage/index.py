@@ -235,11 +235,13 @@ class OffsetIndex(_Index):
                 f"offset {offset} does not fit index {self.path} "
                 f"with base offset {self.base_offset}"
             )
-        with self._lock:
-            assert self._mmap is not None
-            self._ENTRY.pack_into(self._mmap, entries * 8, relative, position)
-            self._entries = entries + 1
-            self._last = (entries + 1, OffsetPosition(offset, position))
+        # No lock: only resize and close replace the map, and they run, like
+        # appends, under the owning log's lock; readers see the entry once
+        # ``_entries`` counts it.
+        assert self._mmap is not None
+        self._ENTRY.pack_into(self._mmap, entries * 8, relative, position)
+        self._entries = entries + 1
+        self._last = (entries + 1, OffsetPosition(offset, position))
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The largest entry with offset <= ``target_offset``; (base offset, 0) if none."""

@@ -33,10 +33,12 @@ from typing import NamedTuple
 from . import files
 from .batch import (
     CURRENT_MAGIC,
+    LOG_OVERHEAD,
     MAGIC_OFFSET,
     NO_TIMESTAMP,
     BatchHeader,
     TimestampType,
+    check_batch,
     iter_batches,
     patch_log_append_time,
     patch_offsets,
@@ -347,7 +349,14 @@ class Log:
         any batch is bad.
         """
         buf = _upconvert_if_legacy(batches)
-        headers = self._validate(buf)
+        size = len(buf)
+        if size == 0:
+            raise CorruptRecordError("empty append: no record batch", 0)
+        first_header = check_batch(buf, 0, size, self._config.max_message_bytes)
+        if first_header.batch_length + LOG_OVERHEAD == size:
+            headers: Sequence[BatchHeader] = (first_header,)  # one batch: the usual request
+        else:
+            headers = self._validate(buf)
         for header in headers:
             if header.record_count != header.last_offset_delta + 1:
                 raise CorruptRecordError(
@@ -358,38 +367,42 @@ class Log:
         if self._compact:
             _require_keys(buf, headers)
         append_time = self._log_append_time
-        copy = bytearray(buf) if append_time else None
-        view = memoryview(buf)
-        parts: list[bytes | bytearray | memoryview] = []
         with self._lock:
-            self._check_open()
+            if self._closed:
+                raise StorageError(f"log {self.name} is closed")
             now = self._time_ms()
             first = offset = self._log_end_offset
             max_timestamp, offset_of_max = NO_TIMESTAMP, first
             records = 0
-            for header in headers:
-                timestamp = header.max_timestamp
-                if copy is not None:
+            if append_time:
+                copy = bytearray(buf)
+                for header in headers:
                     patch_offsets(copy, header.position, offset, leader_epoch)
                     patch_log_append_time(copy, header.position, header.size, now)
-                    timestamp = now
-                else:
-                    # baseOffset, batchLength and partitionLeaderEpoch lie outside the
-                    # CRC: write a new 16-byte prefix and the rest of the batch as is.
-                    parts.append(_PREFIX16.pack(offset, header.batch_length, leader_epoch))
-                    parts.append(view[header.position + 16 : header.position + header.size])
-                last = offset + header.last_offset_delta
-                if timestamp > max_timestamp:
-                    max_timestamp, offset_of_max = timestamp, last
-                records += header.record_count
-                offset = last + 1
-            if copy is not None:
-                parts = [copy]
+                    offset += header.last_offset_delta + 1
+                    records += header.record_count
+                max_timestamp, offset_of_max = now, offset - 1
+                parts: Sequence[bytes | bytearray | memoryview] = (copy,)
+            else:
+                # baseOffset, batchLength and partitionLeaderEpoch lie outside the
+                # CRC: write a new 16-byte prefix and the rest of each batch as is.
+                view = memoryview(buf)
+                pieces: list[bytes | memoryview] = []
+                for header in headers:
+                    position = header.position
+                    pieces.append(_PREFIX16.pack(offset, header.batch_length, leader_epoch))
+                    pieces.append(view[position + 16 : position + header.batch_length + 12])
+                    last = offset + header.last_offset_delta
+                    if header.max_timestamp > max_timestamp:
+                        max_timestamp, offset_of_max = header.max_timestamp, last
+                    records += header.record_count
+                    offset = last + 1
+                parts = pieces
             if leader_epoch >= 0 and leader_epoch != self._epoch_hint:
                 self._assign_epoch(leader_epoch, first)
                 self._epoch_hint = leader_epoch
             self._append_locked(
-                parts, len(buf), first, offset - 1, max_timestamp, offset_of_max, records, now
+                parts, size, first, offset - 1, max_timestamp, offset_of_max, records, now
             )
             return LogAppendInfo(
                 first,
@@ -399,7 +412,7 @@ class Log:
                 now if append_time else NO_TIMESTAMP,
                 len(headers),
                 records,
-                len(buf),
+                size,
             )
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
@@ -487,6 +500,17 @@ class Log:
     ) -> LogSegment:
         segment = self._view.segments[-1]
         config = self._config
+        current = segment.size
+        if (
+            current + size <= config.segment_bytes
+            and last_offset - segment.base_offset <= INT32_MAX
+            and not segment.is_full
+            and (
+                current == 0
+                or segment.time_waited_for_roll(now, max_timestamp) <= config.segment_ms
+            )
+        ):
+            return segment
         reason = None
         if segment.size > 0 and segment.size + size > config.segment_bytes:
             reason = f"{segment.size} + {size} bytes would exceed segment.bytes"

@@ -37,7 +37,7 @@ def test_torn_tail_is_cut_at_last_valid_batch(tmp_path: Path, cut: int) -> None:
     log = filled_log(tmp_path / "t-0")
     crashed = crash_copy(log, tmp_path / "crash" / "t-0")
     active = crashed / log.active_segment.log_path.name
-    size = active.stat().st_size
+    size = log.active_segment.size
     with open(active, "r+b") as f:
         f.truncate(size - cut)
     log.close()
@@ -55,8 +55,9 @@ def test_garbage_after_valid_data_is_cut(tmp_path: Path) -> None:
     log = filled_log(tmp_path / "t-0")
     crashed = crash_copy(log, tmp_path / "crash" / "t-0")
     active = crashed / log.active_segment.log_path.name
-    valid = active.stat().st_size
-    with open(active, "ab") as f:
+    valid = log.active_segment.size
+    with open(active, "r+b") as f:  # right after the data
+        f.seek(valid)
         f.write(b"\x00\x00\x00\x00\x00\x00\x00\x99\x00\x00\x01\x00garbage" * 20)
     log.close()
     recovered = reopen(crashed)
