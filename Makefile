@@ -4,12 +4,26 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-PKGS    = storage
+PKGS    = storage deploy zk
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench setup clean
+.PHONY: demo test lint typecheck bench setup os-deps clean
 
-setup: $(STAMP)
+setup: $(STAMP) os-deps
+
+# ZooKeeper (Debian's package: the real server the tests and the local cluster
+# run) and docker-compose (to validate docker-compose.yml without an engine).
+os-deps:
+	@if ! [ -f /usr/share/java/zookeeper.jar ] && [ -z "$$ZOOKEEPER_HOME" ] || ! command -v docker-compose >/dev/null; then \
+	  if command -v apt-get >/dev/null; then \
+	    echo "installing zookeeper and docker-compose from the OS packages"; \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq zookeeper docker-compose >/dev/null; \
+	  else \
+	    echo "ZooKeeper is missing: install it (Debian: apt-get install zookeeper) or set ZOOKEEPER_HOME" >&2; exit 1; \
+	  fi; \
+	fi
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

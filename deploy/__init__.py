@@ -1,0 +1,1 @@
+"""Running annal: ZooKeeper from the machine's installation, the local cluster runner."""

@@ -1,0 +1,199 @@
+"""A standalone ZooKeeper server from the machine's own installation.
+
+The tests, the demo and ``annal cluster up`` all run a real ZooKeeper: the
+Debian package (``apt-get install zookeeper``: ``/usr/share/java/zookeeper.jar``)
+or an Apache release unpacked at ``$ZOOKEEPER_HOME``.  The server runs as a
+child process (``ZooKeeperServerMain``) bound to 127.0.0.1, with its data,
+``zoo.cfg`` and log under one directory.
+
+Thread safety: a ``ZooKeeperServer`` is driven by one thread.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
+DEBIAN_CONF = Path("/etc/zookeeper/conf")
+DEBIAN_LOGGER = Path("/usr/share/java/slf4j-simple.jar")
+INSTALL_HINT = (
+    "ZooKeeper is not installed: run `sudo apt-get install zookeeper` (Debian/Ubuntu), "
+    "or unpack an Apache ZooKeeper release and set ZOOKEEPER_HOME to it"
+)
+
+
+class ZooKeeperError(Exception):
+    """ZooKeeper could not be found, started or stopped."""
+
+
+@dataclass(frozen=True, slots=True)
+class ZooKeeperInstall:
+    """How to launch the installed server: the java binary and the classpath."""
+
+    java: str
+    classpath: str
+
+
+def find_zookeeper() -> ZooKeeperInstall:
+    """The ZooKeeper installation on this machine; ZooKeeperError naming the fix if none."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise ZooKeeperError(
+            "java is not installed: run `sudo apt-get install default-jre-headless` "
+            "or set JAVA_HOME"
+        )
+    home = os.environ.get("ZOOKEEPER_HOME")
+    if home:
+        root = Path(home)
+        jars = sorted(root.glob("lib/*.jar")) + sorted(root.glob("zookeeper-*.jar"))
+        if not jars:
+            raise ZooKeeperError(f"ZOOKEEPER_HOME={home} holds no ZooKeeper jars (lib/*.jar)")
+        parts = [str(root / "conf"), *map(str, jars)]
+        return ZooKeeperInstall(java, os.pathsep.join(parts))
+    if DEBIAN_JAR.exists():
+        parts = [str(DEBIAN_CONF), str(DEBIAN_JAR)]
+        if DEBIAN_LOGGER.exists():
+            parts.append(str(DEBIAN_LOGGER))
+        return ZooKeeperInstall(java, os.pathsep.join(parts))
+    raise ZooKeeperError(INSTALL_HINT)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def four_letter_word(host: str, port: int, word: str, timeout_s: float = 1.0) -> str:
+    """Send a ZooKeeper four-letter command (``ruok``, ``srvr``) and return the answer."""
+    with socket.create_connection((host, port), timeout=timeout_s) as conn:
+        conn.sendall(word.encode("ascii"))
+        chunks = []
+        while True:
+            data = conn.recv(4096)
+            if not data:
+                break
+            chunks.append(data)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+class ZooKeeperServer:
+    """One standalone server under ``directory`` (``data/``, ``zoo.cfg``, ``zookeeper.log``)."""
+
+    def __init__(self, directory: Path, port: int = 0, host: str = "127.0.0.1") -> None:
+        self.directory = Path(directory)
+        self.host = host
+        self.port = port or free_port(host)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connect_string(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "zookeeper.log"
+
+    def write_config(self) -> Path:
+        data = self.directory / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        config = self.directory / "zoo.cfg"
+        config.write_text(
+            "\n".join(
+                [
+                    "tickTime=500",
+                    "initLimit=10",
+                    "syncLimit=5",
+                    f"dataDir={data}",
+                    f"clientPort={self.port}",
+                    f"clientPortAddress={self.host}",
+                    "maxClientCnxns=0",
+                    "minSessionTimeout=1000",
+                    "maxSessionTimeout=60000",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=ruok,srvr,stat,mntr",
+                    "",
+                ]
+            )
+        )
+        return config
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start the server and wait until it serves requests (``srvr`` answers)."""
+        install = find_zookeeper()
+        config = self.write_config()
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
+        try:
+            self.process = subprocess.Popen(
+                [
+                    install.java,
+                    "-Xmx256m",
+                    "-Dzookeeper.admin.enableServer=false",
+                    "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+                    "-cp",
+                    install.classpath,
+                    "org.apache.zookeeper.server.ZooKeeperServerMain",
+                    str(config),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ZooKeeperError(
+                    f"ZooKeeper exited with code {self.process.returncode}; "
+                    f"last log lines:\n{self.tail_log()}"
+                )
+            try:
+                # "ruok" answers "imok" as soon as the process listens; "srvr"
+                # reports the version only once the server takes requests.
+                if "Zookeeper version" in four_letter_word(self.host, self.port, "srvr"):
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise ZooKeeperError(
+            f"ZooKeeper did not answer on {self.connect_string} within {timeout_s:.0f} s; "
+            f"last log lines:\n{self.tail_log()}"
+        )
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout_s)
+
+    def tail_log(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text("utf-8", "replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def __enter__(self) -> ZooKeeperServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,81 @@
+"""ZkClient against a real ZooKeeper server."""
+
+from __future__ import annotations
+
+import pytest
+from annal.zk import layout
+from annal.zk.client import BrokerIdTakenError, StaleVersionError, ZkClient, ZkError
+from annal.zk.layout import BrokerRegistration, PartitionState, TopicAssignment
+from kazoo.client import KazooClient
+
+
+def test_chroot_is_created_and_cluster_id_is_stable(zk_connect: str) -> None:
+    with ZkClient(zk_connect) as zk:
+        zk.ensure_persistent_paths()
+        first = zk.get_or_create_cluster_id()
+    with ZkClient(zk_connect) as zk:
+        assert zk.get_or_create_cluster_id() == first
+        assert "brokers" in zk.children("/")
+    hosts, chroot = zk_connect.split("/", 1)
+    raw = KazooClient(hosts)
+    raw.start(10)
+    try:
+        assert raw.exists(f"/{chroot}/cluster/id") is not None
+    finally:
+        raw.stop()
+
+
+def test_broker_registration_is_ephemeral_and_exclusive(zk_connect: str) -> None:
+    first = ZkClient(zk_connect).start()
+    first.register_broker(BrokerRegistration(1, "127.0.0.1", 9092))
+    first.register_broker(BrokerRegistration(1, "127.0.0.1", 9092))  # retried create: fine
+    with ZkClient(zk_connect) as second:
+        with pytest.raises(
+            BrokerIdTakenError, match=r"broker.id 1 is registered .* 127.0.0.1:9092"
+        ):
+            second.register_broker(BrokerRegistration(1, "127.0.0.1", 9093))
+        assert [b.broker_id for b in second.get_brokers()] == [1]
+        first.stop()  # session closed: the ephemeral znode goes
+        assert second.get_brokers() == []
+        second.register_broker(BrokerRegistration(1, "127.0.0.1", 9093))
+        registered = second.get_broker(1)
+        assert registered is not None and registered.port == 9093
+
+
+def test_controller_election_and_epoch(zk_connect: str) -> None:
+    with ZkClient(zk_connect) as a, ZkClient(zk_connect) as b:
+        assert a.try_become_controller(1)
+        assert not b.try_become_controller(2)
+        assert b.get_controller() == 1
+        assert a.increment_controller_epoch() == 1
+        assert b.increment_controller_epoch() == 2
+
+
+def test_topics_and_fenced_partition_state(zk_connect: str) -> None:
+    with ZkClient(zk_connect) as zk:
+        assignment = TopicAssignment({0: (1,), 1: (2,)})
+        assert zk.create_topic("orders", assignment, {"cleanup.policy": "compact"})
+        assert not zk.create_topic("orders", assignment)
+        assert zk.get_topics() == ["orders"]
+        found = zk.get_topic_assignment("orders")
+        assert found is not None and found[0].partitions == {0: (1,), 1: (2,)}
+        assert zk.get_topic_config("orders") == {"cleanup.policy": "compact"}
+        state = PartitionState(1, 0, (1,), 1)
+        assert zk.create_partition_state("orders", 0, state) == 0
+        assert zk.update_partition_state("orders", 0, PartitionState(1, 1, (1,), 1), 0) == 1
+        with pytest.raises(StaleVersionError, match="changed since version 0"):
+            zk.update_partition_state("orders", 0, PartitionState(2, 2, (2,), 1), 0)
+        current = zk.get_partition_state("orders", 0)
+        assert current == (PartitionState(1, 1, (1,), 1), 1)
+        assert zk.mark_topic_for_deletion("orders")
+        assert zk.topics_to_delete() == ["orders"]
+        zk.delete_recursive(layout.topic_path("orders"))
+        assert zk.get_topics() == []
+
+
+def test_unreachable_zookeeper_is_a_clear_error() -> None:
+    from annal.deploy.zookeeper import free_port
+
+    client = ZkClient(f"127.0.0.1:{free_port()}", timeout_s=1.0)
+    with pytest.raises(ZkError, match="cannot reach ZooKeeper at 127.0.0.1"):
+        client.start()

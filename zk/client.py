@@ -1,0 +1,299 @@
+"""annal's one ZooKeeper client: kazoo, with retries, a session listener and typed znodes.
+
+Every read and write of cluster metadata goes through ``ZkClient``: paths and
+JSON come from ``layout``; retries use kazoo's ``KazooRetry`` (a deadline,
+jittered backoff, and only kazoo's retriable errors); writes to partition
+state are conditioned on the znode version the caller read.
+
+Session handling follows kazoo's states: SUSPENDED means "stop acting on
+ZooKeeper-held roles until CONNECTED"; LOST means "every ephemeral node of
+ours is gone: resign, re-register, rebuild".  ``ZkClient`` only reports them:
+the listener puts each change on ``session_events`` (a queue) and returns at
+once; the owner (broker, controller, consumer) decides what to do.
+
+Thread safety: kazoo's client is thread-safe; ``ZkClient`` adds no state
+beyond the queue, which is thread-safe too.
+"""
+
+from __future__ import annotations
+
+import enum
+import queue
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState
+from kazoo.retry import KazooRetry
+
+from . import layout
+from .layout import BrokerRegistration, PartitionState, TopicAssignment
+
+
+class ZkError(Exception):
+    """A ZooKeeper operation failed for a reason annal understands."""
+
+
+class BrokerIdTakenError(ZkError):
+    """Another live broker holds ``/brokers/ids/<id>``."""
+
+
+class StaleVersionError(ZkError):
+    """A conditional write lost: the znode changed since it was read."""
+
+
+class SessionEvent(enum.Enum):
+    SUSPENDED = "suspended"
+    CONNECTED = "connected"
+    LOST = "lost"
+
+
+def split_connect_string(connect: str) -> tuple[str, str]:
+    """``"h1:2181,h2:2181/annal"`` → (``"h1:2181,h2:2181"``, ``"/annal"``)."""
+    hosts, slash, chroot = connect.partition("/")
+    if not hosts:
+        raise ZkError(f"zookeeper.connect {connect!r} names no host:port")
+    return hosts, (slash + chroot).rstrip("/")
+
+
+class ZkClient:
+    """A connected session to the ensemble named by ``connect`` (with an optional chroot)."""
+
+    def __init__(self, connect: str, session_timeout_ms: int = 18_000, timeout_s: float = 15.0):
+        self.connect_string = connect
+        self.hosts, self.chroot = split_connect_string(connect)
+        self.session_timeout_ms = session_timeout_ms
+        self.timeout_s = timeout_s
+        self.session_events: queue.Queue[SessionEvent] = queue.Queue()
+        self._retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0, deadline=timeout_s)
+        self._kazoo = KazooClient(
+            hosts=connect,
+            timeout=session_timeout_ms / 1000,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2.0),
+            command_retry=KazooRetry(max_tries=3, delay=0.05, max_delay=0.5),
+        )
+        self._kazoo.add_listener(self._on_state)
+
+    # -- connection ------------------------------------------------------------
+
+    def start(self) -> ZkClient:
+        """Connect (creating the chroot first when missing); ZkError if it cannot."""
+        if self.chroot:
+            bare = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000)
+            try:
+                bare.start(timeout=self.timeout_s)
+                bare.ensure_path(self.chroot)
+            except Exception as exc:
+                raise ZkError(f"cannot reach ZooKeeper at {self.hosts}: {exc}") from exc
+            finally:
+                bare.stop()
+                bare.close()
+        try:
+            self._kazoo.start(timeout=self.timeout_s)
+        except Exception as exc:
+            raise ZkError(f"cannot reach ZooKeeper at {self.connect_string}: {exc}") from exc
+        return self
+
+    def stop(self) -> None:
+        self._kazoo.stop()
+        self._kazoo.close()
+
+    def _on_state(self, state: str) -> None:
+        # Never block here: kazoo calls listeners on its own thread.
+        if state == KazooState.SUSPENDED:
+            self.session_events.put(SessionEvent.SUSPENDED)
+        elif state == KazooState.LOST:
+            self.session_events.put(SessionEvent.LOST)
+        else:
+            self.session_events.put(SessionEvent.CONNECTED)
+
+    @property
+    def kazoo(self) -> KazooClient:
+        """The underlying client, for watches (``ChildrenWatch``, ``DataWatch``)."""
+        return self._kazoo
+
+    @property
+    def session_id(self) -> int | None:
+        session = self._kazoo.client_id
+        return int(session[0]) if session else None
+
+    def __enter__(self) -> ZkClient:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- primitives ------------------------------------------------------------
+
+    def _call(self, fn: Callable[..., Any], *args: object, **kwargs: object) -> Any:
+        return self._retry(fn, *args, **kwargs)
+
+    def ensure_persistent_paths(self) -> None:
+        for path in layout.PERSISTENT_PATHS:
+            self._call(self._kazoo.ensure_path, path)
+
+    def get(self, path: str) -> tuple[bytes, int] | None:
+        """(data, version) of ``path``; None when it does not exist."""
+        try:
+            data, stat = self._call(self._kazoo.get, path)
+        except NoNodeError:
+            return None
+        return bytes(data), int(stat.version)
+
+    def children(self, path: str) -> list[str]:
+        try:
+            return sorted(str(c) for c in self._call(self._kazoo.get_children, path))
+        except NoNodeError:
+            return []
+
+    def _create(self, path: str, data: bytes, ephemeral: bool = False) -> bool:
+        """Create ``path``; False when it already exists (creates are idempotent under retry)."""
+        try:
+            self._call(self._kazoo.create, path, data, ephemeral=ephemeral, makepath=True)
+        except NodeExistsError:
+            return False
+        return True
+
+    # -- /cluster/id -----------------------------------------------------------
+
+    def get_or_create_cluster_id(self) -> str:
+        self._create(layout.CLUSTER_ID, layout.encode_cluster_id(layout.new_cluster_id()))
+        found = self.get(layout.CLUSTER_ID)
+        if found is None:
+            raise ZkError(f"{layout.CLUSTER_ID} vanished right after it was created")
+        return layout.decode_cluster_id(found[0])
+
+    # -- brokers -----------------------------------------------------------------
+
+    def register_broker(self, registration: BrokerRegistration) -> None:
+        """Create the ephemeral ``/brokers/ids/<id>``; BrokerIdTakenError names the holder."""
+        path = layout.broker_path(registration.broker_id)
+        if self._create(path, registration.encode(), ephemeral=True):
+            return
+        found = self.get(path)
+        if found is not None:
+            holder = BrokerRegistration.decode(registration.broker_id, found[0])
+            owner = self._call(self._kazoo.exists, path)
+            if owner is not None and owner.owner_session_id == self.session_id:
+                return  # ours: a retried create that had succeeded
+            raise BrokerIdTakenError(
+                f"broker.id {registration.broker_id} is registered by a live broker at "
+                f"{holder.endpoint} (znode {path}); give this broker another broker.id"
+            )
+        self.register_broker(registration)  # it went away in between: try again
+
+    def get_broker(self, broker_id: int) -> BrokerRegistration | None:
+        found = self.get(layout.broker_path(broker_id))
+        return None if found is None else BrokerRegistration.decode(broker_id, found[0])
+
+    def get_brokers(self) -> list[BrokerRegistration]:
+        brokers = []
+        for child in self.children(layout.BROKER_IDS):
+            registration = self.get_broker(int(child))
+            if registration is not None:
+                brokers.append(registration)
+        return brokers
+
+    # -- controller --------------------------------------------------------------
+
+    def try_become_controller(self, broker_id: int) -> bool:
+        return self._create(layout.CONTROLLER, layout.encode_controller(broker_id), ephemeral=True)
+
+    def get_controller(self) -> int | None:
+        found = self.get(layout.CONTROLLER)
+        return None if found is None else layout.decode_controller(found[0])
+
+    def increment_controller_epoch(self) -> int:
+        """Bump ``/controller_epoch`` with a conditional write; returns the new epoch."""
+        while True:
+            found = self.get(layout.CONTROLLER_EPOCH)
+            if found is None:
+                if self._create(layout.CONTROLLER_EPOCH, layout.encode_controller_epoch(1)):
+                    return 1
+                continue
+            epoch = layout.decode_controller_epoch(found[0]) + 1
+            try:
+                self._call(
+                    self._kazoo.set,
+                    layout.CONTROLLER_EPOCH,
+                    layout.encode_controller_epoch(epoch),
+                    version=found[1],
+                )
+            except BadVersionError:
+                continue
+            return epoch
+
+    # -- topics ------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        topic: str,
+        assignment: TopicAssignment,
+        config: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Write the topic's config, then its assignment; False if the topic exists."""
+        if self.get(layout.topic_path(topic)) is not None:
+            return False
+        if config:
+            self._create(layout.topic_config_path(topic), layout.encode_topic_config(config))
+        return self._create(layout.topic_path(topic), assignment.encode())
+
+    def get_topics(self) -> list[str]:
+        return self.children(layout.BROKER_TOPICS)
+
+    def get_topic_assignment(self, topic: str) -> tuple[TopicAssignment, int] | None:
+        found = self.get(layout.topic_path(topic))
+        return None if found is None else (TopicAssignment.decode(topic, found[0]), found[1])
+
+    def get_topic_config(self, topic: str) -> dict[str, str]:
+        found = self.get(layout.topic_config_path(topic))
+        return {} if found is None else layout.decode_topic_config(topic, found[0])
+
+    def get_partition_state(self, topic: str, partition: int) -> tuple[PartitionState, int] | None:
+        found = self.get(layout.partition_state_path(topic, partition))
+        if found is None:
+            return None
+        return PartitionState.decode(topic, partition, found[0]), found[1]
+
+    def create_partition_state(self, topic: str, partition: int, state: PartitionState) -> int:
+        """Create the state znode (version 0); StaleVersionError if it exists already."""
+        if not self._create(layout.partition_state_path(topic, partition), state.encode()):
+            raise StaleVersionError(
+                f"{layout.partition_state_path(topic, partition)} exists already"
+            )
+        return 0
+
+    def update_partition_state(
+        self, topic: str, partition: int, state: PartitionState, expected_version: int
+    ) -> int:
+        """Conditional write of a partition's state; returns the new znode version."""
+        path = layout.partition_state_path(topic, partition)
+        try:
+            stat = self._call(self._kazoo.set, path, state.encode(), version=expected_version)
+        except BadVersionError:
+            raise StaleVersionError(
+                f"{path} changed since version {expected_version} was read"
+            ) from None
+        return int(stat.version)
+
+    def mark_topic_for_deletion(self, topic: str) -> bool:
+        return self._create(layout.delete_topic_path(topic), b"")
+
+    def topics_to_delete(self) -> list[str]:
+        return self.children(layout.DELETE_TOPICS)
+
+    def delete_recursive(self, path: str) -> None:
+        try:
+            self._call(self._kazoo.delete, path, recursive=True)
+        except NoNodeError:
+            pass
+
+    def notify_isr_change(self, partitions: Sequence[tuple[str, int]]) -> None:
+        """A sequential ``isr_change_`` znode listing partitions whose ISR changed."""
+        import json
+
+        data = json.dumps(
+            {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]}
+        ).encode("utf-8")
+        self._call(self._kazoo.create, layout.ISR_CHANGE_PREFIX, data, sequence=True, makepath=True)

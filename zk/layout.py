@@ -1,0 +1,332 @@
+"""The ZooKeeper layout: every znode path and its JSON, as Kafka (ZooKeeper mode) has them.
+
+::
+
+    /cluster/id                                   {"version":"1","id":"<22 chars, url-safe base64>"}
+    /brokers/ids/<id>                 ephemeral   {"version":5,"host":..,"port":..,
+                                                   "endpoints":["GRPC://host:port"],"rack":..,
+                                                   "timestamp":".."}
+    /brokers/topics/<topic>                       {"version":2,"partitions":{"0":[1,2,3]},
+                                                   "adding_replicas":{},"removing_replicas":{}}
+    /brokers/topics/<topic>/partitions/<p>/state  {"controller_epoch":N,"leader":B,"version":1,
+                                                   "leader_epoch":E,"isr":[..]}
+    /controller                       ephemeral   {"version":1,"brokerid":B,"timestamp":".."}
+    /controller_epoch                             N
+    /admin/delete_topics/<topic>
+    /admin/reassign_partitions, /admin/preferred_replica_election
+    /isr_change_notification/isr_change_<seq>     sequential
+    /config/topics/<topic>                        {"version":1,"config":{..}}
+    /config/changes/config_change_<seq>           sequential
+    /consumers/<group>/ids/<consumer_id> ephemeral {"version":1,"subscription":{"topic":n},
+                                                    "pattern":"static","timestamp":".."}
+    /consumers/<group>/owners/<topic>/<p> ephemeral consumer thread id
+    /consumers/<group>/offsets/<topic>/<p>        offset
+
+Everything here is pure: names and encodings, no connection.  Nothing else in
+annal builds a znode path.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+CLUSTER_ID = "/cluster/id"
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+ISR_CHANGE_PREFIX = ISR_CHANGE_NOTIFICATION + "/isr_change_"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = CONFIG_CHANGES + "/config_change_"
+CONSUMERS = "/consumers"
+
+# Created by the first broker, like Kafka's persistent top-level paths.
+PERSISTENT_PATHS = (
+    BROKER_IDS,
+    BROKER_TOPICS,
+    "/admin",
+    DELETE_TOPICS,
+    ISR_CHANGE_NOTIFICATION,
+    CONFIG_TOPICS,
+    CONFIG_CHANGES,
+    CONSUMERS,
+    "/cluster",
+)
+
+LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+class LayoutError(ValueError):
+    """A znode whose content is not what the layout says, or a bad name."""
+
+
+def check_topic_name(topic: str) -> str:
+    """Kafka's rule: 1-249 of ``[a-zA-Z0-9._-]``, and not ``.`` or ``..``."""
+    if not LEGAL_TOPIC.match(topic) or topic in (".", ".."):
+        raise LayoutError(
+            f"illegal topic name {topic!r}: use 1-249 characters of a-z, A-Z, 0-9, '.', '_', '-'"
+        )
+    return topic
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{check_topic_name(topic)}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{topic_path(topic)}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{partitions_path(topic)}/{partition}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{partition_path(topic, partition)}/state"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{check_topic_name(topic)}"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{check_topic_name(topic)}"
+
+
+def consumer_ids_path(group: str) -> str:
+    return f"{CONSUMERS}/{group}/ids"
+
+
+def consumer_id_path(group: str, consumer_id: str) -> str:
+    return f"{consumer_ids_path(group)}/{consumer_id}"
+
+
+def consumer_owner_path(group: str, topic: str, partition: int) -> str:
+    return f"{CONSUMERS}/{group}/owners/{topic}/{partition}"
+
+
+def consumer_offset_path(group: str, topic: str, partition: int) -> str:
+    return f"{CONSUMERS}/{group}/offsets/{topic}/{partition}"
+
+
+def _now_ms() -> str:
+    return str(int(time.time() * 1000))
+
+
+def _dump(obj: Mapping[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+
+
+def _load(path: str, raw: bytes) -> dict[str, Any]:
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LayoutError(f"znode {path} does not hold JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise LayoutError(f"znode {path} holds {type(obj).__name__}, not a JSON object")
+    return obj
+
+
+def _field(path: str, obj: Mapping[str, Any], name: str) -> Any:
+    try:
+        return obj[name]
+    except KeyError:
+        raise LayoutError(f"znode {path} has no {name!r} field: {dict(obj)}") from None
+
+
+# -- /cluster/id ------------------------------------------------------------
+
+
+def new_cluster_id() -> str:
+    """22 characters of url-safe base64: a random UUID, as Kafka makes them."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(raw: bytes) -> str:
+    return str(_field(CLUSTER_ID, _load(CLUSTER_ID, raw), "id"))
+
+
+# -- /brokers/ids/<id> ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """A live broker, as registered in its ephemeral znode."""
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    timestamp_ms: int = 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def encode(self) -> bytes:
+        return _dump(
+            {
+                "version": 5,
+                "host": self.host,
+                "port": self.port,
+                "endpoints": [f"GRPC://{self.host}:{self.port}"],
+                "rack": self.rack,
+                "timestamp": str(self.timestamp_ms or _now_ms()),
+            }
+        )
+
+    @classmethod
+    def decode(cls, broker_id: int, raw: bytes) -> BrokerRegistration:
+        path = broker_path(broker_id)
+        obj = _load(path, raw)
+        return cls(
+            broker_id,
+            str(_field(path, obj, "host")),
+            int(_field(path, obj, "port")),
+            obj.get("rack"),
+            int(obj.get("timestamp") or 0),
+        )
+
+
+# -- /brokers/topics/<topic> --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    """Replica assignment of a topic: partition → broker ids, preferred leader first."""
+
+    partitions: Mapping[int, Sequence[int]]
+    adding_replicas: Mapping[int, Sequence[int]] = field(default_factory=dict)
+    removing_replicas: Mapping[int, Sequence[int]] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        def keyed(m: Mapping[int, Sequence[int]]) -> dict[str, list[int]]:
+            return {str(p): list(r) for p, r in sorted(m.items())}
+
+        return _dump(
+            {
+                "version": 2,
+                "partitions": keyed(self.partitions),
+                "adding_replicas": keyed(self.adding_replicas),
+                "removing_replicas": keyed(self.removing_replicas),
+            }
+        )
+
+    @classmethod
+    def decode(cls, topic: str, raw: bytes) -> TopicAssignment:
+        path = topic_path(topic)
+        obj = _load(path, raw)
+
+        def ints(m: Mapping[str, Sequence[int]]) -> dict[int, tuple[int, ...]]:
+            return {int(p): tuple(int(b) for b in r) for p, r in m.items()}
+
+        return cls(
+            ints(_field(path, obj, "partitions")),
+            ints(obj.get("adding_replicas") or {}),
+            ints(obj.get("removing_replicas") or {}),
+        )
+
+
+# -- /brokers/topics/<topic>/partitions/<p>/state --------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Leader and ISR of a partition, written by the controller."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+
+    def encode(self) -> bytes:
+        return _dump(
+            {
+                "controller_epoch": self.controller_epoch,
+                "leader": self.leader,
+                "version": 1,
+                "leader_epoch": self.leader_epoch,
+                "isr": list(self.isr),
+            }
+        )
+
+    @classmethod
+    def decode(cls, topic: str, partition: int, raw: bytes) -> PartitionState:
+        path = partition_state_path(topic, partition)
+        obj = _load(path, raw)
+        return cls(
+            int(_field(path, obj, "leader")),
+            int(_field(path, obj, "leader_epoch")),
+            tuple(int(b) for b in _field(path, obj, "isr")),
+            int(_field(path, obj, "controller_epoch")),
+        )
+
+
+# -- /controller, /controller_epoch ------------------------------------------
+
+
+def encode_controller(broker_id: int) -> bytes:
+    return _dump({"version": 1, "brokerid": broker_id, "timestamp": _now_ms()})
+
+
+def decode_controller(raw: bytes) -> int:
+    return int(_field(CONTROLLER, _load(CONTROLLER, raw), "brokerid"))
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode("ascii")
+
+
+def decode_controller_epoch(raw: bytes) -> int:
+    try:
+        return int(raw.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise LayoutError(f"znode {CONTROLLER_EPOCH} holds {raw!r}, not a number") from None
+
+
+# -- /config/topics/<topic> ---------------------------------------------------
+
+
+def encode_topic_config(config: Mapping[str, str]) -> bytes:
+    return _dump({"version": 1, "config": dict(config)})
+
+
+def decode_topic_config(topic: str, raw: bytes) -> dict[str, str]:
+    path = topic_config_path(topic)
+    return {str(k): str(v) for k, v in _field(path, _load(path, raw), "config").items()}
+
+
+# -- /consumers/<group>/ids/<id> ------------------------------------------------
+
+
+def encode_consumer_registration(subscription: Mapping[str, int], pattern: str = "static") -> bytes:
+    if pattern not in ("static", "white_list", "black_list"):
+        raise LayoutError(f"unknown subscription pattern {pattern!r}")
+    return _dump(
+        {
+            "version": 1,
+            "subscription": dict(subscription),
+            "pattern": pattern,
+            "timestamp": _now_ms(),
+        }
+    )
