@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-PKGS    = storage deploy zk
+PKGS    = storage deploy zk broker
 STAMP   = $(VENV)/.installed
 
 .PHONY: demo test lint typecheck bench setup os-deps clean

@@ -1,0 +1,1 @@
+"""The broker process: configuration, request handling, replicas."""

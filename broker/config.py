@@ -1,0 +1,342 @@
+"""Broker configuration under Kafka's names (``server.properties``).
+
+``BrokerConfig.load(path, overrides)`` reads a Java properties file, applies
+``--override``-style pairs on top, and checks every value.  An unknown name
+or a bad value is a ``ConfigError`` that names the setting (and suggests the
+closest known name), so a typo stops the broker at start-up instead of being
+ignored.  ``log_config()`` turns the ``log.*`` defaults into the storage
+engine's per-topic ``LogConfig``, as Kafka derives topic defaults.
+"""
+
+from __future__ import annotations
+
+import difflib
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from annal.storage.config import LogConfig
+
+
+class ConfigError(ValueError):
+    """A broker setting that is unknown, missing or invalid."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One ``GRPC://host:port`` endpoint."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"GRPC://{self.host}:{self.port}"
+
+
+def parse_listener(name: str, text: str) -> Listener:
+    scheme, sep, rest = text.strip().partition("://")
+    if not sep or scheme.upper() not in ("GRPC", "PLAINTEXT"):
+        raise ConfigError(f"{name}={text!r}: expected GRPC://host:port")
+    host, colon, port = rest.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{name}={text!r}: expected GRPC://host:port with a port 0-65535")
+    return Listener(host, int(port))
+
+
+def _int(minimum: int | None = None) -> Callable[[str, str], int]:
+    def parse(name: str, text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ConfigError(f"{name}={text!r}: expected an integer") from None
+        if minimum is not None and value < minimum:
+            raise ConfigError(f"{name}={text!r}: must be at least {minimum}")
+        return value
+
+    return parse
+
+
+def _bool(name: str, text: str) -> bool:
+    if text.strip().lower() not in ("true", "false"):
+        raise ConfigError(f"{name}={text!r}: expected true or false")
+    return text.strip().lower() == "true"
+
+
+def _str(name: str, text: str) -> str:
+    return text.strip()
+
+
+def _ratio(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{name}={text!r}: expected a number") from None
+    if not 0 <= value <= 1:
+        raise ConfigError(f"{name}={text!r}: expected a ratio between 0 and 1")
+    return value
+
+
+def _dirs(name: str, text: str) -> tuple[str, ...]:
+    dirs = tuple(d.strip() for d in text.split(",") if d.strip())
+    if not dirs:
+        raise ConfigError(f"{name}={text!r}: expected one or more directories")
+    return dirs
+
+
+def _policy(name: str, text: str) -> str:
+    policies = {p.strip() for p in text.split(",") if p.strip()}
+    if not policies or not policies <= {"delete", "compact"}:
+        raise ConfigError(f"{name}={text!r}: expected delete, compact or compact,delete")
+    return text.strip()
+
+
+def _timestamp_type(name: str, text: str) -> str:
+    if text.strip() not in ("CreateTime", "LogAppendTime"):
+        raise ConfigError(f"{name}={text!r}: expected CreateTime or LogAppendTime")
+    return text.strip()
+
+
+HOUR_MS = 3600 * 1000
+
+# name: (parser, default).  None as default means "required" or "derived".
+SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
+    "broker.id": (_int(0), None),
+    "zookeeper.connect": (_str, None),
+    "zookeeper.session.timeout.ms": (_int(1000), "18000"),
+    "zookeeper.connection.timeout.ms": (_int(100), "18000"),
+    "listeners": (_str, "GRPC://:9092"),
+    "advertised.listeners": (_str, None),
+    "broker.rack": (_str, ""),
+    "log.dirs": (_dirs, None),
+    "log.dir": (_dirs, "/tmp/annal-logs"),
+    "num.partitions": (_int(1), "1"),
+    "default.replication.factor": (_int(1), "1"),
+    "auto.create.topics.enable": (_bool, "true"),
+    "delete.topic.enable": (_bool, "true"),
+    "message.max.bytes": (_int(0), "1048588"),
+    "log.segment.bytes": (_int(14), "1073741824"),
+    "log.roll.ms": (_int(1), None),
+    "log.roll.hours": (_int(1), "168"),
+    "log.index.size.max.bytes": (_int(12), "10485760"),
+    "log.index.interval.bytes": (_int(0), "4096"),
+    "log.retention.ms": (_int(-1), None),
+    "log.retention.minutes": (_int(-1), None),
+    "log.retention.hours": (_int(-1), "168"),
+    "log.retention.bytes": (_int(-1), "-1"),
+    "log.retention.check.interval.ms": (_int(1), "300000"),
+    "log.segment.delete.delay.ms": (_int(0), "60000"),
+    "log.flush.interval.messages": (_int(1), str(2**63 - 1)),
+    "log.flush.interval.ms": (_int(0), None),
+    "log.flush.scheduler.interval.ms": (_int(1), "1000"),
+    "log.cleanup.policy": (_policy, "delete"),
+    "log.cleaner.enable": (_bool, "true"),
+    "log.cleaner.backoff.ms": (_int(1), "15000"),
+    "log.cleaner.min.cleanable.ratio": (_ratio, "0.5"),
+    "log.cleaner.min.compaction.lag.ms": (_int(0), "0"),
+    "log.cleaner.delete.retention.ms": (_int(0), str(24 * HOUR_MS)),
+    "log.message.timestamp.type": (_timestamp_type, "CreateTime"),
+    "min.insync.replicas": (_int(1), "1"),
+    "unclean.leader.election.enable": (_bool, "false"),
+    "replica.lag.time.max.ms": (_int(1), "30000"),
+    "replica.fetch.max.bytes": (_int(1), "1048576"),
+    "replica.fetch.wait.max.ms": (_int(0), "500"),
+    "replica.fetch.min.bytes": (_int(1), "1"),
+    "num.replica.fetchers": (_int(1), "1"),
+    "controlled.shutdown.enable": (_bool, "true"),
+    "controlled.shutdown.max.retries": (_int(0), "3"),
+    "controlled.shutdown.retry.backoff.ms": (_int(0), "5000"),
+    "offsets.topic.num.partitions": (_int(1), "50"),
+    "offsets.topic.replication.factor": (_int(1), "3"),
+    "offsets.retention.minutes": (_int(1), "10080"),
+    "group.initial.rebalance.delay.ms": (_int(0), "3000"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Checked broker settings; build with ``load`` or ``from_properties``."""
+
+    broker_id: int
+    zookeeper_connect: str
+    zookeeper_session_timeout_ms: int
+    zookeeper_connection_timeout_ms: int
+    listener: Listener
+    advertised_listener: Listener
+    rack: str | None
+    log_dirs: tuple[str, ...]
+    num_partitions: int
+    default_replication_factor: int
+    auto_create_topics_enable: bool
+    delete_topic_enable: bool
+    min_insync_replicas: int
+    unclean_leader_election_enable: bool
+    replica_lag_time_max_ms: int
+    replica_fetch_max_bytes: int
+    replica_fetch_wait_max_ms: int
+    replica_fetch_min_bytes: int
+    num_replica_fetchers: int
+    controlled_shutdown_enable: bool
+    controlled_shutdown_max_retries: int
+    controlled_shutdown_retry_backoff_ms: int
+    offsets_topic_num_partitions: int
+    offsets_topic_replication_factor: int
+    offsets_retention_minutes: int
+    group_initial_rebalance_delay_ms: int
+    log_retention_check_interval_ms: int
+    log_flush_scheduler_interval_ms: int
+    log_cleaner_enable: bool
+    log_cleaner_backoff_ms: int
+    raw: Mapping[str, str]
+
+    @classmethod
+    def load(
+        cls, path: Path | None = None, overrides: Mapping[str, str] | None = None
+    ) -> BrokerConfig:
+        """Read ``path`` (a properties file), then apply ``overrides``."""
+        props: dict[str, str] = {}
+        if path is not None:
+            try:
+                props.update(parse_properties(Path(path).read_text("utf-8"), str(path)))
+            except OSError as exc:
+                raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        props.update(overrides or {})
+        return cls.from_properties(props)
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
+        unknown = [name for name in props if name not in SETTINGS]
+        if unknown:
+            hints = []
+            for name in unknown:
+                close = difflib.get_close_matches(name, SETTINGS, n=1)
+                hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise ConfigError(f"unknown broker config {', '.join(hints)}")
+        values: dict[str, Any] = {}
+        for name, (parse, default) in SETTINGS.items():
+            if name in props:
+                values[name] = parse(name, str(props[name]))
+            elif default is not None:
+                values[name] = parse(name, default)
+        for required in ("broker.id", "zookeeper.connect"):
+            if required not in values or values[required] == "":
+                raise ConfigError(f"{required} is required")
+        listener = parse_listener("listeners", values["listeners"])
+        advertised = (
+            parse_listener("advertised.listeners", values["advertised.listeners"])
+            if "advertised.listeners" in values
+            else listener
+        )
+        if advertised.host in ("", "0.0.0.0"):
+            advertised = Listener(socket.gethostname(), advertised.port)
+        config = cls(
+            broker_id=values["broker.id"],
+            zookeeper_connect=values["zookeeper.connect"],
+            zookeeper_session_timeout_ms=values["zookeeper.session.timeout.ms"],
+            zookeeper_connection_timeout_ms=values["zookeeper.connection.timeout.ms"],
+            listener=listener,
+            advertised_listener=advertised,
+            rack=values["broker.rack"] or None,
+            log_dirs=values.get("log.dirs") or values["log.dir"],
+            num_partitions=values["num.partitions"],
+            default_replication_factor=values["default.replication.factor"],
+            auto_create_topics_enable=values["auto.create.topics.enable"],
+            delete_topic_enable=values["delete.topic.enable"],
+            min_insync_replicas=values["min.insync.replicas"],
+            unclean_leader_election_enable=values["unclean.leader.election.enable"],
+            replica_lag_time_max_ms=values["replica.lag.time.max.ms"],
+            replica_fetch_max_bytes=values["replica.fetch.max.bytes"],
+            replica_fetch_wait_max_ms=values["replica.fetch.wait.max.ms"],
+            replica_fetch_min_bytes=values["replica.fetch.min.bytes"],
+            num_replica_fetchers=values["num.replica.fetchers"],
+            controlled_shutdown_enable=values["controlled.shutdown.enable"],
+            controlled_shutdown_max_retries=values["controlled.shutdown.max.retries"],
+            controlled_shutdown_retry_backoff_ms=values["controlled.shutdown.retry.backoff.ms"],
+            offsets_topic_num_partitions=values["offsets.topic.num.partitions"],
+            offsets_topic_replication_factor=values["offsets.topic.replication.factor"],
+            offsets_retention_minutes=values["offsets.retention.minutes"],
+            group_initial_rebalance_delay_ms=values["group.initial.rebalance.delay.ms"],
+            log_retention_check_interval_ms=values["log.retention.check.interval.ms"],
+            log_flush_scheduler_interval_ms=values["log.flush.scheduler.interval.ms"],
+            log_cleaner_enable=values["log.cleaner.enable"],
+            log_cleaner_backoff_ms=values["log.cleaner.backoff.ms"],
+            raw={k: str(v) for k, v in props.items()},
+        )
+        config.log_config()  # the log.* settings must form a valid topic config too
+        return config
+
+    def _value(self, name: str) -> Any:
+        parse, default = SETTINGS[name]
+        if name in self.raw:
+            return parse(name, self.raw[name])
+        return None if default is None else parse(name, default)
+
+    def log_config(self) -> LogConfig:
+        """Topic defaults derived from the ``log.*`` settings, as Kafka does."""
+        retention_ms = self._value("log.retention.ms")
+        if retention_ms is None:
+            minutes = self._value("log.retention.minutes")
+            retention_ms = (
+                minutes * 60_000
+                if minutes is not None
+                else self._value("log.retention.hours") * HOUR_MS
+            )
+        roll_ms = self._value("log.roll.ms")
+        if roll_ms is None:
+            roll_ms = self._value("log.roll.hours") * HOUR_MS
+        flush_ms = self._value("log.flush.interval.ms")
+        props = {
+            "segment.bytes": self._value("log.segment.bytes"),
+            "segment.ms": roll_ms,
+            "segment.index.bytes": self._value("log.index.size.max.bytes"),
+            "index.interval.bytes": self._value("log.index.interval.bytes"),
+            "max.message.bytes": self._value("message.max.bytes"),
+            "retention.ms": retention_ms,
+            "retention.bytes": self._value("log.retention.bytes"),
+            "file.delete.delay.ms": self._value("log.segment.delete.delay.ms"),
+            "cleanup.policy": self._value("log.cleanup.policy"),
+            "min.cleanable.dirty.ratio": self._value("log.cleaner.min.cleanable.ratio"),
+            "min.compaction.lag.ms": self._value("log.cleaner.min.compaction.lag.ms"),
+            "delete.retention.ms": self._value("log.cleaner.delete.retention.ms"),
+            "flush.messages": self._value("log.flush.interval.messages"),
+            "flush.ms": flush_ms if flush_ms is not None else 2**63 - 1,
+            "message.timestamp.type": self._value("log.message.timestamp.type"),
+            "min.insync.replicas": self.min_insync_replicas,
+            "unclean.leader.election.enable": str(self.unclean_leader_election_enable).lower(),
+        }
+        try:
+            return LogConfig.from_properties({k: str(v) for k, v in props.items()})
+        except ValueError as exc:
+            raise ConfigError(f"invalid log settings: {exc}") from None
+
+
+def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
+    """Java properties: ``key=value`` or ``key: value``, ``#``/``!`` comments,
+    backslash line continuations.  A line without a separator is an error
+    naming the file and line."""
+    props: dict[str, str] = {}
+    pending = ""
+    start_line = 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip() if not pending else raw.lstrip()
+        if not pending:
+            start_line = number
+            if not line or line.startswith(("#", "!")):
+                continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending += line[:-1]
+            continue
+        line, pending = pending + line, ""
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                key, value = line[:i].strip(), line[i + 1 :].strip()
+                break
+        else:
+            raise ConfigError(f"{source}:{start_line}: expected key=value, got {line!r}")
+        if not key:
+            raise ConfigError(f"{source}:{start_line}: empty key")
+        props[key] = value
+    if pending:
+        raise ConfigError(f"{source}:{start_line}: the last line ends with a continuation")
+    return props

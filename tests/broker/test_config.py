@@ -1,0 +1,86 @@
+"""Broker configuration: properties files, overrides, checks, derived topic defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from annal.broker.config import BrokerConfig, ConfigError, Listener, parse_properties
+
+BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181/annal"}
+
+
+def test_properties_file_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text(
+        "# a comment\n"
+        "broker.id=3\n"
+        "zookeeper.connect: zk1:2181,zk2:2181/annal\n"
+        "listeners=GRPC://0.0.0.0:9092\n"
+        "advertised.listeners=GRPC://broker3.example:9092\n"
+        "log.dirs=/data/a, /data/b\n"
+        "log.retention.hours=1\n"
+        "log.segment.bytes=\\\n"
+        "   1048576\n"
+    )
+    config = BrokerConfig.load(path, {"num.partitions": "6"})
+    assert config.broker_id == 3
+    assert config.zookeeper_connect == "zk1:2181,zk2:2181/annal"
+    assert config.listener == Listener("0.0.0.0", 9092)
+    assert config.advertised_listener == Listener("broker3.example", 9092)
+    assert config.log_dirs == ("/data/a", "/data/b")
+    assert config.num_partitions == 6
+    log = config.log_config()
+    assert log.retention_ms == 3600 * 1000
+    assert log.segment_bytes == 1048576
+
+
+def test_defaults_follow_kafka() -> None:
+    config = BrokerConfig.from_properties(BASE)
+    assert config.listener.port == 9092
+    assert config.log_dirs == ("/tmp/annal-logs",)
+    assert config.default_replication_factor == 1
+    assert config.offsets_topic_num_partitions == 50
+    assert config.zookeeper_session_timeout_ms == 18000
+    log = config.log_config()
+    assert log.retention_ms == 168 * 3600 * 1000 and log.segment_bytes == 1 << 30
+
+
+def test_retention_precedence() -> None:
+    ms = BrokerConfig.from_properties({**BASE, "log.retention.ms": "5", "log.retention.hours": "9"})
+    assert ms.log_config().retention_ms == 5
+    minutes = BrokerConfig.from_properties({**BASE, "log.retention.minutes": "2"})
+    assert minutes.log_config().retention_ms == 120_000
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"broker.idd": "1"}, "unknown broker config 'broker.idd' (did you mean 'broker.id'?)"),
+        ({"broker.id": "one"}, "broker.id='one': expected an integer"),
+        ({"broker.id": "-2"}, "broker.id='-2': must be at least 0"),
+        ({"listeners": "http://x:1"}, "listeners='http://x:1': expected GRPC://host:port"),
+        ({"listeners": "GRPC://x:99999"}, "port 0-65535"),
+        ({"auto.create.topics.enable": "yes"}, "expected true or false"),
+        ({"log.cleanup.policy": "shred"}, "expected delete, compact or compact,delete"),
+        ({"log.segment.bytes": "10"}, "must be at least 14"),
+    ],
+)
+def test_bad_settings_are_named(props: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig.from_properties({**BASE, **props})
+    assert message in str(info.value)
+
+
+def test_required_settings() -> None:
+    with pytest.raises(ConfigError, match="broker.id is required"):
+        BrokerConfig.from_properties({"zookeeper.connect": "x:1"})
+    with pytest.raises(ConfigError, match="zookeeper.connect is required"):
+        BrokerConfig.from_properties({"broker.id": "1"})
+
+
+def test_properties_syntax_errors_name_the_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"server.properties:2: expected key=value"):
+        parse_properties("a=1\njust words\n", "server.properties")
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        BrokerConfig.load(tmp_path / "missing.properties")
