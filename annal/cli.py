@@ -23,8 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    from annal import dumplog
+    from annal import brokercmd, dumplog
 
+    brokercmd.add_parser(commands)
     dumplog.add_parser(commands)
     return parser
 

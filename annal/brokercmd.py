@@ -1,0 +1,83 @@
+"""``annal broker start``: run a broker in the foreground until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+
+def add_parser(commands: Any) -> None:
+    broker = commands.add_parser("broker", help="run a broker")
+    actions = broker.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    start = actions.add_parser(
+        "start",
+        help="start a broker in the foreground",
+        description=(
+            "Start a broker. Settings use Kafka's names (broker.id, zookeeper.connect, "
+            "listeners, log.dirs, ...), from a properties file and/or KEY=VALUE arguments, "
+            "which win. SIGTERM or Ctrl-C stops it cleanly."
+        ),
+    )
+    start.add_argument("--config", type=Path, metavar="FILE", help="a server.properties file")
+    start.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting that overrides the file (repeatable)",
+    )
+    start.add_argument("settings", nargs="*", metavar="KEY=VALUE", help="more settings")
+    start.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    start.set_defaults(run=run_start)
+
+
+def parse_pairs(pairs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"annal broker start: expected KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def run_start(args: argparse.Namespace) -> int:
+    from annal.broker.config import BrokerConfig, ConfigError
+    from annal.broker.server import BrokerServer, BrokerStartupError
+
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
+    )
+    try:
+        config = BrokerConfig.load(args.config, parse_pairs(args.override + args.settings))
+    except ConfigError as exc:
+        print(f"annal broker start: {exc}", file=sys.stderr)
+        return 1
+    broker = BrokerServer(config)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        del frame
+        logging.getLogger(__name__).info("received %s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        broker.start()
+    except BrokerStartupError as exc:
+        print(f"annal broker start: broker {config.broker_id} cannot start: {exc}", file=sys.stderr)
+        return 1
+    while not stop.wait(0.5):
+        pass
+    broker.shutdown()
+    return 0

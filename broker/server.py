@@ -1,0 +1,188 @@
+"""The broker process: start-up, ZooKeeper registration, the gRPC server, shutdown.
+
+Start-up, in order (DESIGN §4):
+
+1. connect to ZooKeeper (creating the chroot and the persistent paths);
+2. get or create ``/cluster/id``;
+3. open the log dirs: ``meta.properties`` must name this broker and cluster
+   (written on first start), then recover every log;
+4. register the ephemeral ``/brokers/ids/<id>`` (a live holder of the same id
+   is a start-up error naming it);
+5. serve gRPC on the listener, and report SERVING on ``grpc.health.v1``.
+
+A lost ZooKeeper session removes the registration; the session thread
+re-registers as soon as a new session is connected.  ``shutdown`` (SIGTERM)
+reverses the steps: NOT_SERVING, stop the gRPC server, close the session (so
+the registration goes at once), flush and checkpoint every log and leave the
+clean-shutdown marker.
+
+Thread safety: ``BrokerServer`` methods are called from the main thread; the
+session thread only re-registers.  Each loop has ``initiate_shutdown`` /
+``await_shutdown`` semantics through ``_stopping``.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from concurrent import futures
+
+import grpc
+from annal.broker.config import BrokerConfig
+from annal.broker.service import AnnalService
+from annal.storage.errors import LogDirError
+from annal.storage.manager import LogManager, LogManagerConfig
+from annal.v1 import annal_pb2_grpc
+from annal.zk.client import SessionEvent, ZkClient, ZkError
+from annal.zk.layout import BrokerRegistration
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = "annal.v1.Annal"
+
+
+class BrokerStartupError(Exception):
+    """The broker cannot start; the message says why and what to do."""
+
+
+class BrokerServer:
+    """One broker; ``start`` then ``shutdown`` (or use it as a context manager)."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.zk = ZkClient(
+            config.zookeeper_connect,
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            timeout_s=config.zookeeper_connection_timeout_ms / 1000,
+        )
+        self.cluster_id: str | None = None
+        self.logs: LogManager | None = None
+        self.port: int | None = None
+        self._grpc: grpc.Server | None = None
+        self._health = health.HealthServicer()
+        self._stopping = threading.Event()
+        self._session_thread: threading.Thread | None = None
+        self.started = threading.Event()
+
+    @property
+    def registration(self) -> BrokerRegistration:
+        listener = self.config.advertised_listener
+        port = listener.port or (self.port or 0)
+        return BrokerRegistration(self.config.broker_id, listener.host, port, self.config.rack)
+
+    def start(self) -> None:
+        config = self.config
+        try:
+            self.zk.start()
+            self.zk.ensure_persistent_paths()
+            self.cluster_id = self.zk.get_or_create_cluster_id()
+        except ZkError as exc:
+            raise BrokerStartupError(str(exc)) from exc
+        logs = LogManager(
+            list(config.log_dirs),
+            config.log_config(),
+            broker_id=config.broker_id,
+            cluster_id=self.cluster_id,
+            settings=LogManagerConfig(
+                retention_check_interval_ms=config.log_retention_check_interval_ms,
+                flush_scheduler_interval_ms=config.log_flush_scheduler_interval_ms,
+                cleaner_enable=config.log_cleaner_enable,
+                cleaner_backoff_ms=config.log_cleaner_backoff_ms,
+            ),
+        )
+        try:
+            logs.startup()
+        except LogDirError as exc:
+            self.zk.stop()
+            raise BrokerStartupError(str(exc)) from exc
+        self.logs = logs
+        self._grpc = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="grpc"),
+            options=[
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ],
+        )
+        # rpcs AnnalService does not define yet answer UNIMPLEMENTED (generated base class)
+        service = AnnalService(self)  # type: ignore[abstract]
+        annal_pb2_grpc.add_AnnalServicer_to_server(service, self._grpc)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
+        address = f"{config.listener.host or '0.0.0.0'}:{config.listener.port}"
+        try:
+            self.port = self._grpc.add_insecure_port(address)
+        except RuntimeError as exc:
+            self._abort()
+            raise BrokerStartupError(f"cannot listen on {address}: {exc}") from exc
+        try:
+            self.zk.register_broker(self.registration)
+        except ZkError as exc:
+            self._abort()
+            raise BrokerStartupError(str(exc)) from exc
+        self._grpc.start()
+        for name in ("", SERVICE_NAME):
+            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._session_thread = threading.Thread(
+            target=self._watch_session, name="zk-session", daemon=True
+        )
+        self._session_thread.start()
+        self.started.set()
+        logger.info(
+            "broker %d serving on %s (cluster %s, ZooKeeper %s)",
+            config.broker_id,
+            self.registration.endpoint,
+            self.cluster_id,
+            config.zookeeper_connect,
+        )
+
+    def _abort(self) -> None:
+        if self.logs is not None:
+            self.logs.shutdown()
+            self.logs = None
+        self.zk.stop()
+
+    def _watch_session(self) -> None:
+        """Re-register after a session loss; the kazoo listener only queued the event."""
+        lost = False
+        while not self._stopping.is_set():
+            try:
+                event = self.zk.session_events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if event is SessionEvent.LOST:
+                lost = True
+                logger.warning("ZooKeeper session lost: registration gone until reconnected")
+            elif event is SessionEvent.CONNECTED and lost and not self._stopping.is_set():
+                try:
+                    self.zk.register_broker(self.registration)
+                    lost = False
+                    logger.info("re-registered broker %d", self.config.broker_id)
+                except ZkError as exc:
+                    logger.error("cannot re-register broker %d: %s", self.config.broker_id, exc)
+
+    def shutdown(self, grace_s: float = 5.0) -> None:
+        """Clean stop: the reverse of ``start``."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        self._health.enter_graceful_shutdown()
+        if self._grpc is not None:
+            self._grpc.stop(grace_s).wait(grace_s + 1)
+        if self._session_thread is not None:
+            self._session_thread.join(5)
+        self.zk.stop()
+        if self.logs is not None:
+            self.logs.shutdown()
+        logger.info("broker %d stopped cleanly", self.config.broker_id)
+
+    def wait(self) -> None:
+        while not self._stopping.wait(0.5):
+            pass
+
+    def __enter__(self) -> BrokerServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

@@ -1,0 +1,121 @@
+"""Brokers as local processes: what the tests, the demo and ``annal cluster`` start.
+
+Each broker runs ``python -m annal broker start`` with its settings as
+arguments, its logs under ``<dir>/broker-<id>/logs`` and its output in
+``<dir>/broker-<id>/broker.log``.  Failure drills stop a broker with SIGTERM
+(clean) or SIGKILL (crash).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from annal.deploy.zookeeper import free_port
+
+
+def wait_until(
+    predicate: Callable[[], object], timeout_s: float, what: str = "condition", poll_s: float = 0.05
+) -> None:
+    """Poll ``predicate`` until it is true; TimeoutError naming ``what`` otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if predicate():
+            return
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{what} not reached within {timeout_s:.1f} s")
+        time.sleep(poll_s)
+
+
+class BrokerProcess:
+    """One broker process under ``directory``; not thread-safe."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        zookeeper_connect: str,
+        directory: Path,
+        port: int = 0,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.zookeeper_connect = zookeeper_connect
+        self.directory = Path(directory) / f"broker-{broker_id}"
+        self.port = port or free_port()
+        self.settings = dict(settings or {})
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "broker.log"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.directory / "logs"
+
+    def command(self) -> list[str]:
+        settings = {
+            "broker.id": str(self.broker_id),
+            "zookeeper.connect": self.zookeeper_connect,
+            "listeners": f"GRPC://127.0.0.1:{self.port}",
+            "log.dirs": str(self.log_dir),
+            **self.settings,
+        }
+        return [sys.executable, "-m", "annal", "broker", "start"] + [
+            f"{key}={value}" for key, value in settings.items()
+        ]
+
+    def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        """SIGTERM (a clean shutdown); returns the exit code."""
+        return self._signal(signal.SIGTERM, timeout_s)
+
+    def kill(self, timeout_s: float = 10.0) -> int | None:
+        """SIGKILL: a crash, as failure drills want it."""
+        return self._signal(signal.SIGKILL, timeout_s)
+
+    def _signal(self, signum: int, timeout_s: float) -> int | None:
+        process = self.process
+        if process is None:
+            return None
+        if process.poll() is None:
+            os.kill(process.pid, signum)
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout_s)
+        return process.returncode
+
+    def tail_log(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text("utf-8", "replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
