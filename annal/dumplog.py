@@ -1,10 +1,43 @@
 """``annal dump-log``: print what segment files hold, like kafka-dump-log.sh.
 
-For a ``.log`` file, one line (or JSON object) per batch; with
-``--deep-iteration`` the records too, and with ``--print-data-log`` their keys
-and values.  For ``.index`` and ``.timeindex`` files, their entries.  A file
-is read batch by batch, never whole.  At the first invalid batch the dump
-stops, names the position and the reason, and the command exits with 1.
+Usage: ``annal dump-log [--deep-iteration] [--print-data-log] [--json] FILE...``
+
+``.log`` files are read entry by entry (a 17-byte prefix, then the entry; a
+v2 batch is validated whole, CRC included), never all at once:
+
+* text: ``Dumping <path>``, then one ``baseOffset: ... isvalid: true`` line per
+  batch; with ``--deep-iteration`` one ``| offset: ...`` line per record, and
+  with ``--print-data-log`` (which implies ``--deep-iteration``) its key,
+  payload and header values.  A last line counts the batches.
+* ``--json``: one object per batch with ``base_offset``, ``last_offset``,
+  ``count``, ``position``, ``size``, ``crc_valid``, ``compression``,
+  ``timestamp_type``, ``max_timestamp``, ``partition_leader_epoch``,
+  ``producer_id``, ``producer_epoch``, ``base_sequence``, ``is_transactional``
+  and ``is_control``; with ``--deep-iteration`` also ``records``, each
+  ``{offset, timestamp, key, value, headers: [{key, value}]}``.  A JSON
+  consumer needs a fixed shape and must be able to tell a null key from a
+  hidden one, so in JSON keys and values are always present in records.
+  Bytes that are valid UTF-8 appear as strings, other bytes as
+  ``{"base64": "..."}``, and null as null.
+
+Legacy entries (magic 0 or 1 at byte 16, as a pre-0.11 broker wrote them)
+are decoded through ``annal.storage.legacy``: one line (or object, with the
+batch fields plus ``magic`` and ``note``) per top-level message, whose
+records are the unpacked inner messages of a compressed wrapper.
+
+A run of zero bytes up to the end of a ``.log`` is space reserved ahead of the
+data (preallocation, or a crash that extended the file without writing it): it
+is reported and not an error.  Anything else that is not a valid entry stops
+the dump after everything valid before it has been printed; the position and
+the reason go to stderr (and with ``--json`` a last ``{"error", "position"}``
+object to stdout) and the command exits with 1.
+
+``.index`` and ``.timeindex`` files print their entries (``offset: N
+position: P`` and ``timestamp: T offset: N``), without the zero-filled
+preallocated tail.
+
+A missing file or one of an unknown kind is reported and skipped; the exit
+status is 1 if any file failed, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -17,33 +50,50 @@ import struct
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from annal.storage import files
 from annal.storage.batch import (
+    COMPRESSION_MASK,
+    CURRENT_MAGIC,
     HEADER,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
+    NO_TIMESTAMP,
     BatchHeader,
     Compression,
     TimestampType,
     check_batch,
-    compute_crc,
-    read_header,
 )
 from annal.storage.errors import CorruptRecordError, StorageError
 from annal.storage.index import read_offset_index_entries, read_time_index_entries
 from annal.storage.legacy import iter_legacy_records
 from annal.storage.records import Record, decode_batch
 
-_TIMESTAMP_TYPES = {
+_PROG = "annal dump-log"
+_TIMESTAMP_NAMES = {
     TimestampType.CREATE_TIME: "CreateTime",
     TimestampType.LOG_APPEND_TIME: "LogAppendTime",
 }
+_PREFIX = struct.Struct(">qi")  # offset, length: what v2 batches and legacy entries share
+_PREFIX_TO_MAGIC = MAGIC_OFFSET + 1
+_LEGACY_MESSAGE = struct.Struct(">Ibb")  # crc, magic, attributes (after the prefix)
+_LEGACY_TIMESTAMP = struct.Struct(">q")  # magic 1 only, after the attributes
+_CODECS = frozenset(int(c) for c in Compression)
+_LEGACY_CODECS = (Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4)
+_LEGACY_TIMESTAMP_TYPE_FLAG = 0x08
+_SEQUENCE_MODULUS = 1 << 31  # producer sequences wrap from int32 max to 0
+_READ_BUFFER = 1 << 20
+# Control characters would break the one-line-per-record layout of the text output.
+_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
 
 
-def add_parser(commands: Any) -> None:
-    p: argparse.ArgumentParser = commands.add_parser(
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = commands.add_parser(
         "dump-log",
         help="print the contents of .log, .index and .timeindex files",
         description=(
@@ -59,145 +109,312 @@ def add_parser(commands: Any) -> None:
     p.add_argument(
         "--print-data-log",
         action="store_true",
-        help="print record keys, values and headers (implies --deep-iteration)",
+        help="print record keys, values and header values (implies --deep-iteration)",
     )
-    p.add_argument("--json", action="store_true", help="one JSON object per line per batch")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per line per batch or index entry; with --deep-iteration "
+        "the records carry their keys and values",
+    )
     p.set_defaults(run=run)
 
 
+class _Options(NamedTuple):
+    deep: bool
+    data: bool
+    as_json: bool
+
+
 def run(args: argparse.Namespace) -> int:
-    deep = args.deep_iteration or args.print_data_log
-    out = sys.stdout
+    options = _Options(
+        deep=args.deep_iteration or args.print_data_log,
+        data=args.print_data_log,
+        as_json=args.json,
+    )
     status = 0
     for path in args.files:
-        parsed = files.parse_segment_file_name(path.name)
-        suffix = parsed[1] if parsed else path.suffix
-        if not path.is_file():
-            print(f"annal dump-log: {path}: no such file", file=sys.stderr)
-            status = 1
-            continue
-        if not args.json:
-            print(f"Dumping {path}", file=out)
-        try:
-            if suffix == files.LOG_SUFFIX:
-                ok = dump_log_file(
-                    path, out, deep=deep, data=args.print_data_log, as_json=args.json
-                )
-            elif suffix == files.INDEX_SUFFIX:
-                ok = dump_offset_index(path, out, as_json=args.json)
-            elif suffix == files.TIME_INDEX_SUFFIX:
-                ok = dump_time_index(path, out, as_json=args.json)
-            else:
-                print(
-                    f"annal dump-log: {path}: unknown file kind (expected .log, .index or "
-                    ".timeindex)",
-                    file=sys.stderr,
-                )
-                ok = False
-        except BrokenPipeError:
-            raise
-        except (OSError, StorageError) as exc:
-            print(f"annal dump-log: {path}: {exc}", file=sys.stderr)
-            ok = False
-        if not ok:
+        if not dump_file(path, options, sys.stdout, sys.stderr):
             status = 1
     return status
 
 
-# -- .log ------------------------------------------------------------------
-
-
-class _LegacyAt(CorruptRecordError):
-    """Not an error: the file continues with a legacy (v0/v1) message set."""
-
-    def __init__(self, position: int) -> None:
-        super().__init__("legacy message set", position)
-
-
-def _batches(path: Path) -> Iterator[tuple[BatchHeader | None, bytes, CorruptRecordError | None]]:
-    """(header, batch bytes, None) per valid batch; (None, b"", error) at the first bad one."""
-    size = path.stat().st_size
-    fd = os.open(path, os.O_RDONLY)
+def dump_file(path: Path, options: _Options, out: IO[str], err: IO[str]) -> bool:
+    """Dump one file; False (after saying why on ``err``) when it is missing, unknown or bad."""
+    if not path.exists():
+        print(f"{_PROG}: {path}: no such file", file=err)
+        return False
+    if not path.is_file():
+        print(f"{_PROG}: {path}: not a regular file", file=err)
+        return False
+    parsed = files.parse_segment_file_name(path.name)
+    suffix = parsed[1] if parsed else path.suffix
+    if suffix not in files.SEGMENT_SUFFIXES:
+        print(f"{_PROG}: {path}: unknown file kind (expected .log, .index or .timeindex)", file=err)
+        return False
+    if not options.as_json:
+        print(f"Dumping {path}", file=out)
     try:
-        position = 0
-        while position < size:
-            head = os.pread(fd, HEADER.size, position)
-            if not any(head[:LOG_OVERHEAD]):
-                return  # zeros: space an active segment reserved ahead of its data
-            if len(head) > MAGIC_OFFSET and head[MAGIC_OFFSET] in (0, 1):
-                yield None, b"", _LegacyAt(position)
-                return
-            if len(head) < HEADER.size:
-                yield (
-                    None,
-                    b"",
-                    CorruptRecordError(f"truncated batch: {len(head)} bytes left", position),
-                )
-                return
-            header = read_header(head)
-            length = min(max(header.size, HEADER.size), size - position)
-            data = os.pread(fd, length, position)
-            try:
-                check_batch(data, 0, len(data))
-            except CorruptRecordError as exc:
-                yield None, b"", CorruptRecordError(exc.reason, position)
-                return
-            yield header._replace(position=position), data, None
-            position += header.size
-    finally:
-        os.close(fd)
+        if suffix == files.LOG_SUFFIX:
+            return _dump_log(path, options, out, err)
+        if suffix == files.INDEX_SUFFIX:
+            return _dump_offset_index(path, options, out)
+        return _dump_time_index(path, options, out)
+    except BrokenPipeError:
+        raise  # the reader went away; the command line stops quietly
+    except (OSError, StorageError) as exc:
+        print(f"{_PROG}: {path}: {exc}", file=err)
+        return False
 
 
-def dump_log_file(path: Path, out: IO[str], *, deep: bool, data: bool, as_json: bool) -> bool:
-    count = 0
-    for header, raw, error in _batches(path):
-        if isinstance(error, _LegacyAt):
-            return dump_legacy(
-                path, error.position or 0, out, deep=deep, data=data, as_json=as_json
+# -- reading .log files ----------------------------------------------------
+
+
+class _Batch(NamedTuple):
+    """A v2 batch that passed ``check_batch``; ``raw`` is the whole batch."""
+
+    header: BatchHeader
+    raw: bytes
+
+
+class _Legacy(NamedTuple):
+    """A top-level v0/v1 entry, decoded; ``records`` are its (inner) messages."""
+
+    offset: int
+    position: int
+    size: int
+    crc: int
+    magic: int
+    compression: Compression
+    timestamp_type: TimestampType
+    timestamp: int
+    records: list[Record]
+
+
+class _ZeroTail(NamedTuple):
+    """Zero bytes from ``position`` to the end of the file."""
+
+    position: int
+    size: int
+
+
+def _read_entries(stream: IO[bytes], size: int) -> Iterator[_Batch | _Legacy | _ZeroTail]:
+    """Every entry of a ``.log`` in order; raises CorruptRecordError at the first bad one.
+
+    Reads one entry at a time: the prefix up to the magic byte says the format
+    and the length, then exactly that many bytes are read.
+    """
+    position = 0
+    while position < size:
+        stream.seek(position)
+        prefix = stream.read(_PREFIX_TO_MAGIC)
+        if not any(prefix[:LOG_OVERHEAD]):
+            yield _ZeroTail(position, _zero_run(stream, position, size))
+            return
+        remaining = size - position
+        if len(prefix) < _PREFIX_TO_MAGIC:
+            raise CorruptRecordError(
+                f"truncated entry: {remaining} bytes left, too few for an entry header", position
             )
-        if error is not None or header is None:
-            assert error is not None
-            report_error(out, error, as_json, count)
-            return False
-        records: list[Record] | None = None
-        if deep:
-            try:
-                _, records = decode_batch(raw)
-            except CorruptRecordError as exc:
-                report_error(out, CorruptRecordError(exc.reason, header.position), as_json, count)
-                return False
-        count += 1
-        crc_valid = compute_crc(raw, 0, len(raw)) == header.crc
-        if as_json:
-            print(json.dumps(batch_json(header, crc_valid, records, data)), file=out)
+        _, length = _PREFIX.unpack_from(prefix)
+        entry_size = length + LOG_OVERHEAD
+        magic = prefix[MAGIC_OFFSET]
+        if magic not in (0, 1, CURRENT_MAGIC):
+            raise CorruptRecordError(f"unknown magic {magic}", position)
+        minimum = HEADER.size if magic == CURRENT_MAGIC else LOG_OVERHEAD + _LEGACY_MESSAGE.size
+        if entry_size < minimum:
+            raise CorruptRecordError(
+                f"entry length {length} is smaller than the minimum {minimum - LOG_OVERHEAD} "
+                f"for magic {magic}",
+                position,
+            )
+        if entry_size > remaining:
+            raise CorruptRecordError(
+                f"truncated entry: it declares {entry_size} bytes but only {remaining} remain",
+                position,
+            )
+        stream.seek(position)
+        raw = stream.read(entry_size)
+        if len(raw) < entry_size:
+            raise CorruptRecordError(
+                f"file ended while reading: {len(raw)} of {entry_size} bytes", position
+            )
+        if magic == CURRENT_MAGIC:
+            yield _check_v2(raw, position)
         else:
-            print(batch_text(header, crc_valid), file=out)
-            for record in records or []:
-                print(record_text(record, data), file=out)
-    if not as_json:
-        print(f"{count} batches", file=out)
+            yield _decode_legacy(raw, position)
+        position += entry_size
+
+
+def _zero_run(stream: IO[bytes], position: int, size: int) -> int:
+    """Length of the zeros from ``position`` to the end; raises if data follows them."""
+    stream.seek(position)
+    scanned = position
+    while scanned < size:
+        chunk = stream.read(min(_READ_BUFFER, size - scanned))
+        if not chunk:
+            break
+        rest = chunk.lstrip(b"\x00")
+        if rest:
+            data_at = scanned + len(chunk) - len(rest)
+            raise CorruptRecordError(
+                f"{data_at - position} zero bytes, then data at position {data_at}", position
+            )
+        scanned += len(chunk)
+    return scanned - position
+
+
+def _check_v2(raw: bytes, position: int) -> _Batch:
+    try:
+        header = check_batch(raw, 0, len(raw))
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(exc.reason, position) from None
+    codec = header.attributes & COMPRESSION_MASK
+    if codec not in _CODECS:
+        raise CorruptRecordError(f"unknown compression codec {codec}", position)
+    return _Batch(header._replace(position=position), raw)
+
+
+def _decode_legacy(raw: bytes, position: int) -> _Legacy:
+    offset, _ = _PREFIX.unpack_from(raw)
+    crc, magic, attributes = _LEGACY_MESSAGE.unpack_from(raw, LOG_OVERHEAD)
+    codec = attributes & COMPRESSION_MASK
+    if codec not in _LEGACY_CODECS:
+        raise CorruptRecordError(f"codec {codec} is not valid in a legacy message", position)
+    try:
+        records = list(iter_legacy_records(raw))
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(exc.reason, position) from None
+    timestamp = NO_TIMESTAMP
+    timestamp_type = TimestampType.CREATE_TIME
+    if magic == 1:
+        (timestamp,) = _LEGACY_TIMESTAMP.unpack_from(raw, LOG_OVERHEAD + _LEGACY_MESSAGE.size)
+        if attributes & _LEGACY_TIMESTAMP_TYPE_FLAG:
+            timestamp_type = TimestampType.LOG_APPEND_TIME
+    return _Legacy(
+        offset=offset,
+        position=position,
+        size=len(raw),
+        crc=crc,
+        magic=magic,
+        compression=Compression(codec),
+        timestamp_type=timestamp_type,
+        timestamp=timestamp,
+        records=records,
+    )
+
+
+# -- printing .log files ---------------------------------------------------
+
+
+def _dump_log(path: Path, options: _Options, out: IO[str], err: IO[str]) -> bool:
+    batches = legacy = 0
+    with open(path, "rb", buffering=_READ_BUFFER) as stream:
+        size = os.fstat(stream.fileno()).st_size
+        position = 0
+        try:
+            for entry in _read_entries(stream, size):
+                if isinstance(entry, _Batch):
+                    position = entry.header.position
+                    _print_batch(entry, options, out)
+                    batches += 1
+                elif isinstance(entry, _Legacy):
+                    position = entry.position
+                    _print_legacy(entry, options, out)
+                    legacy += 1
+                else:
+                    note = f"{entry.size} zero bytes from position {entry.position}, not data"
+                    if options.as_json:
+                        print(f"{_PROG}: {path}: {note}", file=err)
+                    else:
+                        print(f"zero-filled tail: {note}", file=out)
+        except CorruptRecordError as exc:
+            at = position if exc.position is None else exc.position
+            if options.as_json:
+                print(json.dumps({"error": exc.reason, "position": at}), file=out)
+            else:
+                print(f"{_count(batches, legacy)} before the corruption", file=out)
+            print(f"{_PROG}: {path}: corrupt batch at position {at}: {exc.reason}", file=err)
+            return False
+    if not options.as_json:
+        print(_count(batches, legacy), file=out)
     return True
 
 
-def report_error(out: IO[str], error: CorruptRecordError, as_json: bool, valid: int) -> None:
-    message = f"corrupt batch at position {error.position}: {error.reason}"
-    if as_json:
-        print(json.dumps({"error": error.reason, "position": error.position}), file=out)
-    else:
-        print(f"{valid} valid batches before the corruption", file=out)
-    print(f"annal dump-log: {message}", file=sys.stderr)
+def _count(batches: int, legacy: int) -> str:
+    text = f"{batches} batch" + ("" if batches == 1 else "es")
+    if legacy:
+        text += f", {legacy} legacy message" + ("" if legacy == 1 else "s")
+    return text
 
 
-def batch_fields(header: BatchHeader, crc_valid: bool) -> dict[str, Any]:
+def _print_batch(batch: _Batch, options: _Options, out: IO[str]) -> None:
+    header = batch.header
+    records: list[Record] | None = None
+    if options.deep:
+        try:
+            _, records = decode_batch(batch.raw)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(exc.reason, header.position) from None
+    fields = batch_fields(header)
+    if options.as_json:
+        if records is not None:
+            fields["records"] = [record_json(r) for r in records]
+        print(json.dumps(fields), file=out)
+        return
+    last_sequence = _sequence(header.base_sequence, header.last_offset_delta)
+    print(
+        f"baseOffset: {header.base_offset} lastOffset: {header.last_offset} "
+        f"count: {header.record_count} baseSequence: {header.base_sequence} "
+        f"lastSequence: {last_sequence} producerId: {header.producer_id} "
+        f"producerEpoch: {header.producer_epoch} "
+        f"partitionLeaderEpoch: {header.partition_leader_epoch} "
+        f"isTransactional: {_bool(header.is_transactional)} "
+        f"isControl: {_bool(header.is_control)} position: {header.position} "
+        f"{fields['timestamp_type']}: {header.max_timestamp} size: {header.size} "
+        f"magic: {header.magic} compresscodec: {fields['compression']} crc: {header.crc} "
+        f"isvalid: true",
+        file=out,
+    )
+    for record in records or ():
+        sequence = _sequence(header.base_sequence, record.offset - header.base_offset)
+        print(record_text(record, fields["timestamp_type"], sequence, options.data), file=out)
+
+
+def _print_legacy(entry: _Legacy, options: _Options, out: IO[str]) -> None:
+    fields = legacy_fields(entry)
+    timestamp_type = fields["timestamp_type"]
+    note = f"legacy message (magic {entry.magic})"
+    if options.as_json:
+        fields |= {"magic": entry.magic, "note": note}
+        if options.deep:
+            fields["records"] = [record_json(r) for r in entry.records]
+        print(json.dumps(fields), file=out)
+        return
+    print(
+        f"offset: {entry.offset} position: {entry.position} size: {entry.size} "
+        f"magic: {entry.magic} compresscodec: {entry.compression.name.lower()} "
+        f"{timestamp_type}: {fields['max_timestamp']} count: {len(entry.records)} "
+        f"crc: {entry.crc} "
+        f"isvalid: true note: {note}",
+        file=out,
+    )
+    if options.deep:
+        for record in entry.records:
+            print(record_text(record, timestamp_type, -1, options.data), file=out)
+
+
+def batch_fields(header: BatchHeader) -> dict[str, Any]:
+    """The JSON fields of a v2 batch that passed ``check_batch``."""
     return {
         "base_offset": header.base_offset,
         "last_offset": header.last_offset,
         "count": header.record_count,
         "position": header.position,
         "size": header.size,
-        "crc_valid": crc_valid,
-        "compression": Compression(header.compression).name.lower(),
-        "timestamp_type": _TIMESTAMP_TYPES[header.timestamp_type],
+        "crc_valid": True,  # a batch whose CRC does not match stops the dump instead
+        "compression": header.compression.name.lower(),
+        "timestamp_type": _TIMESTAMP_NAMES[header.timestamp_type],
         "max_timestamp": header.max_timestamp,
         "partition_leader_epoch": header.partition_leader_epoch,
         "producer_id": header.producer_id,
@@ -208,28 +425,39 @@ def batch_fields(header: BatchHeader, crc_valid: bool) -> dict[str, Any]:
     }
 
 
-def batch_json(
-    header: BatchHeader, crc_valid: bool, records: list[Record] | None, data: bool
-) -> dict[str, Any]:
-    out = batch_fields(header, crc_valid)
-    if records is not None:
-        out["records"] = [
-            {
-                "offset": r.offset,
-                "timestamp": r.timestamp,
-                "key": render_json(r.key) if data else None,
-                "value": render_json(r.value) if data else None,
-                "headers": [
-                    {"key": h.key, "value": render_json(h.value) if data else None}
-                    for h in r.headers
-                ],
-            }
-            for r in records
-        ]
-    return out
+def legacy_fields(entry: _Legacy) -> dict[str, Any]:
+    """The batch fields for a legacy entry, as its up-converted batch would have them."""
+    timestamps = [r.timestamp for r in entry.records]
+    return {
+        "base_offset": entry.records[0].offset if entry.records else entry.offset,
+        "last_offset": entry.offset,
+        "count": len(entry.records),
+        "position": entry.position,
+        "size": entry.size,
+        "crc_valid": True,
+        "compression": entry.compression.name.lower(),
+        "timestamp_type": _TIMESTAMP_NAMES[entry.timestamp_type],
+        "max_timestamp": max(timestamps) if timestamps else entry.timestamp,
+        "partition_leader_epoch": -1,
+        "producer_id": -1,
+        "producer_epoch": -1,
+        "base_sequence": -1,
+        "is_transactional": False,
+        "is_control": False,
+    }
 
 
-def render_json(raw: bytes | None) -> str | dict[str, str] | None:
+def record_json(record: Record) -> dict[str, Any]:
+    return {
+        "offset": record.offset,
+        "timestamp": record.timestamp,
+        "key": bytes_json(record.key),
+        "value": bytes_json(record.value),
+        "headers": [{"key": h.key, "value": bytes_json(h.value)} for h in record.headers],
+    }
+
+
+def bytes_json(raw: bytes | None) -> str | dict[str, str] | None:
     """UTF-8 text as a string; anything else as ``{"base64": ...}``; null stays null."""
     if raw is None:
         return None
@@ -239,111 +467,65 @@ def render_json(raw: bytes | None) -> str | dict[str, str] | None:
         return {"base64": base64.b64encode(raw).decode("ascii")}
 
 
-def render_text(raw: bytes | None) -> str:
+def bytes_text(raw: bytes | None) -> str:
+    """UTF-8 text with control characters escaped; other bytes as ``base64:...``."""
     if raw is None:
         return "null"
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").translate(_ESCAPES)
     except UnicodeDecodeError:
         return "base64:" + base64.b64encode(raw).decode("ascii")
 
 
-def batch_text(header: BatchHeader, crc_valid: bool) -> str:
-    f = batch_fields(header, crc_valid)
-    return (
-        f"baseOffset: {f['base_offset']} lastOffset: {f['last_offset']} count: {f['count']} "
-        f"baseSequence: {f['base_sequence']} lastSequence: "
-        f"{f['base_sequence'] + header.last_offset_delta if f['base_sequence'] >= 0 else -1} "
-        f"producerId: {f['producer_id']} producerEpoch: {f['producer_epoch']} "
-        f"partitionLeaderEpoch: {f['partition_leader_epoch']} "
-        f"isTransactional: {str(f['is_transactional']).lower()} "
-        f"isControl: {str(f['is_control']).lower()} position: {f['position']} "
-        f"{f['timestamp_type']}: {f['max_timestamp']} size: {f['size']} "
-        f"magic: {header.magic} compresscodec: {f['compression']} crc: {header.crc} "
-        f"isvalid: {str(crc_valid).lower()}"
-    )
-
-
-def record_text(record: Record, data: bool) -> str:
+def record_text(record: Record, timestamp_type: str, sequence: int, data: bool) -> str:
+    """``| offset: ...``; keys, payloads and header values only when ``data``."""
+    key_size = -1 if record.key is None else len(record.key)
+    value_size = -1 if record.value is None else len(record.value)
+    header_keys = ", ".join(h.key.translate(_ESCAPES) for h in record.headers)
     line = (
-        f"| offset: {record.offset} timestamp: {record.timestamp} "
-        f"keySize: {-1 if record.key is None else len(record.key)} "
-        f"valueSize: {-1 if record.value is None else len(record.value)}"
+        f"| offset: {record.offset} {timestamp_type}: {record.timestamp} keySize: {key_size} "
+        f"valueSize: {value_size} sequence: {sequence} headerKeys: [{header_keys}]"
     )
-    if record.headers:
-        shown = ",".join(
-            f"{h.key}:{render_text(h.value) if data else len(h.value or b'')}"
-            for h in record.headers
-        )
-        line += f" headers: {shown}"
     if data:
-        line += f" key: {render_text(record.key)} payload: {render_text(record.value)}"
+        line += f" key: {bytes_text(record.key)} payload: {bytes_text(record.value)}"
+        if record.headers:
+            shown = ", ".join(
+                f"{h.key.translate(_ESCAPES)}={bytes_text(h.value)}" for h in record.headers
+            )
+            line += f" headers: [{shown}]"
     return line
 
 
-def dump_legacy(
-    path: Path, start: int, out: IO[str], *, deep: bool, data: bool, as_json: bool
-) -> bool:
-    """Legacy (v0/v1) entries: one line per top-level message, records when deep."""
-    raw = path.read_bytes()
-    position = start
-    while position < len(raw):
-        if position + LOG_OVERHEAD > len(raw):
-            report_error(out, CorruptRecordError("truncated legacy entry", position), as_json, 0)
-            return False
-        offset, size = struct.unpack_from(">qi", raw, position)
-        entry = raw[position : position + LOG_OVERHEAD + size]
-        try:
-            records = list(iter_legacy_records(entry))
-        except CorruptRecordError as exc:
-            report_error(out, CorruptRecordError(exc.reason, position), as_json, 0)
-            return False
-        magic, attributes = entry[MAGIC_OFFSET], entry[MAGIC_OFFSET + 1]
-        codec = Compression(attributes & 0x07).name.lower()
-        fields = {"offset": offset, "position": position, "size": len(entry), "magic": magic}
-        if as_json:
-            fields["compression"] = codec
-            if deep:
-                fields["records"] = [
-                    {
-                        "offset": r.offset,
-                        "timestamp": r.timestamp,
-                        "key": render_json(r.key) if data else None,
-                        "value": render_json(r.value) if data else None,
-                        "headers": [],
-                    }
-                    for r in records
-                ]
-            print(json.dumps(fields), file=out)
-        else:
-            print(
-                f"offset: {offset} position: {position} size: {len(entry)} magic: {magic} "
-                f"compresscodec: {codec} (legacy message)",
-                file=out,
-            )
-            if deep:
-                for record in records:
-                    print(record_text(record, data), file=out)
-        position += LOG_OVERHEAD + size
-    return True
+def _sequence(base_sequence: int, delta: int) -> int:
+    return -1 if base_sequence < 0 else (base_sequence + delta) % _SEQUENCE_MODULUS
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
 
 
 # -- indexes ---------------------------------------------------------------
 
 
-def dump_offset_index(path: Path, out: IO[str], *, as_json: bool) -> bool:
-    for entry in read_offset_index_entries(path):
-        if as_json:
+def _dump_offset_index(path: Path, options: _Options, out: IO[str]) -> bool:
+    entries = read_offset_index_entries(path)
+    for entry in entries:
+        if options.as_json:
             print(json.dumps({"offset": entry.offset, "position": entry.position}), file=out)
         else:
             print(f"offset: {entry.offset} position: {entry.position}", file=out)
+    if not options.as_json:
+        print(f"{len(entries)} entries", file=out)
     return True
 
 
-def dump_time_index(path: Path, out: IO[str], *, as_json: bool) -> bool:
-    for entry in read_time_index_entries(path):
-        if as_json:
+def _dump_time_index(path: Path, options: _Options, out: IO[str]) -> bool:
+    entries = read_time_index_entries(path)
+    for entry in entries:
+        if options.as_json:
             print(json.dumps({"timestamp": entry.timestamp, "offset": entry.offset}), file=out)
         else:
             print(f"timestamp: {entry.timestamp} offset: {entry.offset}", file=out)
+    if not options.as_json:
+        print(f"{len(entries)} entries", file=out)
     return True

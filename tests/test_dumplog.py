@@ -1,14 +1,23 @@
-"""``annal dump-log`` on real segment files."""
+"""``annal dump-log`` on real segment files, damaged copies of them and legacy message sets."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from annal.storage.batch import Compression
+from annal.storage.batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    Compression,
+    TimestampType,
+    compute_crc,
+)
 from annal.storage.config import LogConfig
 from annal.storage.log import Log
 from annal.storage.records import Header, Record, encode_batch
@@ -16,124 +25,420 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from annal.cli import main
 
+SEGMENT = "00000000000000000000.log"
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+BATCH_FIELDS = {
+    "base_offset", "last_offset", "count", "position", "size", "crc_valid", "compression",
+    "timestamp_type", "max_timestamp", "partition_leader_epoch", "producer_id",
+    "producer_epoch", "base_sequence", "is_transactional", "is_control",
+}  # fmt: skip
 
-@pytest.fixture
-def segment(tmp_path: Path) -> Path:
-    log = Log.open(tmp_path / "t-0", LogConfig.from_properties({"index.interval.bytes": "1"}))
-    log.append_as_leader(
-        encode_batch([Record(0, 1000, b"key", b"hello", (Header("h", b"\xff\x00"),))]), 3
-    )
-    log.append_as_leader(
+
+def _batches() -> list[bytes]:
+    """Five batches, one per codec: headers, null key and value, binary and multi-line values."""
+    return [
+        encode_batch(
+            [Record(0, 1000, b"key", b"hello", (Header("h", b"\xff\x00"), Header("n", None)))]
+        ),
         encode_batch(
             [Record(0, 2000, None, None), Record(1, 2001, b"k", b"\xff\xfe")],
             compression=Compression.GZIP,
         ),
-        3,
-    )
-    log.append_as_leader(
-        encode_batch([Record(0, 3000, b"z", b"zstd")], compression=Compression.ZSTD), 4
-    )
-    log.close()
-    return tmp_path / "t-0" / "00000000000000000000.log"
-
-
-def test_text_output(segment: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["dump-log", "--print-data-log", str(segment)]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"Dumping {segment}"
-    assert out[1].startswith("baseOffset: 0 lastOffset: 0 count: 1")
-    assert "partitionLeaderEpoch: 3" in out[1] and "isvalid: true" in out[1]
-    assert "| offset: 0 timestamp: 1000 keySize: 3 valueSize: 5" in out[2]
-    assert "key: key payload: hello" in out[2]
-    assert "compresscodec: gzip" in out[3]
-    assert "key: null payload: null" in out[4]
-    assert "payload: base64://4=" in out[5]
-    assert out[-1] == "3 batches"
-
-
-def test_json_output(segment: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["dump-log", "--json", "--deep-iteration", "--print-data-log", str(segment)]) == 0
-    batches = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [b["base_offset"] for b in batches] == [0, 1, 3]
-    first = batches[0]
-    assert set(first) == {
-        "base_offset", "last_offset", "count", "position", "size", "crc_valid", "compression",
-        "timestamp_type", "max_timestamp", "partition_leader_epoch", "producer_id",
-        "producer_epoch", "base_sequence", "is_transactional", "is_control", "records",
-    }  # fmt: skip
-    assert first["records"] == [
-        {"offset": 0, "timestamp": 1000, "key": "key", "value": "hello",
-         "headers": [{"key": "h", "value": {"base64": "/wA="}}]}
-    ]  # fmt: skip
-    assert batches[1]["compression"] == "gzip" and batches[2]["compression"] == "zstd"
-    assert batches[1]["records"][0]["key"] is None
-    assert batches[1]["records"][1]["value"] == {"base64": "//4="}
-
-
-def test_indexes(segment: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    index = segment.with_suffix(".index")
-    timeindex = segment.with_suffix(".timeindex")
-    assert main(["dump-log", str(index), str(timeindex)]) == 0
-    out = capsys.readouterr().out
-    assert "offset: 2 position: " in out and "timestamp: 2001 offset: 2" in out
-    assert main(["dump-log", "--json", str(timeindex)]) == 0
-    assert {"timestamp": 2001, "offset": 2} in [
-        json.loads(line) for line in capsys.readouterr().out.splitlines()
+        encode_batch(
+            [Record(0, 3000, "clé".encode(), b"line 1\nline 2")],
+            compression=Compression.SNAPPY,
+            producer_id=7,
+            producer_epoch=2,
+            base_sequence=0,
+        ),
+        encode_batch([Record(0, 4000, b"l", b"lz4")], compression=Compression.LZ4),
+        encode_batch([Record(0, 5000, b"z", b"zstd")], compression=Compression.ZSTD),
     ]
 
 
-def test_corrupt_file_prints_what_is_valid_then_fails(
+@pytest.fixture
+def segment(tmp_path: Path) -> Path:
+    """A real segment written by the log: offsets 0..5 in five batches, leader epochs 3 and 4."""
+    log = Log.open(tmp_path / "t-0", LogConfig.from_properties({"index.interval.bytes": "1"}))
+    for n, batch in enumerate(_batches()):
+        log.append_as_leader(batch, 3 if n < 2 else 4)
+    log.close()
+    return tmp_path / "t-0" / SEGMENT
+
+
+def _dump(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str], str]:
+    code = main(["dump-log", *args])
+    captured = capsys.readouterr()
+    return code, captured.out.splitlines(), captured.err
+
+
+def _json(lines: list[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in lines]
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+# -- v2 batches --------------------------------------------------------------
+
+
+def test_text_batches(segment: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _dump(capsys, str(segment))
+    assert (code, err) == (0, "")
+    assert out[0] == f"Dumping {segment}"
+    assert out[1] == (
+        "baseOffset: 0 lastOffset: 0 count: 1 baseSequence: -1 lastSequence: -1 "
+        "producerId: -1 producerEpoch: -1 partitionLeaderEpoch: 3 isTransactional: false "
+        f"isControl: false position: 0 CreateTime: 1000 size: {len(_batches()[0])} magic: 2 "
+        f"compresscodec: none crc: {int.from_bytes(_batches()[0][17:21], 'big')} isvalid: true"
+    )
+    assert [line.split("compresscodec: ")[1].split()[0] for line in out[1:6]] == CODECS
+    assert "baseOffset: 3 lastOffset: 3 count: 1 baseSequence: 0 lastSequence: 0" in out[3]
+    assert "producerId: 7 producerEpoch: 2 partitionLeaderEpoch: 4" in out[3]
+    assert not any(line.startswith("|") for line in out)
+    assert out[-1] == "5 batches"
+
+
+def test_text_records(segment: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _dump(capsys, "--deep-iteration", str(segment))
+    assert code == 0
+    records = [line for line in out if line.startswith("|")]
+    assert records[0] == (
+        "| offset: 0 CreateTime: 1000 keySize: 3 valueSize: 5 sequence: -1 headerKeys: [h, n]"
+    )
+    assert records[1].startswith("| offset: 1 CreateTime: 2000 keySize: -1 valueSize: -1 ")
+    assert "sequence: 0 " in records[3]
+    assert not any("payload:" in line for line in records)
+
+    code, out, _ = _dump(capsys, "--print-data-log", str(segment))
+    assert code == 0
+    records = [line for line in out if line.startswith("|")]
+    assert len(records) == 6
+    assert records[0].endswith("key: key payload: hello headers: [h=base64:/wA=, n=null]")
+    assert records[1].endswith("key: null payload: null")
+    assert records[2].endswith("key: k payload: base64://4=")
+    assert records[3].endswith("key: clé payload: line 1\\nline 2")  # still one line
+
+
+def test_json_batches(segment: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _dump(capsys, "--json", str(segment))
+    assert (code, err) == (0, "")
+    batches = _json(out)
+    assert all(set(b) == BATCH_FIELDS for b in batches)
+    assert [b["compression"] for b in batches] == CODECS
+    assert [(b["base_offset"], b["last_offset"], b["count"]) for b in batches] == [
+        (0, 0, 1), (1, 2, 2), (3, 3, 1), (4, 4, 1), (5, 5, 1)
+    ]  # fmt: skip
+    assert [b["partition_leader_epoch"] for b in batches] == [3, 3, 4, 4, 4]
+    assert [b["max_timestamp"] for b in batches] == [1000, 2001, 3000, 4000, 5000]
+    assert batches[2] | {"position": 0, "size": 0} == {
+        "base_offset": 3, "last_offset": 3, "count": 1, "position": 0, "size": 0,
+        "crc_valid": True, "compression": "snappy", "timestamp_type": "CreateTime",
+        "max_timestamp": 3000, "partition_leader_epoch": 4, "producer_id": 7,
+        "producer_epoch": 2, "base_sequence": 0, "is_transactional": False, "is_control": False,
+    }  # fmt: skip
+    # Batches sit back to back and fill the file.
+    assert batches[0]["position"] == 0
+    for before, after in itertools.pairwise(batches):
+        assert after["position"] == before["position"] + before["size"]
+    assert batches[-1]["position"] + batches[-1]["size"] == segment.stat().st_size
+
+
+def test_json_records(segment: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _dump(capsys, "--json", "--print-data-log", str(segment))
+    assert code == 0
+    batches = _json(out)
+    assert all(set(b) == BATCH_FIELDS | {"records"} for b in batches)
+    assert [r for b in batches for r in b["records"]] == [
+        {"offset": 0, "timestamp": 1000, "key": "key", "value": "hello",
+         "headers": [{"key": "h", "value": {"base64": "/wA="}}, {"key": "n", "value": None}]},
+        {"offset": 1, "timestamp": 2000, "key": None, "value": None, "headers": []},
+        {"offset": 2, "timestamp": 2001, "key": "k", "value": {"base64": "//4="}, "headers": []},
+        {"offset": 3, "timestamp": 3000, "key": "clé", "value": "line 1\nline 2", "headers": []},
+        {"offset": 4, "timestamp": 4000, "key": "l", "value": "lz4", "headers": []},
+        {"offset": 5, "timestamp": 5000, "key": "z", "value": "zstd", "headers": []},
+    ]  # fmt: skip
+    # In JSON, --deep-iteration alone gives the same records: null must mean null.
+    assert _dump(capsys, "--json", "--deep-iteration", str(segment))[1] == out
+
+
+def test_transactional_control_and_log_append_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = (
+        encode_batch(
+            [Record(0, 10, b"a", b"1"), Record(1, 11, b"b", b"2")],
+            producer_id=9,
+            producer_epoch=1,
+            base_sequence=2147483647,
+            is_transactional=True,
+            partition_leader_epoch=5,
+        )
+        + encode_batch(
+            [Record(2, 12, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x05")],
+            base_offset=2,
+            producer_id=9,
+            producer_epoch=1,
+            is_transactional=True,
+            is_control=True,
+            partition_leader_epoch=5,
+        )
+        + encode_batch(
+            [Record(3, 20, b"c", b"3"), Record(4, 30, b"d", b"4")],
+            base_offset=3,
+            max_timestamp=99,
+            timestamp_type=TimestampType.LOG_APPEND_TIME,
+        )
+    )
+    path = _write(tmp_path / SEGMENT, data)
+    code, out, _ = _dump(capsys, "--json", "--deep-iteration", str(path))
+    assert code == 0
+    first, control, appended = _json(out)
+    assert (first["is_transactional"], first["is_control"], first["producer_id"]) == (
+        True, False, 9
+    )  # fmt: skip
+    assert (control["is_transactional"], control["is_control"]) == (True, True)
+    assert control["records"][0]["key"] == "\x00\x00\x00\x01"  # valid UTF-8, so text
+    assert appended["timestamp_type"] == "LogAppendTime" and appended["max_timestamp"] == 99
+    assert [r["timestamp"] for r in appended["records"]] == [99, 99]
+
+    code, out, _ = _dump(capsys, "--deep-iteration", str(path))
+    assert "isTransactional: true isControl: false" in out[1]
+    assert "baseSequence: 2147483647 lastSequence: 0" in out[1]  # sequences wrap to 0
+    assert "sequence: 0 " in out[3]
+    assert "isTransactional: true isControl: true" in out[4]
+    assert "LogAppendTime: 99" in out[6] and out[7].startswith("| offset: 3 LogAppendTime: 99")
+
+
+# -- indexes -------------------------------------------------------------------
+
+
+def test_indexes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig.from_properties({"index.interval.bytes": "1"}))
+    batches = _batches()
+    for batch in batches[:2]:
+        log.append_as_leader(batch, 0)
+    log.roll()
+    for batch in batches[2:]:
+        log.append_as_leader(batch, 0)
+    log.close()
+    second = tmp_path / "t-0" / "00000000000000000003"
+    index, timeindex = second.with_suffix(".index"), second.with_suffix(".timeindex")
+
+    code, out, _ = _dump(capsys, str(index), str(timeindex))
+    assert code == 0
+    size3, size4 = len(batches[2]), len(batches[3])
+    assert out == [
+        f"Dumping {index}",
+        f"offset: 4 position: {size3}",
+        f"offset: 5 position: {size3 + size4}",
+        "2 entries",
+        f"Dumping {timeindex}",
+        "timestamp: 3000 offset: 3",
+        "timestamp: 4000 offset: 4",
+        "timestamp: 5000 offset: 5",
+        "3 entries",
+    ]
+    code, out, _ = _dump(capsys, "--json", str(index), str(timeindex))
+    assert _json(out) == [
+        {"offset": 4, "position": size3},
+        {"offset": 5, "position": size3 + size4},
+        {"timestamp": 3000, "offset": 3},
+        {"timestamp": 4000, "offset": 4},
+        {"timestamp": 5000, "offset": 5},
+    ]
+
+    # An active segment's indexes are preallocated: the zeros are not entries.
+    padded = tmp_path / "copy" / index.name
+    _write(padded, index.read_bytes() + bytes(8 * 100))
+    padded_time = _write(padded.with_suffix(".timeindex"), timeindex.read_bytes() + bytes(1200))
+    code, out, _ = _dump(capsys, str(padded), str(padded_time))
+    assert code == 0 and out.count("2 entries") == 1 and out.count("3 entries") == 1
+
+
+# -- damaged files -----------------------------------------------------------
+
+
+def test_corrupt_batch_prints_what_is_valid_then_fails(
     segment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = bytearray(segment.read_bytes())
-    first_size = int.from_bytes(data[8:12], "big") + 12
-    data[first_size + 30] ^= 0xFF
-    broken = tmp_path / "00000000000000000000.log"
-    broken.write_bytes(bytes(data))
-    assert main(["dump-log", str(broken)]) == 1
-    captured = capsys.readouterr()
-    assert "baseOffset: 0" in captured.out and "baseOffset: 1" not in captured.out
-    assert f"corrupt batch at position {first_size}: CRC mismatch" in captured.err
-    assert main(["dump-log", "--json", str(broken)]) == 1
-    lines = capsys.readouterr().out.splitlines()
-    assert json.loads(lines[-1])["position"] == first_size
+    first_size = len(_batches()[0])
+    data[first_size + 40] ^= 0xFF  # inside the second batch's header, covered by the CRC
+    broken = _write(tmp_path / "broken" / SEGMENT, bytes(data))
+
+    code, out, err = _dump(capsys, "--deep-iteration", str(broken))
+    assert code == 1
+    assert out[1].startswith("baseOffset: 0 ") and out[2].startswith("| offset: 0 ")
+    assert not any("baseOffset: 1 " in line for line in out)
+    assert out[-1] == "1 batch before the corruption"
+    assert f"{broken}: corrupt batch at position {first_size}: CRC mismatch" in err
+
+    code, out, err = _dump(capsys, "--json", str(broken))
+    assert code == 1
+    assert [b["base_offset"] for b in _json(out[:-1])] == [0]
+    error = json.loads(out[-1])
+    assert error["position"] == first_size and "CRC mismatch" in error["error"]
+    assert "CRC mismatch" in err
 
 
-def test_truncated_and_missing_files(
+@pytest.mark.parametrize("cut", [10, 40, -1])
+def test_truncated_file(
+    segment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], cut: int
+) -> None:
+    data = segment.read_bytes()
+    last = len(data) - len(_batches()[-1])
+    path = _write(tmp_path / "cut" / SEGMENT, data[: last + cut] if cut > 0 else data[:cut])
+    code, out, err = _dump(capsys, str(path))
+    assert code == 1
+    assert out[-2].startswith("baseOffset: 4 ") and out[-1] == "4 batches before the corruption"
+    assert f"corrupt batch at position {last}: truncated entry" in err
+
+
+def test_damage_that_passes_the_length_checks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = encode_batch([Record(0, 1, b"k", b"v")])
+
+    def with_crc(batch: bytearray) -> bytes:
+        struct.pack_into(">I", batch, CRC_OFFSET, compute_crc(batch, 0, len(batch)))
+        return bytes(batch)
+
+    unknown_codec = bytearray(good)
+    unknown_codec[ATTRIBUTES_OFFSET + 1] |= 0x06  # codec 6, with a matching CRC
+    path = _write(tmp_path / "codec" / SEGMENT, good + with_crc(unknown_codec))
+    code, _, err = _dump(capsys, str(path))
+    assert code == 1 and f"position {len(good)}: unknown compression codec 6" in err
+
+    path = _write(tmp_path / "magic" / SEGMENT, good + good[:16] + b"\x07" + good[17:])
+    code, _, err = _dump(capsys, str(path))
+    assert code == 1 and f"position {len(good)}: unknown magic 7" in err
+
+    # A valid CRC over records that do not parse: only deep iteration notices.
+    bad_records = bytearray(good)
+    bad_records[-1] = 0x7F  # header count varint: -64
+    path = _write(tmp_path / "records" / SEGMENT, good + with_crc(bad_records))
+    assert _dump(capsys, str(path))[0] == 0
+    code, out, err = _dump(capsys, "--json", "--deep-iteration", str(path))
+    assert code == 1 and len(out) == 2 and json.loads(out[1])["position"] == len(good)
+    assert f"corrupt batch at position {len(good)}" in err
+
+
+def test_zero_filled_tail(
     segment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cut = tmp_path / "cut.log"
-    cut.write_bytes(segment.read_bytes()[:-4])
-    assert main(["dump-log", str(cut), str(tmp_path / "missing.log")]) == 1
-    err = capsys.readouterr().err
-    assert "truncated batch" in err and "missing.log: no such file" in err
-    other = tmp_path / "notes.txt"
-    other.write_text("x")
-    assert main(["dump-log", str(other)]) == 1
-    assert "unknown file kind" in capsys.readouterr().err
+    data = segment.read_bytes()
+    path = _write(tmp_path / "zeros" / SEGMENT, data + bytes(5000))
+    code, out, _ = _dump(capsys, str(path))
+    assert code == 0
+    assert out[-2:] == [f"zero-filled tail: 5000 zero bytes from position {len(data)}, not data",
+                        "5 batches"]  # fmt: skip
+    code, out, err = _dump(capsys, "--json", str(path))
+    assert code == 0 and len(_json(out)) == 5 and "5000 zero bytes" in err
+
+    path = _write(tmp_path / "gap" / SEGMENT, data + bytes(100) + b"garbage")
+    code, out, err = _dump(capsys, str(path))
+    assert code == 1 and out[-1] == "5 batches before the corruption"
+    assert f"position {len(data)}: 100 zero bytes, then data at position {len(data) + 100}" in err
 
 
-def test_legacy_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    builder = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
-    builder.append(0, 5, b"k", b"v")
-    path = tmp_path / "00000000000000000000.log"
-    path.write_bytes(bytes(builder.build()))
-    assert main(["dump-log", "--print-data-log", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert "magic: 1" in out and "key: k payload: v" in out
+def test_missing_and_unknown_files_do_not_stop_the_others(
+    segment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    notes = _write(tmp_path / "notes.txt", b"x")
+    missing = tmp_path / "missing.log"
+    code, out, err = _dump(capsys, str(missing), str(notes), str(tmp_path), str(segment))
+    assert code == 1
+    assert out[0] == f"Dumping {segment}" and out[-1] == "5 batches"
+    assert err.splitlines() == [
+        f"annal dump-log: {missing}: no such file",
+        f"annal dump-log: {notes}: unknown file kind (expected .log, .index or .timeindex)",
+        f"annal dump-log: {tmp_path}: not a regular file",
+    ]
+    assert _dump(capsys, str(segment))[0] == 0
+
+
+# -- legacy message sets -------------------------------------------------------
+
+
+def _legacy(magic: int, compression: int, records: list[tuple[int, bytes, bytes]]) -> bytes:
+    """A message set as a pre-0.11 broker stored it.
+
+    A v1 compressed wrapper holds relative inner offsets (0..n-1) and the
+    absolute offset of its last record; the builder writes a producer's
+    wrapper (offset 0), so the offset is patched in (it is not under the CRC).
+    """
+    builder = LegacyRecordBatchBuilder(
+        magic=magic, compression_type=compression, batch_size=1 << 20
+    )
+    for n, (offset, key, value) in enumerate(records):
+        relative = magic == 1 and compression != 0
+        builder.append(n if relative else offset, 1000 + offset if magic else None, key, value)
+    data = bytearray(builder.build())
+    if magic == 1 and compression != 0:
+        struct.pack_into(">q", data, 0, records[-1][0])
+    return bytes(data)
+
+
+def test_legacy_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    v0 = _legacy(0, 0, [(0, b"k0", b"v0")])
+    wrapper = _legacy(1, 1, [(1, b"k1", b"v1"), (2, b"k2", b"\xff")])  # gzip: one wrapper
+    upgraded = encode_batch([Record(3, 5000, b"k3", b"v3")], base_offset=3)
+    path = _write(tmp_path / SEGMENT, v0 + wrapper + upgraded)
+
+    code, out, _ = _dump(capsys, "--print-data-log", str(path))
+    assert code == 0
+    assert out[1].startswith(f"offset: 0 position: 0 size: {len(v0)} magic: 0 ")
+    assert out[1].endswith("note: legacy message (magic 0)")
+    assert out[2].startswith("| offset: 0 CreateTime: -1 ") and out[2].endswith("payload: v0")
+    assert out[3].startswith(f"offset: 2 position: {len(v0)} size: {len(wrapper)} magic: 1 ")
+    assert "compresscodec: gzip" in out[3] and "count: 2" in out[3]
+    assert out[4].startswith("| offset: 1 CreateTime: 1001 ")
+    assert out[5].endswith("key: k2 payload: base64:/w==")
+    assert out[6].startswith("baseOffset: 3 lastOffset: 3 count: 1 ")
+    assert out[-1] == "1 batch, 2 legacy messages"
+
+    code, out, _ = _dump(capsys, "--json", "--deep-iteration", str(path))
+    assert code == 0
+    first, second, third = _json(out)
+    assert set(first) == BATCH_FIELDS | {"magic", "note", "records"}
+    assert (first["magic"], second["magic"], second["compression"]) == (0, 1, "gzip")
+    assert (second["base_offset"], second["last_offset"], second["count"]) == (1, 2, 2)
+    assert second["position"] == len(v0) and third["position"] == len(v0) + len(wrapper)
+    assert second["records"][1] == {
+        "offset": 2, "timestamp": 1002, "key": "k2", "value": {"base64": "/w=="}, "headers": []
+    }  # fmt: skip
+    assert set(third) == BATCH_FIELDS | {"records"}
+
+
+def test_corrupt_legacy_entry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first = _legacy(1, 0, [(0, b"k", b"v")])
+    second = bytearray(_legacy(1, 0, [(1, b"k", b"v")]))
+    second[-1] ^= 0xFF
+    path = _write(tmp_path / SEGMENT, first + bytes(second))
+    code, out, err = _dump(capsys, str(path))
+    assert code == 1
+    assert out[1].startswith("offset: 0 position: 0 ") and out[-1].endswith("before the corruption")
+    assert f"corrupt batch at position {len(first)}: legacy message CRC mismatch" in err
+
+
+# -- command line ----------------------------------------------------------------
 
 
 def test_bad_arguments_and_help(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["dump-log"])
-    assert exit_info.value.code == 2
-    with pytest.raises(SystemExit) as exit_info:
-        main(["dump-log", "--no-such-flag", "x.log"])
-    assert exit_info.value.code == 2
+    for argv in (["dump-log"], ["dump-log", "--no-such-flag", "x.log"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+    assert "usage:" in capsys.readouterr().err
     result = subprocess.run(
         [str(Path(sys.executable).parent / "annal"), "dump-log", "--help"],
         capture_output=True,
         text=True,
         check=True,
+        timeout=60,
     )
     assert "--deep-iteration" in result.stdout and "--print-data-log" in result.stdout
