@@ -515,7 +515,7 @@ def _dump_offset_index(path: Path, options: _Options, out: IO[str]) -> bool:
         else:
             print(f"offset: {entry.offset} position: {entry.position}", file=out)
     if not options.as_json:
-        print(f"{len(entries)} entries", file=out)
+        print(f"{len(entries)} entr" + ("y" if len(entries) == 1 else "ies"), file=out)
     return True
 
 
@@ -527,5 +527,5 @@ def _dump_time_index(path: Path, options: _Options, out: IO[str]) -> bool:
         else:
             print(f"timestamp: {entry.timestamp} offset: {entry.offset}", file=out)
     if not options.as_json:
-        print(f"{len(entries)} entries", file=out)
+        print(f"{len(entries)} entr" + ("y" if len(entries) == 1 else "ies"), file=out)
     return True
