@@ -30,8 +30,12 @@ from concurrent import futures
 
 import grpc
 from annal.broker.config import BrokerConfig
+from annal.broker.control import ControllerChannel, ControlService
+from annal.broker.replica_manager import ReplicaManager
 from annal.broker.service import AnnalService
+from annal.controller.controller import Controller
 from annal.storage.errors import LogDirError
+from annal.storage.files import TopicPartition
 from annal.storage.manager import LogManager, LogManagerConfig
 from annal.v1 import annal_pb2_grpc
 from annal.zk.client import SessionEvent, ZkClient, ZkError
@@ -61,6 +65,9 @@ class BrokerServer:
         self.logs: LogManager | None = None
         self.port: int | None = None
         self._grpc: grpc.Server | None = None
+        self.replicas: ReplicaManager
+        self.controller: Controller | None = None
+        self._channel: ControllerChannel | None = None
         self._health = health.HealthServicer()
         self._stopping = threading.Event()
         self._session_thread: threading.Thread | None = None
@@ -105,9 +112,15 @@ class BrokerServer:
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
             ],
         )
-        # rpcs AnnalService does not define yet answer UNIMPLEMENTED (generated base class)
+        self.replicas = ReplicaManager(
+            config.broker_id, logs, self.zk.get_topic_config, self._partition_exists
+        )
+        # OffsetsForLeaderEpoch and ControlledShutdown come with replication; until
+        # then the generated base classes answer them UNIMPLEMENTED.
         service = AnnalService(self)  # type: ignore[abstract]
+        control = ControlService(self.replicas)  # type: ignore[abstract]
         annal_pb2_grpc.add_AnnalServicer_to_server(service, self._grpc)
+        annal_pb2_grpc.add_BrokerControlServicer_to_server(control, self._grpc)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         address = f"{config.listener.host or '0.0.0.0'}:{config.listener.port}"
         try:
@@ -121,6 +134,15 @@ class BrokerServer:
             self._abort()
             raise BrokerStartupError(str(exc)) from exc
         self._grpc.start()
+        self._channel = ControllerChannel(config.broker_id)
+        self.controller = Controller(
+            config.broker_id,
+            self.zk,
+            self._channel.send_leader_and_isr,
+            self._channel.send_stop_replica,
+            config.unclean_leader_election_enable,
+        )
+        self.controller.start()
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._session_thread = threading.Thread(
@@ -135,6 +157,10 @@ class BrokerServer:
             self.cluster_id,
             config.zookeeper_connect,
         )
+
+    def _partition_exists(self, tp: TopicPartition) -> bool:
+        found = self.zk.get_topic_assignment(tp.topic)
+        return found is not None and tp.partition in found[0].partitions
 
     def _abort(self) -> None:
         if self.logs is not None:
@@ -167,8 +193,13 @@ class BrokerServer:
             return
         self._stopping.set()
         self._health.enter_graceful_shutdown()
+        if self.controller is not None:
+            self.controller.initiate_shutdown()
+            self.controller.await_shutdown()
         if self._grpc is not None:
             self._grpc.stop(grace_s).wait(grace_s + 1)
+        if self._channel is not None:
+            self._channel.close()
         if self._session_thread is not None:
             self._session_thread.join(5)
         self.zk.stop()

@@ -602,7 +602,7 @@ class PartitionFetchData(_message.Message):
     partition_max_bytes: _builtins.int
     """Cap for this partition, in bytes (whole batches)."""
     current_leader_epoch: _builtins.int
-    """The fetcher's idea of the leader epoch, -1 when unknown; fences stale leaders."""
+    """The fetcher's idea of the leader epoch; unset (or -1) when unknown. Fences stale leaders."""
     log_start_offset: _builtins.int
     """A follower's log start offset; -1 for consumers."""
     def __init__(
@@ -611,14 +611,16 @@ class PartitionFetchData(_message.Message):
         partition: _builtins.int = ...,
         fetch_offset: _builtins.int = ...,
         partition_max_bytes: _builtins.int = ...,
-        current_leader_epoch: _builtins.int = ...,
+        current_leader_epoch: _builtins.int | None = ...,
         log_start_offset: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch", "current_leader_epoch", b"current_leader_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "fetch_offset", b"fetch_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "partition_max_bytes", b"partition_max_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch", "current_leader_epoch", b"current_leader_epoch", "fetch_offset", b"fetch_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "partition_max_bytes", b"partition_max_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__current_leader_epoch: _TypeAlias = _typing.Literal["current_leader_epoch"]  # noqa: Y015
+    _WhichOneofArgType__current_leader_epoch: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__current_leader_epoch) -> _WhichOneofReturnType__current_leader_epoch | None: ...
 
 Global___PartitionFetchData: _TypeAlias = PartitionFetchData  # noqa: Y015
 

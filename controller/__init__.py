@@ -1,0 +1,1 @@
+"""The controller: election over ZooKeeper and the partition state machine."""
