@@ -41,6 +41,7 @@ def _write(path: Path, lines: list[str]) -> None:
 
 
 def _read(path: Path, parse: Callable[[list[str]], T]) -> list[T]:
+    """Parse a checkpoint; every error names the file and the line (1-based)."""
     try:
         text = path.read_text("utf-8")
     except FileNotFoundError:
@@ -48,50 +49,72 @@ def _read(path: Path, parse: Callable[[list[str]], T]) -> list[T]:
     except (OSError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from exc
     lines = text.splitlines()
-    if len(lines) < 2:
-        raise CheckpointError(f"checkpoint {path} is truncated: {len(lines)} lines")
+    if not lines:
+        raise CheckpointError(f"checkpoint {path} line 1: missing version line (empty file)")
     if lines[0].strip() != str(VERSION):
-        raise CheckpointError(f"checkpoint {path} line 1: unknown version {lines[0]!r}")
+        raise CheckpointError(
+            f"checkpoint {path} line 1: unknown version {lines[0]!r} (expected {VERSION})"
+        )
+    if len(lines) < 2:
+        raise CheckpointError(f"checkpoint {path} line 2: missing entry count")
     try:
         count = int(lines[1])
     except ValueError:
         raise CheckpointError(f"checkpoint {path} line 2: bad entry count {lines[1]!r}") from None
-    entries = [line for line in lines[2:] if line.strip()]
+    if count < 0:
+        raise CheckpointError(f"checkpoint {path} line 2: negative entry count {count}")
+    # Blank lines are tolerated; the others are entries, numbered as in the file.
+    entries = [(number, line) for number, line in enumerate(lines[2:], start=3) if line.strip()]
     if count != len(entries):
         raise CheckpointError(
-            f"checkpoint {path} declares {count} entries but holds {len(entries)}"
+            f"checkpoint {path} line 2: declares {count} entries but the file holds {len(entries)}"
         )
     out = []
-    for number, line in enumerate(entries, start=3):
+    for number, line in entries:
         try:
             out.append(parse(line.split()))
-        except (ValueError, IndexError):
+        except ValueError as exc:
             raise CheckpointError(
-                f"checkpoint {path} line {number}: malformed entry {line!r}"
+                f"checkpoint {path} line {number}: malformed entry {line!r} ({exc})"
             ) from None
     return out
 
 
+def _int(field: str, what: str) -> int:
+    try:
+        return int(field)
+    except ValueError:
+        raise ValueError(f"{what} {field!r} is not an integer") from None
+
+
 def _offset_entry(fields: list[str]) -> tuple[TopicPartition, int]:
     if len(fields) != 3:
-        raise ValueError("expected 'topic partition offset'")
-    return TopicPartition(fields[0], int(fields[1])), int(fields[2])
+        raise ValueError(f"expected 'topic partition offset', got {len(fields)} fields")
+    return (
+        TopicPartition(fields[0], _int(fields[1], "partition")),
+        _int(fields[2], "offset"),
+    )
 
 
 def _epoch_entry(fields: list[str]) -> EpochEntry:
     if len(fields) != 2:
-        raise ValueError("expected 'epoch start_offset'")
-    return EpochEntry(int(fields[0]), int(fields[1]))
+        raise ValueError(f"expected 'epoch start_offset', got {len(fields)} fields")
+    return EpochEntry(_int(fields[0], "epoch"), _int(fields[1], "start offset"))
 
 
 class OffsetCheckpointFile:
-    """A log dir's ``topic partition offset`` checkpoint.  Thread-safe: one lock per file."""
+    """A log dir's ``topic partition offset`` checkpoint.
+
+    Thread-safe: ``self._lock`` (one per file) serialises reads and writes of
+    the file, so a read never races a rename of the same path.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
 
     def write(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Replace the file with ``offsets`` (sorted by topic, partition), atomically."""
         lines = [f"{tp.topic} {tp.partition} {offset}" for tp, offset in sorted(offsets.items())]
         with self._lock:
             _write(self.path, lines)
@@ -103,16 +126,22 @@ class OffsetCheckpointFile:
 
 
 class LeaderEpochCheckpointFile:
-    """A partition's ``leader-epoch-checkpoint``.  Thread-safe: one lock per file."""
+    """A partition's ``leader-epoch-checkpoint``.
+
+    Thread-safe: ``self._lock`` (one per file) serialises reads and writes of
+    the file.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
 
     def write(self, entries: Sequence[EpochEntry]) -> None:
+        """Replace the file with ``entries`` in the given order, atomically."""
         with self._lock:
             _write(self.path, [f"{e.epoch} {e.start_offset}" for e in entries])
 
     def read(self) -> list[EpochEntry]:
+        """The checkpointed entries; [] when the file does not exist."""
         with self._lock:
             return _read(self.path, _epoch_entry)

@@ -23,7 +23,12 @@ __all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "EpochEntry", "LeaderEpo
 
 
 class LeaderEpochFileCache:
-    """Thread-safe: ``self._lock`` guards the entry list and its checkpoint writes."""
+    """The epoch → start offset entries of one partition, persisted on every change.
+
+    Thread-safe: one lock, ``self._lock``, guards the entry list and the
+    checkpoint write that follows each change, so the file always matches a
+    state the cache has been in.  Readers take the same lock and get copies.
+    """
 
     def __init__(
         self, topic_partition: TopicPartition, checkpoint: LeaderEpochCheckpointFile
@@ -109,6 +114,7 @@ class LeaderEpochFileCache:
             return floor[-1].epoch, higher.start_offset
 
     def epoch_for_offset(self, offset: int) -> int | None:
+        """The epoch that wrote ``offset``: the last entry starting at or before it."""
         with self._lock:
             found = None
             for entry in self._entries:
@@ -118,7 +124,12 @@ class LeaderEpochFileCache:
             return found
 
     def truncate_from_end(self, end_offset: int) -> None:
-        """Drop entries starting at or after ``end_offset`` (the log was truncated there)."""
+        """Drop entries starting at or after ``end_offset`` (the log was truncated there).
+
+        A negative ``end_offset`` (undefined) changes nothing.
+        """
+        if end_offset < 0:
+            return
         with self._lock:
             kept = [e for e in self._entries if e.start_offset < end_offset]
             if len(kept) != len(self._entries):
@@ -136,6 +147,7 @@ class LeaderEpochFileCache:
             self._flush()
 
     def clear_and_flush(self) -> None:
+        """Forget every entry and persist the empty cache."""
         with self._lock:
             self._entries = []
             self._flush()

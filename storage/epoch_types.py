@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 
 class EpochEntry(NamedTuple):
-    """Leader epoch ``epoch`` started at ``start_offset``."""
+    """Leader epoch ``epoch`` started at ``start_offset``.  Immutable, so thread-safe."""
 
     epoch: int
     start_offset: int

@@ -1,21 +1,40 @@
 """Sparse segment indexes: ``.index`` (offset → position) and ``.timeindex``.
 
+File format (big-endian, fixed-size entries, no header)::
+
     .index      8-byte entries:  relative offset int32 | position int32
     .timeindex  12-byte entries: timestamp int64      | relative offset int32
 
-Big-endian; offsets are relative to the segment's base offset (the file name).
-An ``.index`` entry names the last offset of the batch that starts at
-``position``; offsets strictly increase.  A ``.timeindex`` entry holds the
-largest timestamp seen so far in the segment and the offset that carries it;
-timestamps strictly increase.  Entries are added every ``index.interval.bytes``
-of log, so both files are sparse.
+A relative offset is the absolute offset minus the segment's base offset, the
+20-digit number in the file name; it must fit a non-negative int32.  A
+position is a byte position in the segment's ``.log``.
 
-The writable (active) index is preallocated to ``segment.index.bytes`` and
-memory-mapped; ``trim_to_valid_size`` cuts it to its entries when the segment
-rolls or closes.  On open, the entry count is the file length over the entry
-size.  Indexes are not checksummed: they are derived from the ``.log`` and
-rebuilt on recovery, or whenever ``sanity_check`` fails — for example a
-preallocated, zero-filled file left by a crash.
+* An ``.index`` entry names the last offset of the batch that starts at
+  ``position``.  Offsets strictly increase from entry to entry.
+* A ``.timeindex`` entry holds the largest timestamp seen so far in the
+  segment and the offset of the record that carries it.  Timestamps strictly
+  increase; offsets never go backwards.
+
+Entries are added once per ``index.interval.bytes`` of log, so both files are
+sparse: a lookup gives a position at or before the wanted batch and the reader
+scans forward in the ``.log``.
+
+Size.  While a segment is the writable (active) one its indexes are
+preallocated to ``segment.index.bytes``, rounded down to whole entries, and
+memory-mapped; ``trim_to_valid_size`` cuts each file to exactly its entries
+when the segment rolls or is closed.  On open, the entry count is the file
+length divided by the entry size.  An existing file is never grown on open;
+the log resizes the active segment's indexes itself.
+
+Crashes.  Indexes are not checksummed: they are derived from the ``.log`` and
+rebuilt on recovery.  A process that dies while a segment is active leaves a
+preallocated file whose tail is zero-filled; once reopened its entry count
+includes those zero entries, and ``sanity_check`` rejects it (last offset not
+above the base offset), which makes recovery rebuild it.
+
+Memory maps are opened lazily: an index of an old segment costs no file
+descriptor and no mapping until a lookup needs it, since a log may have
+hundreds of segments.
 """
 
 from __future__ import annotations
@@ -24,8 +43,9 @@ import mmap
 import os
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 from . import files
 from .errors import CorruptIndexError
@@ -34,56 +54,60 @@ INT32_MAX = 2**31 - 1
 
 
 class OffsetPosition(NamedTuple):
-    """An ``.index`` entry, with the absolute offset."""
+    """An ``.index`` entry with its absolute offset.  Immutable, so thread-safe."""
 
     offset: int
     position: int
 
 
 class TimestampOffset(NamedTuple):
-    """A ``.timeindex`` entry, with the absolute offset."""
+    """A ``.timeindex`` entry with its absolute offset.  Immutable, so thread-safe."""
 
     timestamp: int
     offset: int
 
 
 class _Index:
-    """Shared machinery of both indexes.
+    """Shared machinery of both indexes: the file, its lazy memory map, trimming.
 
-    Thread safety: the owning log's lock serialises writers; ``self._lock``
-    guards the memory map itself, so a lookup never sees it swapped or closed
-    halfway (``resize`` and ``close`` replace it under the lock).
+    Thread safety: writers (append, truncate, resize, trim, rename, close,
+    delete) are serialised by the owning log's lock.  ``self._lock`` guards the
+    file descriptor, the memory map and ``path``, so that a concurrent lookup
+    never sees the map replaced, closed or half-opened, and never opens a file
+    that is being renamed.  Lookups may run from any thread.
     """
 
     entry_size: ClassVar[int]
     suffix: ClassVar[str]
+    _ENTRY: ClassVar[struct.Struct]
 
     def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
         self.path = path
         self.base_offset = base_offset
+        self.max_index_size = max_index_size
         self._lock = threading.Lock()
-        self.created = not path.exists()  # missing on open: to be rebuilt if the log has data
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        length = os.fstat(self._fd).st_size
-        if length == 0:
-            length = self._round(max_index_size)
-            os.ftruncate(self._fd, length)
-            self._entries = 0
-        else:
-            self._entries = length // self.entry_size
+        # Missing on open: the segment rebuilds it when the log holds data.
+        self.created = not path.exists()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            length = os.fstat(fd).st_size
+            if self.created:
+                length = self._round(max_index_size)
+                os.ftruncate(fd, length)
+        finally:
+            os.close(fd)
+        self._size = length
+        self._entries = 0 if self.created else length // self.entry_size
+        self._fd: int | None = None
         self._mmap: mmap.mmap | None = None
-        self._size = 0
-        self._map(length)
+        # (entries, last entry): a cache, valid while the entry count matches.
+        self._last: tuple[int, tuple[int, int]] | None = None
         self.closed = False
+
+    # -- size and state ----------------------------------------------------
 
     def _round(self, size: int) -> int:
         return max(size // self.entry_size, 1) * self.entry_size
-
-    def _map(self, length: int) -> None:
-        if self._mmap is not None:
-            self._mmap.close()
-        self._mmap = mmap.mmap(self._fd, length) if length > 0 else None
-        self._size = length
 
     @property
     def entries(self) -> int:
@@ -97,129 +121,199 @@ class _Index:
     def is_full(self) -> bool:
         return self._entries >= self.max_entries
 
+    @property
+    def is_mapped(self) -> bool:
+        """True once the file is open and memory-mapped."""
+        return self._mmap is not None
+
     def _relative(self, offset: int) -> int:
         relative = offset - self.base_offset
         if not 0 <= relative <= INT32_MAX:
             raise CorruptIndexError(
-                f"offset {offset} does not fit index {self.path} "
-                f"with base offset {self.base_offset}"
+                f"offset {offset} does not fit index {self.path} with base offset "
+                f"{self.base_offset} (relative offset {relative} is not a non-negative int32)"
             )
         return relative
 
-    _last: tuple[int, Any] | None = None  # (entries, last entry): valid while entries match
+    # -- the map (callers hold self._lock) ---------------------------------
 
-    def truncate(self) -> None:
-        """Drop every entry."""
-        self._entries = 0
+    def _map_locked(self) -> mmap.mmap:
+        if self._mmap is None:
+            if self.closed:
+                raise CorruptIndexError(f"index {self.path} is closed")
+            if self._size == 0:
+                raise CorruptIndexError(f"index {self.path} has no room for entries")
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDWR)
+            self._mmap = mmap.mmap(self._fd, self._size)
+        return self._mmap
+
+    def _mapped(self) -> mmap.mmap:
+        mm = self._mmap
+        if mm is None:
+            with self._lock:
+                mm = self._map_locked()
+        return mm
+
+    def _unmap_locked(self) -> None:
+        if self._mmap is not None:
+            self._mmap.flush()
+            self._mmap.close()
+            self._mmap = None
+
+    def _release_locked(self) -> None:
+        self._unmap_locked()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _set_length_locked(self, length: int) -> None:
+        self._unmap_locked()
+        if self._fd is not None:
+            os.ftruncate(self._fd, length)
+        else:
+            os.truncate(self.path, length)
+        self._size = length
+        self._entries = min(self._entries, length // self.entry_size)
         self._last = None
 
-    def resize(self, new_size: int) -> None:
-        """Make the file ``new_size`` bytes (rounded down to whole entries)."""
-        length = self._round(new_size) if new_size > 0 else 0
+    def _file_length_locked(self) -> int:
+        if self._fd is not None:
+            return os.fstat(self._fd).st_size
+        return os.stat(self.path).st_size
+
+    def _record_locked(self, n: int) -> tuple[int, int]:
+        """Raw fields of entry ``n``; reads the file without mapping it when unmapped."""
+        if self._mmap is not None:
+            fields: tuple[int, int] = self._ENTRY.unpack_from(self._mmap, n * self.entry_size)
+            return fields
+        with open(self.path, "rb") as f:
+            f.seek(n * self.entry_size)
+            data = f.read(self.entry_size)
+        if len(data) != self.entry_size:
+            raise CorruptIndexError(f"index {self.path} has no entry {n}")
+        fields = self._ENTRY.unpack(data)
+        return fields
+
+    def _last_record(self) -> tuple[int, int]:
+        """Raw fields of the last entry (there is one)."""
+        cached = self._last
+        if cached is not None and cached[0] == self._entries:
+            return cached[1]
         with self._lock:
-            if length == self._size:
-                return
-            if self._mmap is not None:
-                self._mmap.flush()
-                self._mmap.close()
-                self._mmap = None
-            os.ftruncate(self._fd, length)
-            self._map(length)
-            self._entries = min(self._entries, length // self.entry_size)
-            self._last = None
+            fields = self._record_locked(self._entries - 1)
+        self._last = (self._entries, fields)
+        return fields
 
-    def trim_to_valid_size(self) -> None:
-        """Cut the file to exactly its entries (the segment is no longer written)."""
-        with self._lock:
-            if self._size == self._entries * self.entry_size:
-                return
-            if self._mmap is not None:
-                self._mmap.flush()
-                self._mmap.close()
-                self._mmap = None
-            length = self._entries * self.entry_size
-            os.ftruncate(self._fd, length)
-            self._map(length)
-
-    def flush(self) -> None:
-        with self._lock:
-            if self._mmap is not None:
-                self._mmap.flush()
-
-    def close(self) -> None:
-        """Trim to the entries and release the file."""
-        if self.closed:
-            return
-        self.trim_to_valid_size()
-        with self._lock:
-            if self._mmap is not None:
-                self._mmap.close()
-                self._mmap = None
-            os.close(self._fd)
-            self.closed = True
-
-    def delete(self) -> None:
-        """Release the file without trimming and remove it."""
-        with self._lock:
-            if not self.closed:
-                if self._mmap is not None:
-                    self._mmap.close()
-                    self._mmap = None
-                os.close(self._fd)
-                self.closed = True
-        self.path.unlink(missing_ok=True)
-
-    def rename_to(self, path: Path) -> None:
-        os.replace(self.path, path)
-        self.path = path
-
-    def _check_length(self) -> None:
-        length = os.fstat(self._fd).st_size
-        if length % self.entry_size:
-            raise CorruptIndexError(
-                f"index file {self.path} has length {length}, not a multiple of {self.entry_size}"
-            )
-
-    def _slot(self, target: int, key_of: object) -> int:
-        """Largest entry index whose key is <= ``target``; -1 when none (callers hold the lock)."""
+    def _slot_locked(self, target: int, key_of: Callable[[int], int]) -> int:
+        """Largest entry number whose key is <= ``target`` (keys non-decreasing); -1 if none."""
         lo, hi = 0, self._entries - 1
         found = -1
         while lo <= hi:
             mid = (lo + hi) // 2
-            if key_of(mid) <= target:  # type: ignore[operator]
+            if key_of(mid) <= target:
                 found = mid
                 lo = mid + 1
             else:
                 hi = mid - 1
         return found
 
+    # -- lifecycle -----------------------------------------------------------
+
+    def truncate(self) -> None:
+        """Drop every entry (the file keeps its size)."""
+        self._entries = 0
+        self._last = None
+
+    def resize(self, new_size: int) -> None:
+        """Make the file ``new_size`` bytes, rounded down to whole entries (at least one).
+
+        Entries beyond the new size are dropped.  The log calls this to give
+        the active segment's indexes room again (``segment.index.bytes``).
+        """
+        length = self._round(new_size) if new_size > 0 else 0
+        with self._lock:
+            if length != self._size:
+                self._set_length_locked(length)
+
+    def trim_to_valid_size(self) -> None:
+        """Cut the file to exactly ``entries * entry_size`` bytes (no longer written)."""
+        with self._lock:
+            length = self._entries * self.entry_size
+            if length != self._size:
+                self._set_length_locked(length)
+
+    def flush(self) -> None:
+        """Write the mapped pages to disk (nothing to do when unmapped)."""
+        with self._lock:
+            if self._mmap is not None:
+                self._mmap.flush()
+
+    def close(self) -> None:
+        """Trim the file to its entries and release the map and the descriptor."""
+        if self.closed:
+            return
+        with self._lock:
+            # An unopened file already removed (a ``.deleted`` segment past its
+            # delay) has nothing left to trim.
+            gone = self._fd is None and not self.path.exists()
+        if not gone:
+            self.trim_to_valid_size()
+        with self._lock:
+            self._release_locked()
+            self.closed = True
+
+    def delete(self) -> None:
+        """Release the file without trimming it and remove it."""
+        with self._lock:
+            self._release_locked()
+            self.closed = True
+            self.path.unlink(missing_ok=True)
+
+    def rename_to(self, new_path: Path) -> None:
+        """Rename the file (``.deleted``, ``.swap`` and other suffix changes); a map stays valid."""
+        with self._lock:
+            os.replace(self.path, new_path)
+            self.path = new_path
+
+    def _check_length(self) -> None:
+        with self._lock:
+            length = self._file_length_locked()
+        if length % self.entry_size:
+            raise CorruptIndexError(
+                f"index file {self.path} has length {length}, not a multiple of {self.entry_size}"
+            )
+
 
 class OffsetIndex(_Index):
-    """``.index``: offset → file position.  See ``_Index`` for thread safety."""
+    """``.index``: offset → position in the ``.log``.
+
+    Thread safety as for every index: appends and truncations run under the
+    owning log's lock; ``self._lock`` guards the map, the descriptor and the
+    path, so lookups may run from any thread.
+    """
 
     entry_size = 8
     suffix = files.INDEX_SUFFIX
     _ENTRY = struct.Struct(">ii")
 
     def entry(self, n: int) -> OffsetPosition:
+        """Entry number ``n`` (0-based) with its absolute offset."""
+        if not 0 <= n < self._entries:
+            raise IndexError(f"entry {n} out of range: {self.path} has {self._entries} entries")
         with self._lock:
-            return self._entry(n)
-
-    def _entry(self, n: int) -> OffsetPosition:
-        assert self._mmap is not None
-        relative, position = self._ENTRY.unpack_from(self._mmap, n * 8)
+            relative, position = self._record_locked(n)
         return OffsetPosition(self.base_offset + relative, position)
 
     @property
     def last_offset(self) -> int:
+        """Offset of the last entry; the base offset when empty."""
         if self._entries == 0:
             return self.base_offset
-        if self._last is None or self._last[0] != self._entries:
-            self._last = (self._entries, self.entry(self._entries - 1))
-        return self._last[1].offset
+        return self.base_offset + self._last_record()[0]
 
     def append(self, offset: int, position: int) -> None:
-        """Add an entry; offsets must strictly increase."""
+        """Add an entry; offsets must strictly increase and fit the index."""
         entries = self._entries
         if entries:
             last = self.last_offset
@@ -227,61 +321,67 @@ class OffsetIndex(_Index):
                 raise CorruptIndexError(
                     f"offset {offset} is not larger than last offset {last} in {self.path}"
                 )
-        if entries * 8 >= self._size:
-            raise CorruptIndexError(f"index {self.path} is full ({entries} entries)")
-        relative = offset - self.base_offset
-        if relative > INT32_MAX:
+        if entries >= self.max_entries:
             raise CorruptIndexError(
-                f"offset {offset} does not fit index {self.path} "
-                f"with base offset {self.base_offset}"
+                f"index {self.path} is full ({entries} entries); cannot add offset {offset}"
             )
-        # No lock: only resize and close replace the map, and they run, like
-        # appends, under the owning log's lock; readers see the entry once
-        # ``_entries`` counts it.
-        assert self._mmap is not None
-        self._ENTRY.pack_into(self._mmap, entries * 8, relative, position)
+        relative = self._relative(offset)
+        # No index lock for the write: resize, trim and close, the only calls
+        # that replace the map, run under the owning log's lock like appends;
+        # readers see the entry once ``_entries`` counts it.
+        self._ENTRY.pack_into(self._mapped(), entries * 8, relative, position)
         self._entries = entries + 1
-        self._last = (entries + 1, OffsetPosition(offset, position))
+        self._last = (entries + 1, (relative, position))
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The largest entry with offset <= ``target_offset``; (base offset, 0) if none."""
         with self._lock:
-            if self._entries == 0 or self._mmap is None:
+            if self._entries == 0 or self.closed:
                 return OffsetPosition(self.base_offset, 0)
-            mm = self._mmap
+            mm = self._map_locked()
             unpack = self._ENTRY.unpack_from
-            relative_target = target_offset - self.base_offset
-            slot = self._slot(relative_target, lambda n: unpack(mm, n * 8)[0])
+            slot = self._slot_locked(
+                target_offset - self.base_offset, lambda n: int(unpack(mm, n * 8)[0])
+            )
             if slot < 0:
                 return OffsetPosition(self.base_offset, 0)
-            return self._entry(slot)
+            relative, position = unpack(mm, slot * 8)
+        return OffsetPosition(self.base_offset + relative, position)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry whose offset is >= ``offset``."""
         with self._lock:
-            if self._entries == 0 or self._mmap is None:
+            if self._entries == 0 or self.closed:
                 return
-            mm = self._mmap
+            mm = self._map_locked()
             unpack = self._ENTRY.unpack_from
             self._entries = (
-                self._slot(offset - 1 - self.base_offset, lambda n: unpack(mm, n * 8)[0]) + 1
+                self._slot_locked(
+                    offset - 1 - self.base_offset, lambda n: int(unpack(mm, n * 8)[0])
+                )
+                + 1
             )
             self._last = None
 
     def sanity_check(self) -> None:
+        """Raise CorruptIndexError for a torn file or a zero-filled preallocated tail."""
         self._check_length()
         if self._entries and self.last_offset <= self.base_offset:
             raise CorruptIndexError(
-                f"corrupt index {self.path}: last offset {self.last_offset} is not above base "
-                f"offset {self.base_offset}"
+                f"corrupt index {self.path}: {self._entries} entries but last offset "
+                f"{self.last_offset} is not above base offset {self.base_offset}"
             )
 
 
 class TimeIndex(_Index):
-    """``.timeindex``: timestamp → offset.  See ``_Index`` for thread safety.
+    """``.timeindex``: timestamp → offset.
 
-    One slot is always kept free, so the final entry written when a segment
-    rolls or closes (``skip_full_check``) always fits.
+    ``is_full`` keeps one slot free, so the final entry written when the
+    segment rolls or closes (``skip_full_check=True``) always fits.
+
+    Thread safety as for every index: appends and truncations run under the
+    owning log's lock; ``self._lock`` guards the map, the descriptor and the
+    path, so lookups may run from any thread.
     """
 
     entry_size = 12
@@ -293,80 +393,115 @@ class TimeIndex(_Index):
         return self._entries >= self.max_entries - 1
 
     def entry(self, n: int) -> TimestampOffset:
+        """Entry number ``n`` (0-based) with its absolute offset."""
+        if not 0 <= n < self._entries:
+            raise IndexError(f"entry {n} out of range: {self.path} has {self._entries} entries")
         with self._lock:
-            return self._entry(n)
-
-    def _entry(self, n: int) -> TimestampOffset:
-        assert self._mmap is not None
-        timestamp, relative = self._ENTRY.unpack_from(self._mmap, n * 12)
+            timestamp, relative = self._record_locked(n)
         return TimestampOffset(timestamp, self.base_offset + relative)
 
     @property
     def last_entry(self) -> TimestampOffset:
+        """The last entry; (-1, base offset) when empty."""
         if self._entries == 0:
             return TimestampOffset(-1, self.base_offset)
-        if self._last is None or self._last[0] != self._entries:
-            self._last = (self._entries, self.entry(self._entries - 1))
-        return self._last[1]
+        timestamp, relative = self._last_record()
+        return TimestampOffset(timestamp, self.base_offset + relative)
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
-        """Add an entry when ``timestamp`` is above the last one."""
+        """Add (timestamp, offset) when ``timestamp`` is above the last entry's.
+
+        The same timestamp again is ignored (a segment repeats its last entry
+        when it rolls or closes).  A smaller timestamp, or an offset below the
+        last entry's, is an error.  A negative timestamp (no timestamp) is
+        never indexed.
+        """
+        last = self.last_entry
         if self._entries:
-            last = self.last_entry
-            if timestamp <= last.timestamp:
-                if offset < last.offset:
-                    raise CorruptIndexError(
-                        f"offset {offset} is below last offset {last.offset} in {self.path}"
-                    )
-                return
             if offset < last.offset:
                 raise CorruptIndexError(
-                    f"offset {offset} is below last offset {last.offset} in {self.path}"
+                    f"offset {offset} (timestamp {timestamp}) is below last offset "
+                    f"{last.offset} in {self.path}"
                 )
-        if timestamp < 0:
+            if timestamp < last.timestamp:
+                raise CorruptIndexError(
+                    f"timestamp {timestamp} (offset {offset}) is below last timestamp "
+                    f"{last.timestamp} in {self.path}"
+                )
+        if timestamp <= last.timestamp or timestamp < 0:
             return
-        if self._entries >= self.max_entries or (not skip_full_check and self.is_full):
-            raise CorruptIndexError(f"time index {self.path} is full ({self._entries} entries)")
+        entries = self._entries
+        if entries >= self.max_entries or (not skip_full_check and self.is_full):
+            raise CorruptIndexError(
+                f"time index {self.path} is full ({entries} entries); "
+                f"cannot add timestamp {timestamp} at offset {offset}"
+            )
         relative = self._relative(offset)
-        with self._lock:
-            assert self._mmap is not None
-            self._ENTRY.pack_into(self._mmap, self._entries * 12, timestamp, relative)
-            self._entries += 1
-            self._last = (self._entries, TimestampOffset(timestamp, offset))
+        self._ENTRY.pack_into(self._mapped(), entries * 12, timestamp, relative)
+        self._entries = entries + 1
+        self._last = (entries + 1, (timestamp, relative))
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """The largest entry with timestamp <= target; (-1, base offset) if none."""
         with self._lock:
-            if self._entries == 0 or self._mmap is None:
+            if self._entries == 0 or self.closed:
                 return TimestampOffset(-1, self.base_offset)
-            mm = self._mmap
+            mm = self._map_locked()
             unpack = self._ENTRY.unpack_from
-            slot = self._slot(target_timestamp, lambda n: unpack(mm, n * 12)[0])
+            slot = self._slot_locked(target_timestamp, lambda n: int(unpack(mm, n * 12)[0]))
             if slot < 0:
                 return TimestampOffset(-1, self.base_offset)
-            return self._entry(slot)
+            timestamp, relative = unpack(mm, slot * 12)
+        return TimestampOffset(timestamp, self.base_offset + relative)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry whose offset is >= ``offset``."""
         with self._lock:
-            n = self._entries
-            while n > 0 and self._entry(n - 1).offset >= offset:
-                n -= 1
-            self._entries = n
+            if self._entries == 0 or self.closed:
+                return
+            mm = self._map_locked()
+            self._entries = self._count_below(mm, offset - self.base_offset)
             self._last = None
 
+    def _count_below(self, mm: mmap.mmap, relative: int) -> int:
+        """Number of leading entries whose relative offset is < ``relative`` (offsets never
+        go backwards, so a binary search applies); the caller holds ``self._lock``."""
+        lo, hi = 0, self._entries
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._ENTRY.unpack_from(mm, mid * 12)[1] < relative:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
     def sanity_check(self) -> None:
+        """Raise CorruptIndexError for a torn file or entries that break the ordering."""
         self._check_length()
-        if self._entries:
-            last = self.last_entry
-            first = self.entry(0)
-            if last.offset < self.base_offset or last.timestamp < first.timestamp:
-                raise CorruptIndexError(
-                    f"corrupt time index {self.path}: last entry {tuple(last)} against first "
-                    f"{tuple(first)} and base offset {self.base_offset}"
-                )
-            if last.timestamp <= 0 and self._entries > 1:
-                raise CorruptIndexError(f"corrupt time index {self.path}: zero-filled entries")
+        if not self._entries:
+            return
+        last = self.last_entry
+        first = self.entry(0)
+        if last.offset < self.base_offset:
+            raise CorruptIndexError(
+                f"corrupt time index {self.path}: last offset {last.offset} is below "
+                f"base offset {self.base_offset}"
+            )
+        if last.timestamp < first.timestamp:
+            raise CorruptIndexError(
+                f"corrupt time index {self.path}: last timestamp {last.timestamp} is below "
+                f"first timestamp {first.timestamp}"
+            )
+        if self._entries > 1 and last.timestamp <= first.timestamp:
+            # Strictly increasing timestamps: equal ends mean a zero-filled tail.
+            raise CorruptIndexError(
+                f"corrupt time index {self.path}: {self._entries} entries but last timestamp "
+                f"{last.timestamp} is not above first timestamp {first.timestamp} "
+                f"(zero-filled entries?)"
+            )
+
+
+# -- readers for the dump tool ----------------------------------------------
 
 
 def _base_offset_of(path: Path) -> int:
@@ -376,25 +511,33 @@ def _base_offset_of(path: Path) -> int:
     return parsed[0]
 
 
-def read_offset_index_entries(path: Path) -> list[OffsetPosition]:
-    """Entries of an ``.index`` file, with absolute offsets; a zero-filled tail is ignored."""
-    base = _base_offset_of(path)
+def _raw_entries(path: Path, layout: struct.Struct) -> list[tuple[int, int]]:
+    """Whole entries of a file, without its trailing all-zero (preallocated) entries."""
     data = path.read_bytes()
-    out = []
-    for relative, position in struct.iter_unpack(">ii", data[: len(data) - len(data) % 8]):
-        if relative == 0 and position == 0:
-            break
-        out.append(OffsetPosition(base + relative, position))
-    return out
+    data = data[: len(data) - len(data) % layout.size]
+    end = len(data)
+    while end >= layout.size and not any(data[end - layout.size : end]):
+        end -= layout.size
+    return [(a, b) for a, b in layout.iter_unpack(data[:end])]
+
+
+def read_offset_index_entries(path: Path) -> list[OffsetPosition]:
+    """Entries of an ``.index`` file with absolute offsets; a zero-filled tail is ignored.
+
+    The base offset comes from the file name, so any index file can be read
+    without its log.
+    """
+    base = _base_offset_of(path)
+    return [
+        OffsetPosition(base + relative, position)
+        for relative, position in _raw_entries(path, OffsetIndex._ENTRY)
+    ]
 
 
 def read_time_index_entries(path: Path) -> list[TimestampOffset]:
-    """Entries of a ``.timeindex`` file, with absolute offsets; a zero-filled tail is ignored."""
+    """Entries of a ``.timeindex`` file with absolute offsets; a zero-filled tail is ignored."""
     base = _base_offset_of(path)
-    data = path.read_bytes()
-    out = []
-    for timestamp, relative in struct.iter_unpack(">qi", data[: len(data) - len(data) % 12]):
-        if timestamp == 0 and relative == 0:
-            break
-        out.append(TimestampOffset(timestamp, base + relative))
-    return out
+    return [
+        TimestampOffset(timestamp, base + relative)
+        for timestamp, relative in _raw_entries(path, TimeIndex._ENTRY)
+    ]

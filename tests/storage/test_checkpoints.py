@@ -1,16 +1,16 @@
-"""Checkpoint files, meta.properties and the log config parser."""
+"""Checkpoint files (offsets per partition, leader epochs) and the log config parser."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 from annal.storage.checkpoints import LeaderEpochCheckpointFile, OffsetCheckpointFile
 from annal.storage.config import LogConfig
 from annal.storage.epoch_types import EpochEntry
-from annal.storage.errors import CheckpointError, LogDirError
+from annal.storage.errors import CheckpointError
 from annal.storage.files import TopicPartition
-from annal.storage.meta import MetaProperties, read_meta_properties, write_meta_properties
 
 
 def test_offset_checkpoint_round_trip_and_format(tmp_path: Path) -> None:
@@ -22,52 +22,98 @@ def test_offset_checkpoint_round_trip_and_format(tmp_path: Path) -> None:
     assert path.read_text() == "0\n2\norders 0 1520\norders 1 1498\n"
     assert checkpoint.read() == offsets
     assert not list(tmp_path.glob("*.tmp"))
+    checkpoint.write({})
+    assert path.read_text() == "0\n0\n"
+    assert checkpoint.read() == {}
+
+
+def test_offset_checkpoint_reads_a_file_written_elsewhere(tmp_path: Path) -> None:
+    path = tmp_path / "replication-offset-checkpoint"
+    path.write_text("0\n3\n__consumer_offsets 17 0\nmy.topic-x 0 12\n\nt 2 9\n")
+    assert OffsetCheckpointFile(path).read() == {
+        TopicPartition("__consumer_offsets", 17): 0,
+        TopicPartition("my.topic-x", 0): 12,
+        TopicPartition("t", 2): 9,
+    }
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("1\n0\n", "line 1: unknown version"),
-        ("0\nx\n", "line 2: bad entry count"),
-        ("0\n2\nt 0 5\n", "declares 2 entries but holds 1"),
-        ("0\n1\nt zero 5\n", "line 3: malformed entry"),
-        ("0\n1\nt 0\n", "line 3: malformed entry"),
-        ("0\n", "truncated"),
+        ("", "line 1: missing version line"),
+        ("1\n0\n", "line 1: unknown version '1'"),
+        ("0\n", "line 2: missing entry count"),
+        ("0\nx\n", "line 2: bad entry count 'x'"),
+        ("0\n-1\n", "line 2: negative entry count -1"),
+        ("0\n2\nt 0 5\n", "line 2: declares 2 entries but the file holds 1"),
+        ("0\n1\nt 0 5\nt 1 6\n", "line 2: declares 1 entries but the file holds 2"),
+        ("0\n1\nt zero 5\n", "line 3: malformed entry 't zero 5' .partition 'zero'"),
+        ("0\n1\nt 0 five\n", "line 3: malformed entry .*offset 'five'"),
+        ("0\n1\nt 0\n", "line 3: malformed entry 't 0' .expected 'topic partition offset'"),
+        ("0\n2\nt 0 1\n\nt 1 2 3\n", "line 5: malformed entry 't 1 2 3'"),
     ],
 )
 def test_malformed_offset_checkpoints(tmp_path: Path, text: str, message: str) -> None:
-    path = tmp_path / "cp"
+    path = tmp_path / "cleaner-offset-checkpoint"
     path.write_text(text)
-    with pytest.raises(CheckpointError, match=message):
+    with pytest.raises(CheckpointError, match=rf"checkpoint .*cleaner-offset-checkpoint {message}"):
+        OffsetCheckpointFile(path).read()
+
+
+def test_unreadable_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "log-start-offset-checkpoint"
+    path.write_bytes(b"0\n1\n\xff\xfe 0 1\n")
+    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
         OffsetCheckpointFile(path).read()
 
 
 def test_leader_epoch_checkpoint(tmp_path: Path) -> None:
     path = tmp_path / "leader-epoch-checkpoint"
     checkpoint = LeaderEpochCheckpointFile(path)
+    assert checkpoint.read() == []
     checkpoint.write([EpochEntry(0, 0), EpochEntry(3, 1210)])
     assert path.read_text() == "0\n2\n0 0\n3 1210\n"
     assert checkpoint.read() == [EpochEntry(0, 0), EpochEntry(3, 1210)]
-    path.write_text("0\n1\n3\n")
-    with pytest.raises(CheckpointError, match="line 3"):
-        checkpoint.read()
+    assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_meta_properties(tmp_path: Path) -> None:
-    path = tmp_path / "meta.properties"
-    assert read_meta_properties(path) is None
-    write_meta_properties(path, MetaProperties(0, 7, "lqc8FzZvRSC0wzRkXh6VjA"))
-    assert "broker.id=7" in path.read_text()
-    assert read_meta_properties(path) == MetaProperties(0, 7, "lqc8FzZvRSC0wzRkXh6VjA")
-    path.write_text("version=0\nbroker.id=seven\n")
-    with pytest.raises(LogDirError, match="meta.properties"):
-        read_meta_properties(path)
-    path.write_text("version=0\n")
-    with pytest.raises(LogDirError, match="no broker.id"):
-        read_meta_properties(path)
-    path.write_text("garbage line\n")
-    with pytest.raises(LogDirError, match="line 1"):
-        read_meta_properties(path)
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2\n0\n", "line 1: unknown version"),
+        ("0\n2\n0 0\n", "line 2: declares 2 entries but the file holds 1"),
+        ("0\n1\n3\n", "line 3: malformed entry '3' .expected 'epoch start_offset'"),
+        ("0\n1\n3 x\n", "line 3: malformed entry '3 x' .start offset 'x'"),
+    ],
+)
+def test_malformed_leader_epoch_checkpoints(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "leader-epoch-checkpoint"
+    path.write_text(text)
+    with pytest.raises(CheckpointError, match=rf"checkpoint .*leader-epoch-checkpoint {message}"):
+        LeaderEpochCheckpointFile(path).read()
+
+
+def test_concurrent_writes_and_reads_never_see_a_mix(tmp_path: Path) -> None:
+    checkpoint = OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint")
+    mappings = [{TopicPartition("t", p): n for p in range(n % 5 + 1)} for n in range(40)]
+    seen: list[dict[TopicPartition, int]] = []
+    errors: list[Exception] = []
+
+    def writer(chunk: list[dict[TopicPartition, int]]) -> None:
+        try:
+            for mapping in chunk:
+                checkpoint.write(mapping)
+                seen.append(checkpoint.read())
+        except Exception as exc:  # reported below, in the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(mappings[i::4],)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    assert not errors
+    assert all(mapping in mappings for mapping in seen) and len(seen) == 40
 
 
 def test_log_config_parsing() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import struct
 from pathlib import Path
 
 import pytest
@@ -14,118 +16,400 @@ from annal.storage.index import (
     read_offset_index_entries,
     read_time_index_entries,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 BASE = 1000
+INDEX_NAME = "00000000000000001000.index"
+TIME_INDEX_NAME = "00000000000000001000.timeindex"
 
 
 def offset_index(tmp_path: Path, entries: int = 0, max_size: int = 800) -> OffsetIndex:
-    index = OffsetIndex(tmp_path / "00000000000000001000.index", BASE, max_size)
+    """An index with entries (BASE + 10k, 100k) for k = 1..entries."""
+    index = OffsetIndex(tmp_path / INDEX_NAME, BASE, max_size)
     for i in range(entries):
         index.append(BASE + 10 * (i + 1), 100 * (i + 1))
     return index
 
 
+def time_index(tmp_path: Path, max_size: int = 12 * 100) -> TimeIndex:
+    return TimeIndex(tmp_path / TIME_INDEX_NAME, BASE, max_size)
+
+
+# -- offset index: lookups -------------------------------------------------------
+
+
+def test_lookup_on_an_empty_index_gives_the_base_offset(tmp_path: Path) -> None:
+    index = offset_index(tmp_path)
+    assert index.entries == 0 and index.last_offset == BASE
+    assert index.lookup(BASE) == OffsetPosition(BASE, 0)
+    assert index.lookup(BASE + 10**6) == OffsetPosition(BASE, 0)
+    index.close()
+
+
 def test_lookup_finds_largest_entry_at_or_below(tmp_path: Path) -> None:
     index = offset_index(tmp_path, entries=50)
+    assert index.lookup(0) == OffsetPosition(BASE, 0)
     assert index.lookup(BASE) == OffsetPosition(BASE, 0)
     assert index.lookup(BASE + 9) == OffsetPosition(BASE, 0)
     assert index.lookup(BASE + 10) == OffsetPosition(BASE + 10, 100)
     assert index.lookup(BASE + 255) == OffsetPosition(BASE + 250, 2500)
+    assert index.lookup(BASE + 500) == OffsetPosition(BASE + 500, 5000)
     assert index.lookup(BASE + 10**6) == OffsetPosition(BASE + 500, 5000)
-    assert index.lookup(0) == OffsetPosition(BASE, 0)
     index.close()
 
 
-def test_append_must_increase_and_names_the_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 7, 8, 16, 33])
+def test_lookup_every_exact_and_between_target(tmp_path: Path, count: int) -> None:
+    # Odd and even sizes, powers of two and their neighbours: the binary search's edges.
+    index = offset_index(tmp_path, entries=count)
+    for k in range(1, count + 1):
+        assert index.lookup(BASE + 10 * k) == OffsetPosition(BASE + 10 * k, 100 * k)
+        assert index.lookup(BASE + 10 * k - 1) == (
+            OffsetPosition(BASE + 10 * (k - 1), 100 * (k - 1)) if k > 1 else OffsetPosition(BASE, 0)
+        )
+        assert index.lookup(BASE + 10 * k + 1) == OffsetPosition(BASE + 10 * k, 100 * k)
+    assert [index.entry(n) for n in range(count)] == [
+        OffsetPosition(BASE + 10 * k, 100 * k) for k in range(1, count + 1)
+    ]
+    index.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gaps=st.lists(st.integers(1, 1000), max_size=40),
+    targets=st.lists(st.integers(BASE - 5, BASE + 41_000), max_size=20),
+)
+def test_lookup_against_bisect(
+    tmp_path_factory: pytest.TempPathFactory, gaps: list[int], targets: list[int]
+) -> None:
+    index = OffsetIndex(tmp_path_factory.mktemp("idx") / INDEX_NAME, BASE, 8 * 64)
+    offsets: list[int] = []
+    offset = BASE
+    for position, gap in enumerate(gaps):
+        offset += gap
+        index.append(offset, position)
+        offsets.append(offset)
+    for target in targets:
+        slot = bisect.bisect_right(offsets, target) - 1
+        expected = OffsetPosition(offsets[slot], slot) if slot >= 0 else OffsetPosition(BASE, 0)
+        assert index.lookup(target) == expected
+    index.close()
+
+
+def test_entry_out_of_range(tmp_path: Path) -> None:
+    index = offset_index(tmp_path, entries=2)
+    with pytest.raises(IndexError, match="entry 2 out of range"):
+        index.entry(2)
+    index.close()
+
+
+# -- offset index: append rules --------------------------------------------------
+
+
+def test_append_must_increase_and_names_values_and_file(tmp_path: Path) -> None:
     index = offset_index(tmp_path, entries=2)
     with pytest.raises(
-        CorruptIndexError, match=r"offset 1017 is not larger than last offset 1020 in .*1000\.index"
+        CorruptIndexError,
+        match=r"offset 1017 is not larger than last offset 1020 in .*00000000000000001000\.index",
     ):
         index.append(BASE + 17, 999)
+    with pytest.raises(CorruptIndexError, match="offset 1020 is not larger than last offset 1020"):
+        index.append(BASE + 20, 999)
+    assert index.entries == 2
+    index.close()
+
+
+def test_relative_offset_must_fit_a_non_negative_int32(tmp_path: Path) -> None:
+    index = offset_index(tmp_path)
+    with pytest.raises(CorruptIndexError, match=r"offset 999 does not fit index .*1000\.index"):
+        index.append(BASE - 1, 0)
+    with pytest.raises(CorruptIndexError, match="does not fit"):
+        index.append(BASE + 2**31, 0)
+    index.append(BASE + 2**31 - 1, 0)
+    assert index.last_offset == BASE + 2**31 - 1
     index.close()
 
 
 def test_full_index(tmp_path: Path) -> None:
-    index = offset_index(tmp_path, entries=3, max_size=24)
+    index = offset_index(tmp_path, entries=3, max_size=24 + 5)  # rounded down to 3 entries
+    assert index.path.stat().st_size == 24
     assert index.is_full and index.max_entries == 3
-    with pytest.raises(CorruptIndexError, match="full"):
+    with pytest.raises(CorruptIndexError, match=r"is full \(3 entries\)"):
         index.append(BASE + 100, 1)
     index.close()
 
 
-def test_truncate_to_and_trim(tmp_path: Path) -> None:
+# -- offset index: truncation, trimming, reopening -------------------------------
+
+
+def test_truncate_to(tmp_path: Path) -> None:
     index = offset_index(tmp_path, entries=10)
     index.truncate_to(BASE + 55)
     assert index.entries == 5 and index.last_offset == BASE + 50
     index.truncate_to(BASE + 50)
+    assert index.entries == 4 and index.last_offset == BASE + 40
+    index.truncate_to(BASE + 1000)  # beyond the end: nothing to drop
     assert index.entries == 4
+    index.append(BASE + 41, 4100)  # appends continue after the new last entry
+    assert index.lookup(BASE + 45) == OffsetPosition(BASE + 41, 4100)
+    index.truncate_to(BASE)
+    assert index.entries == 0 and index.last_offset == BASE
+    index.close()
+
+
+def test_truncate_drops_everything(tmp_path: Path) -> None:
+    index = offset_index(tmp_path, entries=4)
+    index.truncate()
+    assert index.entries == 0 and index.lookup(BASE + 40) == OffsetPosition(BASE, 0)
+    index.append(BASE + 1, 7)
+    assert index.entry(0) == OffsetPosition(BASE + 1, 7)
+    index.close()
+
+
+def test_preallocated_then_trimmed_on_close_then_reopened(tmp_path: Path) -> None:
+    index = offset_index(tmp_path, entries=4)
     assert index.path.stat().st_size == 800  # preallocated while writable
     index.trim_to_valid_size()
-    assert index.path.stat().st_size == 4 * 8
-    index.resize(800)
+    assert index.path.stat().st_size == 4 * 8 and index.is_full
+    index.resize(800)  # writable again (the log does this for the active segment)
+    assert index.max_entries == 100 and index.entries == 4
     index.append(BASE + 41, 4100)
-    assert index.lookup(BASE + 45).offset == BASE + 41
     index.close()
     assert index.path.stat().st_size == 5 * 8
+    assert index.closed
     reopened = OffsetIndex(index.path, BASE, 800)
+    assert not reopened.created
     assert reopened.entries == 5 and reopened.last_offset == BASE + 41
+    assert reopened.path.stat().st_size == 5 * 8  # an existing file is not grown on open
+    reopened.sanity_check()
+    assert reopened.lookup(BASE + 35) == OffsetPosition(BASE + 30, 300)
+    reopened.close()
+
+
+def test_empty_index_trims_to_zero_bytes_and_reopens_empty(tmp_path: Path) -> None:
+    index = offset_index(tmp_path)
+    assert index.created
+    index.close()
+    assert index.path.stat().st_size == 0
+    reopened = OffsetIndex(index.path, BASE, 800)
+    assert reopened.entries == 0 and reopened.max_entries == 0 and reopened.is_full
     reopened.sanity_check()
     reopened.close()
 
 
-def test_unclean_close_leaves_a_zero_tail_that_fails_the_sanity_check(tmp_path: Path) -> None:
-    path = tmp_path / "00000000000000001000.index"
+def test_resize_smaller_drops_entries_beyond(tmp_path: Path) -> None:
+    index = offset_index(tmp_path, entries=6)
+    index.resize(8 * 3 + 7)
+    assert index.path.stat().st_size == 24 and index.entries == 3
+    assert index.last_offset == BASE + 30
+    index.close()
+
+
+def test_old_segment_index_is_mapped_only_when_looked_up(tmp_path: Path) -> None:
+    index = offset_index(tmp_path, entries=5)
+    index.close()
+    old = OffsetIndex(index.path, BASE, 800)
+    old.sanity_check()
+    assert old.last_offset == BASE + 50
+    assert old.entry(1) == OffsetPosition(BASE + 20, 200)
+    assert not old.is_mapped
+    assert old.lookup(BASE + 33) == OffsetPosition(BASE + 30, 300)
+    assert old.is_mapped
+    old.close()
+    assert not old.is_mapped
+
+
+def test_reopen_after_unclean_close_fails_the_sanity_check(tmp_path: Path) -> None:
+    # A crash while the segment is active leaves the preallocated file untrimmed.
+    index = offset_index(tmp_path, entries=3)
+    index.flush()
+    crashed = OffsetIndex(index.path, BASE, 800)  # what a restart finds on disk
+    assert crashed.entries == 100  # length // 8, the zero tail included
+    with pytest.raises(CorruptIndexError, match=r"last offset 1000 is not above base offset 1000"):
+        crashed.sanity_check()
+    crashed.delete()
+    index.delete()
+    assert not index.path.exists()
+
+
+def test_zero_filled_file_and_torn_length(tmp_path: Path) -> None:
+    path = tmp_path / INDEX_NAME
     path.write_bytes(b"\0" * 800)
     index = OffsetIndex(path, BASE, 800)
-    with pytest.raises(CorruptIndexError, match="not above base offset"):
+    with pytest.raises(CorruptIndexError, match=r"not above base offset"):
         index.sanity_check()
-    index.close()
+    index.delete()
     path.write_bytes(b"\0" * 13)
     index = OffsetIndex(path, BASE, 800)
-    with pytest.raises(CorruptIndexError, match="not a multiple of 8"):
+    with pytest.raises(CorruptIndexError, match=r"length 13, not a multiple of 8"):
         index.sanity_check()
     index.delete()
     assert not path.exists()
 
 
-def test_time_index_rules(tmp_path: Path) -> None:
-    index = TimeIndex(tmp_path / "00000000000000001000.timeindex", BASE, 12 * 5)
+def test_rename_keeps_working(tmp_path: Path) -> None:
+    index = offset_index(tmp_path, entries=3)
+    index.trim_to_valid_size()
+    deleted = tmp_path / (INDEX_NAME + ".deleted")
+    index.rename_to(deleted)
+    assert index.path == deleted and deleted.exists()
+    assert not (tmp_path / INDEX_NAME).exists()
+    assert index.lookup(BASE + 25) == OffsetPosition(BASE + 20, 200)
+    index.close()
+    assert deleted.stat().st_size == 24
+
+
+def test_closing_an_index_whose_file_is_gone(tmp_path: Path) -> None:
+    index = offset_index(tmp_path, entries=2)
+    index.close()
+    old = OffsetIndex(index.path, BASE, 800)
+    old.path.unlink()
+    old.close()  # nothing to trim
+    assert old.closed and old.lookup(BASE + 20) == OffsetPosition(BASE, 0)
+
+
+# -- time index --------------------------------------------------------------------
+
+
+def test_time_index_strictly_increasing_timestamps(tmp_path: Path) -> None:
+    index = time_index(tmp_path)
+    assert index.last_entry == TimestampOffset(-1, BASE)
+    index.maybe_append(-1, BASE + 1)  # no timestamp: never indexed
+    assert index.entries == 0
     index.maybe_append(100, BASE + 1)
-    index.maybe_append(100, BASE + 2)  # not greater: ignored
-    index.maybe_append(90, BASE + 3)  # smaller: ignored
+    index.maybe_append(100, BASE + 2)  # the same timestamp again: ignored
     index.maybe_append(200, BASE + 4)
     assert index.entries == 2
-    with pytest.raises(CorruptIndexError, match="below last offset"):
-        index.maybe_append(300, BASE + 3)
-    assert index.lookup(150) == TimestampOffset(100, BASE + 1)
-    assert index.lookup(99) == TimestampOffset(-1, BASE)
-    assert index.lookup(10**15) == TimestampOffset(200, BASE + 4)
-    index.maybe_append(300, BASE + 5)
-    index.maybe_append(400, BASE + 6)
-    assert index.is_full  # one slot stays free for the final entry
-    with pytest.raises(CorruptIndexError, match="full"):
-        index.maybe_append(500, BASE + 7)
-    index.maybe_append(500, BASE + 7, skip_full_check=True)
-    index.truncate_to(BASE + 5)
     assert index.last_entry == TimestampOffset(200, BASE + 4)
+    with pytest.raises(
+        CorruptIndexError,
+        match=r"timestamp 90 \(offset 1005\) is below last timestamp 200 in .*1000\.timeindex",
+    ):
+        index.maybe_append(90, BASE + 5)
+    with pytest.raises(
+        CorruptIndexError,
+        match=r"offset 1003 \(timestamp 300\) is below last offset 1004 in .*1000\.timeindex",
+    ):
+        index.maybe_append(300, BASE + 3)
+    assert index.entries == 2
     index.close()
-    assert index.path.stat().st_size == 2 * 12
+
+
+def test_time_index_lookup(tmp_path: Path) -> None:
+    index = time_index(tmp_path)
+    assert index.lookup(10**15) == TimestampOffset(-1, BASE)
+    for k in range(1, 12):
+        index.maybe_append(100 * k, BASE + 3 * k)
+    assert index.lookup(99) == TimestampOffset(-1, BASE)
+    assert index.lookup(100) == TimestampOffset(100, BASE + 3)
+    assert index.lookup(150) == TimestampOffset(100, BASE + 3)
+    assert index.lookup(1100) == TimestampOffset(1100, BASE + 33)
+    assert index.lookup(10**15) == TimestampOffset(1100, BASE + 33)
+    for k in range(1, 12):
+        assert index.lookup(100 * k + 50) == TimestampOffset(100 * k, BASE + 3 * k)
+    assert index.entry(3) == TimestampOffset(400, BASE + 12)
+    index.close()
+
+
+def test_time_index_keeps_a_slot_for_the_final_entry(tmp_path: Path) -> None:
+    index = time_index(tmp_path, max_size=12 * 4)
+    for k in range(1, 4):
+        index.maybe_append(100 * k, BASE + k)
+    assert index.is_full and index.max_entries == 4
+    with pytest.raises(CorruptIndexError, match=r"time index .*1000\.timeindex is full"):
+        index.maybe_append(400, BASE + 4)
+    index.maybe_append(300, BASE + 3)  # a repeat of the last entry is not an append
+    index.maybe_append(400, BASE + 4, skip_full_check=True)
+    assert index.entries == 4
+    with pytest.raises(CorruptIndexError, match="full"):
+        index.maybe_append(500, BASE + 5, skip_full_check=True)
+    index.close()
+    assert index.path.stat().st_size == 4 * 12
+
+
+def test_time_index_truncate_to(tmp_path: Path) -> None:
+    index = time_index(tmp_path)
+    for k in range(1, 8):
+        index.maybe_append(100 * k, BASE + 10 * k)
+    index.truncate_to(BASE + 45)
+    assert index.entries == 4 and index.last_entry == TimestampOffset(400, BASE + 40)
+    index.truncate_to(BASE + 40)
+    assert index.last_entry == TimestampOffset(300, BASE + 30)
+    index.truncate_to(BASE + 10)
+    assert index.entries == 0 and index.last_entry == TimestampOffset(-1, BASE)
+    index.maybe_append(50, BASE + 1)  # after truncation, smaller timestamps are fine again
+    index.close()
+    assert index.path.stat().st_size == 12
+
+
+def test_time_index_reopen_and_unclean_close(tmp_path: Path) -> None:
+    index = time_index(tmp_path)
+    index.maybe_append(100, BASE + 1)
+    index.maybe_append(200, BASE + 2)
+    index.flush()
+    crashed = TimeIndex(index.path, BASE, 1200)
+    assert crashed.entries == 100
+    with pytest.raises(CorruptIndexError, match=r"last timestamp 0 is below first timestamp 100"):
+        crashed.sanity_check()
+    crashed.close()
+    index.close()  # the clean close, this time
+    reopened = TimeIndex(index.path, BASE, 1200)
+    reopened.sanity_check()
+    assert reopened.entries == 2 and reopened.last_entry == TimestampOffset(200, BASE + 2)
+    reopened.close()
+
+
+def test_time_index_sanity_check_rules(tmp_path: Path) -> None:
+    path = tmp_path / TIME_INDEX_NAME
+    path.write_bytes(b"\0" * 25)
+    with pytest.raises(CorruptIndexError, match=r"length 25, not a multiple of 12"):
+        TimeIndex(path, BASE, 1200).sanity_check()
+    path.write_bytes(struct.pack(">qi", 100, 5) + struct.pack(">qi", 200, -3))
+    with pytest.raises(CorruptIndexError, match=r"last offset 997 is below base offset 1000"):
+        TimeIndex(path, BASE, 1200).sanity_check()
+    path.write_bytes(struct.pack(">qi", 300, 5) + struct.pack(">qi", 200, 6))
+    with pytest.raises(CorruptIndexError, match=r"last timestamp 200 is below first timestamp"):
+        TimeIndex(path, BASE, 1200).sanity_check()
+    path.write_bytes(b"\0" * 1200)  # crashed before its first entry
+    with pytest.raises(CorruptIndexError, match=r"100 entries .* \(zero-filled entries\?\)"):
+        TimeIndex(path, BASE, 1200).sanity_check()
+    path.write_bytes(struct.pack(">qi", 300, 5))
+    TimeIndex(path, BASE, 1200).sanity_check()
+
+
+# -- readers for the dump tool -------------------------------------------------------
 
 
 def test_readers_for_the_dump_tool(tmp_path: Path) -> None:
     index = offset_index(tmp_path, entries=3)
     index.flush()
-    # still preallocated: the zero tail is ignored
-    assert read_offset_index_entries(index.path) == [
+    expected = [
         OffsetPosition(BASE + 10, 100),
         OffsetPosition(BASE + 20, 200),
         OffsetPosition(BASE + 30, 300),
     ]
+    assert read_offset_index_entries(index.path) == expected  # preallocated: zero tail ignored
     index.close()
-    time_index = TimeIndex(tmp_path / "00000000000000001000.timeindex", BASE, 120)
-    time_index.maybe_append(5, BASE + 2)
-    time_index.flush()
-    assert read_time_index_entries(time_index.path) == [TimestampOffset(5, BASE + 2)]
-    time_index.close()
+    assert read_offset_index_entries(index.path) == expected
+    times = time_index(tmp_path)
+    times.maybe_append(5, BASE + 2)
+    times.maybe_append(9, BASE + 4)
+    times.flush()
+    assert read_time_index_entries(times.path) == [
+        TimestampOffset(5, BASE + 2),
+        TimestampOffset(9, BASE + 4),
+    ]
+    times.close()
     with pytest.raises(CorruptIndexError, match="20-digit"):
         read_offset_index_entries(tmp_path / "x.index")
+
+
+def test_reader_keeps_a_zero_entry_before_real_ones(tmp_path: Path) -> None:
+    # Only the trailing zero entries are preallocation; one in the middle is data.
+    path = tmp_path / "00000000000000000007.index"
+    path.write_bytes(struct.pack(">ii", 0, 0) + struct.pack(">ii", 4, 90) + b"\0" * 16 + b"\0\0\0")
+    assert read_offset_index_entries(path) == [OffsetPosition(7, 0), OffsetPosition(11, 90)]
+    empty = tmp_path / "00000000000000000007.timeindex"
+    empty.write_bytes(b"\0" * 120)
+    assert read_time_index_entries(empty) == []
