@@ -23,9 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    from annal import brokercmd, dumplog
+    from annal import brokercmd, clustercmd, dumplog
 
     brokercmd.add_parser(commands)
+    clustercmd.add_parser(commands)
     dumplog.add_parser(commands)
     return parser
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -38,7 +39,7 @@ from annal.storage.errors import LogDirError
 from annal.storage.files import TopicPartition
 from annal.storage.manager import LogManager, LogManagerConfig
 from annal.v1 import annal_pb2_grpc
-from annal.zk.client import SessionEvent, ZkClient, ZkError
+from annal.zk.client import BrokerIdTakenError, SessionEvent, ZkClient, ZkError
 from annal.zk.layout import BrokerRegistration
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
@@ -129,7 +130,7 @@ class BrokerServer:
             self._abort()
             raise BrokerStartupError(f"cannot listen on {address}: {exc}") from exc
         try:
-            self.zk.register_broker(self.registration)
+            self._register()
         except ZkError as exc:
             self._abort()
             raise BrokerStartupError(str(exc)) from exc
@@ -157,6 +158,22 @@ class BrokerServer:
             self.cluster_id,
             config.zookeeper_connect,
         )
+
+    def _register(self) -> None:
+        """Register; a registration left by this broker's own previous process (same
+        id and endpoint, a session not yet expired after a crash) is waited out."""
+        deadline = time.monotonic() + self.config.zookeeper_session_timeout_ms / 1000 + 5
+        while True:
+            try:
+                self.zk.register_broker(self.registration)
+                return
+            except BrokerIdTakenError:
+                holder = self.zk.get_broker(self.config.broker_id)
+                ours = holder is not None and holder.endpoint == self.registration.endpoint
+                if not ours or time.monotonic() > deadline:
+                    raise
+                logger.info("waiting for the session of this broker's previous process to expire")
+                time.sleep(0.2)
 
     def _partition_exists(self, tp: TopicPartition) -> bool:
         found = self.zk.get_topic_assignment(tp.topic)

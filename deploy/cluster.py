@@ -1,0 +1,214 @@
+"""A local cluster: one ZooKeeper and N brokers as background processes under one directory.
+
+    <dir>/cluster.json        what runs: ZooKeeper's port and pid, each broker's id, port, pid
+    <dir>/zookeeper/          its zoo.cfg, data and zookeeper.log
+    <dir>/broker-<id>/        its logs/ (log.dirs) and broker.log
+
+The processes outlive the command that started them (``annal cluster up``
+returns once every broker is registered and a controller is elected); later
+commands find them through ``cluster.json`` and act on their pids.  Brokers
+use the ZooKeeper chroot ``/annal``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from annal.deploy.runner import BrokerProcess, wait_until
+from annal.deploy.zookeeper import ZooKeeperServer
+from annal.zk.client import ZkClient
+
+CHROOT = "/annal"
+# A short session: a killed broker's registration and leaderships move within seconds.
+SETTINGS = {"zookeeper.session.timeout.ms": "6000"}
+STATE_FILE = "cluster.json"
+
+
+class ClusterError(Exception):
+    """A cluster command that cannot be carried out; the message says why."""
+
+
+@dataclass
+class BrokerEntry:
+    id: int
+    port: int
+    pid: int | None = None
+
+
+@dataclass
+class ClusterState:
+    zookeeper_port: int
+    zookeeper_pid: int | None
+    brokers: list[BrokerEntry] = field(default_factory=list)
+
+    @property
+    def zookeeper_connect(self) -> str:
+        return f"127.0.0.1:{self.zookeeper_port}{CHROOT}"
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours counts as gone
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+class LocalCluster:
+    """Commands on the cluster under ``directory``.  Not thread-safe."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory).resolve()
+
+    @property
+    def state_path(self) -> Path:
+        return self.directory / STATE_FILE
+
+    def load(self) -> ClusterState:
+        try:
+            raw = json.loads(self.state_path.read_text())
+        except FileNotFoundError:
+            raise ClusterError(
+                f"no cluster in {self.directory} (start one with: annal cluster up --dir "
+                f"{self.directory})"
+            ) from None
+        return ClusterState(
+            raw["zookeeper_port"],
+            raw.get("zookeeper_pid"),
+            [BrokerEntry(**b) for b in raw["brokers"]],
+        )
+
+    def save(self, state: ClusterState) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state), indent=2))
+        tmp.replace(self.state_path)
+
+    def broker(self, state: ClusterState, entry: BrokerEntry) -> BrokerProcess:
+        return BrokerProcess(
+            entry.id, state.zookeeper_connect, self.directory, port=entry.port, settings=SETTINGS
+        )
+
+    def up(self, brokers: int, timeout_s: float = 90.0) -> ClusterState:
+        if self.state_path.exists() and any(pid_alive(b.pid) for b in self.load().brokers):
+            raise ClusterError(f"a cluster is already running in {self.directory}")
+        zookeeper = ZooKeeperServer(self.directory / "zookeeper")
+        zookeeper.start()
+        assert zookeeper.process is not None
+        state = ClusterState(zookeeper.port, zookeeper.process.pid)
+        for broker_id in range(1, brokers + 1):
+            process = BrokerProcess(
+                broker_id, state.zookeeper_connect, self.directory, settings=SETTINGS
+            )
+            process.start()
+            state.brokers.append(BrokerEntry(broker_id, process.port, process.pid))
+        self.save(state)
+        with ZkClient(state.zookeeper_connect) as zk:
+            try:
+                wait_until(
+                    lambda: len(zk.get_brokers()) == brokers, timeout_s, "every broker registered"
+                )
+                wait_until(lambda: zk.get_controller() is not None, timeout_s, "a controller")
+            except TimeoutError as exc:
+                logs = "\n".join(
+                    f"--- broker {b.id} ---\n{self.broker(state, b).tail_log(20)}"
+                    for b in state.brokers
+                )
+                raise ClusterError(f"{exc}\n{logs}") from None
+        return state
+
+    def status(self) -> dict[str, Any]:
+        state = self.load()
+        controller = None
+        if pid_alive(state.zookeeper_pid):
+            try:
+                with ZkClient(state.zookeeper_connect, timeout_s=5) as zk:
+                    controller = zk.get_controller()
+            except Exception:
+                controller = None
+        return {
+            "zookeeper": state.zookeeper_connect,
+            "zookeeper_alive": pid_alive(state.zookeeper_pid),
+            "controller": controller,
+            "brokers": [
+                {
+                    "id": b.id,
+                    "endpoint": f"127.0.0.1:{b.port}",
+                    "pid": b.pid,
+                    "alive": pid_alive(b.pid),
+                }
+                for b in state.brokers
+            ],
+            "dir": str(self.directory),
+        }
+
+    def _entry(self, state: ClusterState, broker_id: int) -> BrokerEntry:
+        for entry in state.brokers:
+            if entry.id == broker_id:
+                return entry
+        raise ClusterError(
+            f"no broker {broker_id} in {self.directory}; brokers: {[b.id for b in state.brokers]}"
+        )
+
+    def signal_broker(self, broker_id: int, signum: int, timeout_s: float = 30.0) -> None:
+        """SIGTERM (stop) or SIGKILL (kill) one broker and wait for it to exit."""
+        state = self.load()
+        entry = self._entry(state, broker_id)
+        if not pid_alive(entry.pid):
+            raise ClusterError(f"broker {broker_id} is not running")
+        assert entry.pid is not None
+        os.kill(entry.pid, signum)
+        wait_until(lambda: not pid_alive(entry.pid), timeout_s, f"broker {broker_id} exited")
+
+    def start_broker(self, broker_id: int, timeout_s: float = 60.0) -> None:
+        state = self.load()
+        entry = self._entry(state, broker_id)
+        if pid_alive(entry.pid):
+            raise ClusterError(f"broker {broker_id} is already running (pid {entry.pid})")
+        process = self.broker(state, entry)
+        started_ms = int(time.time() * 1000)
+        process.start()
+        entry.pid = process.pid
+        self.save(state)
+
+        def registered_again() -> bool:
+            if not process.alive:
+                raise ClusterError(f"broker {broker_id} exited:\n{process.tail_log(20)}")
+            found = zk.get_broker(broker_id)
+            return found is not None and found.timestamp_ms >= started_ms
+
+        with ZkClient(state.zookeeper_connect) as zk:
+            wait_until(registered_again, timeout_s, f"broker {broker_id} registered")
+
+    def down(self, timeout_s: float = 30.0) -> None:
+        state = self.load()
+        for entry in state.brokers:
+            if pid_alive(entry.pid):
+                assert entry.pid is not None
+                os.kill(entry.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for entry in state.brokers:
+            while pid_alive(entry.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if pid_alive(entry.pid):
+                assert entry.pid is not None
+                os.kill(entry.pid, signal.SIGKILL)
+        if pid_alive(state.zookeeper_pid):
+            assert state.zookeeper_pid is not None
+            os.kill(state.zookeeper_pid, signal.SIGTERM)
+            wait_until(lambda: not pid_alive(state.zookeeper_pid), timeout_s, "ZooKeeper exited")
+        self.state_path.unlink(missing_ok=True)
