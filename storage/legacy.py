@@ -36,35 +36,57 @@ _ENTRY = struct.Struct(">qi")
 _MESSAGE_V0 = struct.Struct(">Ibb")
 _TIMESTAMP = struct.Struct(">q")
 _I32 = struct.Struct(">i")
+_INT32_MAX = (1 << 31) - 1
 _MIN_MESSAGE = {0: 14, 1: 22}  # crc .. value length, with null key and value
 
 
-def iter_legacy_records(buf: bytes) -> Iterator[Record]:
-    """Every record of a legacy message set, compressed wrappers unpacked."""
-    for _, _, _, records in _iter_entries(buf, 0, len(buf)):
+def iter_legacy_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:
+    """Every record of a legacy message set, compressed wrappers unpacked.
+
+    Raises CorruptRecordError naming the position of the first bad entry.
+    """
+    data = buf if isinstance(buf, bytes) else bytes(buf)
+    for _, _, _, records in _iter_entries(data, 0, len(data)):
         yield from records
 
 
+def decode_legacy_entry(
+    buf: bytes | bytearray | memoryview, position: int = 0
+) -> tuple[list[Record], int]:
+    """The records of the one legacy entry at ``position`` (a wrapper yields
+    all its inner records) and the position of the next entry."""
+    data = buf if isinstance(buf, bytes) else bytes(buf)
+    offset, size, message_start = _entry_prefix(data, position, len(data))
+    _, _, records = _decode_message(data, message_start, size, offset, position)
+    return records, message_start + size
+
+
+def _entry_prefix(buf: bytes, position: int, end: int) -> tuple[int, int, int]:
+    """(offset, size, message start) of the entry at ``position``, checked against ``end``."""
+    if position + _ENTRY.size > end:
+        raise CorruptRecordError("truncated legacy entry header", position)
+    offset, size = _ENTRY.unpack_from(buf, position)
+    message_start = position + _ENTRY.size
+    if size < 0 or message_start + size > end:
+        raise CorruptRecordError(
+            f"legacy message declares {size} bytes but {end - message_start} remain", position
+        )
+    return offset, size, message_start
+
+
 def _iter_entries(
-    buf: bytes, start: int, end: int
+    buf: bytes, start: int, end: int, inner: bool = False
 ) -> Iterator[tuple[int, int, TimestampType, list[Record]]]:
-    """(position, magic, timestamp type, records) for each top-level entry."""
+    """(position, magic, timestamp type, records) for each entry of ``buf[start:end]``."""
     position = start
     while position < end:
-        if position + _ENTRY.size > end:
-            raise CorruptRecordError("truncated legacy entry header", position)
-        offset, size = _ENTRY.unpack_from(buf, position)
-        message_start = position + _ENTRY.size
-        if size < 0 or message_start + size > end:
-            raise CorruptRecordError(
-                f"legacy message declares {size} bytes but {end - message_start} remain", position
-            )
-        yield position, *_decode_message(buf, message_start, size, offset, position)
+        offset, size, message_start = _entry_prefix(buf, position, end)
+        yield position, *_decode_message(buf, message_start, size, offset, position, inner)
         position = message_start + size
 
 
 def _decode_message(
-    buf: bytes, start: int, size: int, offset: int, entry_position: int
+    buf: bytes, start: int, size: int, offset: int, entry_position: int, inner: bool = False
 ) -> tuple[int, TimestampType, list[Record]]:
     if size < 6:
         raise CorruptRecordError(f"legacy message of {size} bytes is too short", entry_position)
@@ -98,10 +120,19 @@ def _decode_message(
     codec = attributes & 0x07
     if codec == 0:
         return magic, timestamp_type, [Record(offset, timestamp, key, value)]
+    if codec > Compression.LZ4:
+        raise CorruptRecordError(f"codec {codec} is not valid in a legacy message", entry_position)
+    if inner:
+        raise CorruptRecordError("compressed message nested inside a wrapper", entry_position)
     if value is None:
         raise CorruptRecordError("compressed legacy wrapper has no value", entry_position)
-    inner = _decompress_legacy(Compression(codec), value, magic, entry_position)
-    records = [r for _, _, _, rs in _iter_entries(inner, 0, len(inner)) for r in rs]
+    data = _decompress_legacy(Compression(codec), value, magic, entry_position)
+    try:
+        records = [r for _, _, _, rs in _iter_entries(data, 0, len(data), True) for r in rs]
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(
+            f"{exc.reason} (byte {exc.position} of the wrapper's inner messages)", entry_position
+        ) from None
     if not records:
         return magic, timestamp_type, []
     if magic == 1:
@@ -133,9 +164,10 @@ def _read_bytes(buf: bytes, position: int, end: int, entry: int) -> tuple[bytes 
 def _decompress_legacy(codec: Compression, data: bytes, magic: int, entry: int) -> bytes:
     if codec == Compression.LZ4 and magic == 0:
         return _lz4_old_kafka(data, entry)
-    if codec not in (Compression.GZIP, Compression.SNAPPY, Compression.LZ4):
-        raise CorruptRecordError(f"codec {int(codec)} is not valid in a legacy message", entry)
-    return decompress(codec, data)
+    try:
+        return decompress(codec, data)
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(exc.reason, entry) from exc
 
 
 def _lz4_old_kafka(data: bytes, entry: int) -> bytes:
@@ -146,7 +178,8 @@ def _lz4_old_kafka(data: bytes, entry: int) -> bytes:
             raise ValueError("not an LZ4 frame")
         flags = data[4]
         block_max = {4: 1 << 16, 5: 1 << 18, 6: 1 << 20, 7: 1 << 22}[(data[5] >> 4) & 0x07]
-        position = 7 + (8 if flags & 0x08 else 0)  # magic, FLG, BD, [content size], HC
+        # magic, FLG, BD, [content size], [dictionary id], HC
+        position = 7 + (8 if flags & 0x08 else 0) + (4 if flags & 0x01 else 0)
         out = []
         while True:
             (word,) = struct.unpack_from("<I", data, position)
@@ -165,26 +198,30 @@ def _lz4_old_kafka(data: bytes, entry: int) -> bytes:
         raise CorruptRecordError(f"cannot decompress legacy lz4 data: {exc}", entry) from None
 
 
-def upconvert(buf: bytes, renumber: bool = False) -> bytes:
+def upconvert(buf: bytes | bytearray | memoryview, renumber: bool = False) -> bytes:
     """Equivalent v2 batches for a legacy message set.
 
     Each compressed wrapper becomes one batch with the same codec (snappy,
-    gzip, lz4); each run of uncompressed messages becomes one uncompressed
-    batch.  Offsets and timestamps are kept (magic 0 has none: -1), unless
-    ``renumber``, which numbers the records 0..n-1 as a producer's would be
-    before the leader assigns real offsets.
+    gzip, lz4) and timestamp type; each run of uncompressed messages with
+    one timestamp type becomes one uncompressed batch.  Offsets and
+    timestamps are kept (magic 0 has none: -1), unless ``renumber``, which
+    numbers the records 0..n-1 as a producer's would be before the leader
+    assigns real offsets.  Offsets that do not increase raise
+    CorruptRecordError naming the entry.
     """
+    data = buf if isinstance(buf, bytes) else bytes(buf)
     out: list[bytes] = []
     run: list[Record] = []
+    run_type = TimestampType.CREATE_TIME
     counter = 0
     last_offset = -1
 
     def flush_run() -> None:
         if run:
-            out.append(encode_batch(run, base_offset=run[0].offset))
+            out.append(encode_batch(run, base_offset=run[0].offset, timestamp_type=run_type))
             run.clear()
 
-    for position, _magic, timestamp_type, found in _iter_entries(buf, 0, len(buf)):
+    for position, _magic, timestamp_type, found in _iter_entries(data, 0, len(data)):
         records = found
         if renumber:
             records = [r._replace(offset=counter + i) for i, r in enumerate(found)]
@@ -196,9 +233,13 @@ def upconvert(buf: bytes, renumber: bool = False) -> bytes:
                         f"legacy offset {record.offset} does not follow {last_offset}", position
                     )
                 last_offset = record.offset
-        message_start = position + _ENTRY.size
-        codec = buf[message_start + 5] & 0x07
+        codec = data[position + _ENTRY.size + 5] & 0x07
         if codec == 0:
+            if run and (
+                timestamp_type != run_type or records[-1].offset - run[0].offset > _INT32_MAX
+            ):
+                flush_run()
+            run_type = timestamp_type
             run.extend(records)
             continue
         flush_run()
