@@ -1,0 +1,52 @@
+"""docker-compose.yml: valid for a real Compose, and the same brokers the local runner starts."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from annal.broker.config import BrokerConfig
+from annal.deploy.cluster import SETTINGS
+
+from annal.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def compose() -> dict:  # type: ignore[type-arg]
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="make setup installs it")
+def test_compose_file_is_valid_for_docker_compose() -> None:
+    result = subprocess.run(
+        ["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_broker_commands_parse_and_match_the_local_runner() -> None:
+    services = compose()["services"]
+    brokers = {name: s for name, s in services.items() if name.startswith("broker-")}
+    assert sorted(brokers) == ["broker-1", "broker-2", "broker-3"]
+    volumes = set()
+    for name, service in brokers.items():
+        args = build_parser().parse_args(service["command"])
+        assert args.command == "broker" and args.action == "start"
+        settings = dict(pair.split("=", 1) for pair in args.settings)
+        config = BrokerConfig.from_properties(settings)
+        assert config.broker_id == int(name.split("-")[1])
+        assert config.zookeeper_connect == "zookeeper:2181/annal"
+        assert config.advertised_listener.host == name
+        for key, value in SETTINGS.items():  # the runner's settings hold in compose too
+            assert settings[key] == value
+        volumes.add(service["volumes"][0].split(":")[0])
+        assert "healthcheck" in service
+    assert len(volumes) == 3  # a volume of its own for each broker
+    assert services["zookeeper"]["image"].startswith("zookeeper:")
