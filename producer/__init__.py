@@ -1,0 +1,1 @@
+"""The producer client: partitioning, batching, sending (talks to brokers through annal.v1 only)."""
