@@ -23,10 +23,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    from annal import brokercmd, clustercmd, dumplog
+    from annal import brokercmd, clustercmd, dumplog, topicscmd
 
     brokercmd.add_parser(commands)
     clustercmd.add_parser(commands)
+    topicscmd.add_parser(commands)
     dumplog.add_parser(commands)
     return parser
 

@@ -1,0 +1,107 @@
+"""``annal topics``: create, list, describe and delete topics, as kafka-topics.sh does."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from typing import Any
+
+
+def add_parser(commands: Any) -> None:
+    topics = commands.add_parser(
+        "topics",
+        help="create, list, describe and delete topics",
+        description="Topic administration through any broker (like kafka-topics.sh).",
+    )
+    actions = topics.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+
+    def common(p: argparse.ArgumentParser, topic: bool) -> None:
+        p.add_argument(
+            "--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]",
+            help="brokers to contact",
+        )  # fmt: skip
+        if topic:
+            p.add_argument("--topic", required=True, help="topic name")
+
+    create = actions.add_parser("create", help="create a topic")
+    common(create, topic=True)
+    create.add_argument("--partitions", type=int, default=-1, help="default: num.partitions")
+    create.add_argument(
+        "--replication-factor", type=int, default=-1, help="default: default.replication.factor"
+    )
+    create.add_argument(
+        "--config", action="append", default=[], metavar="KEY=VALUE", help="topic config"
+    )
+    create.add_argument("--if-not-exists", action="store_true", help="no error if it exists")
+    listing = actions.add_parser("list", help="list topic names")
+    common(listing, topic=False)
+    listing.add_argument("--json", action="store_true", help="print a JSON array")
+    describe = actions.add_parser("describe", help="partitions, leaders, replicas, ISR")
+    common(describe, topic=False)
+    describe.add_argument("--topic", help="one topic (default: all)")
+    describe.add_argument("--json", action="store_true", help="one JSON object per topic")
+    delete = actions.add_parser("delete", help="delete a topic")
+    common(delete, topic=True)
+    topics.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from annal.admin.client import AdminClient, AdminError
+
+    try:
+        client = AdminClient(args.bootstrap_server)
+    except ValueError as exc:
+        print(f"annal topics {args.action}: {exc}", file=sys.stderr)
+        return 2
+    with client:
+        try:
+            return _run(args, client)
+        except AdminError as exc:
+            if (
+                args.action == "create"
+                and args.if_not_exists
+                and exc.error == "TOPIC_ALREADY_EXISTS"
+            ):
+                return 0
+            print(f"annal topics {args.action}: {exc}", file=sys.stderr)
+            return 1
+
+
+def _run(args: argparse.Namespace, client: Any) -> int:
+    if args.action == "create":
+        config = {}
+        for pair in args.config:
+            key, sep, value = pair.partition("=")
+            if not sep:
+                print(
+                    f"annal topics create: --config expects KEY=VALUE, got {pair!r}",
+                    file=sys.stderr,
+                )
+                return 2
+            config[key] = value
+        client.create_topic(args.topic, args.partitions, args.replication_factor, config)
+        print(f"Created topic {args.topic}.")
+    elif args.action == "list":
+        names = client.list_topics()
+        print(json.dumps(names) if args.json else "\n".join(names))
+    elif args.action == "describe":
+        for topic in client.describe_topics([args.topic] if args.topic else []):
+            if args.json:
+                print(json.dumps({**asdict(topic), "replication_factor": topic.replication_factor}))
+                continue
+            print(
+                f"Topic: {topic.name}\tPartitionCount: {len(topic.partitions)}\t"
+                f"ReplicationFactor: {topic.replication_factor}"
+            )
+            for p in topic.partitions:
+                print(
+                    f"\tTopic: {topic.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
+                    f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
+                )
+    elif args.action == "delete":
+        client.delete_topic(args.topic)
+        print(f"Deleted topic {args.topic}.")
+    return 0

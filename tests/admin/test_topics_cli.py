@@ -1,0 +1,71 @@
+"""``annal topics`` against a real broker on a real ZooKeeper."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from annal.deploy.runner import BrokerProcess, wait_until
+from annal.deploy.zookeeper import free_port
+from annal.zk.client import ZkClient
+
+from annal.cli import main
+
+
+@pytest.fixture
+def broker(
+    zk_connect: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(1, zk_connect, tmp_path)
+    process.start()
+    with ZkClient(zk_connect) as zk:
+        wait_until(lambda: zk.get_controller() == 1, 60, "broker 1 up and controller")
+    yield process
+    process.kill()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(f"\n--- broker log ---\n{process.tail_log()}")
+
+
+@pytest.mark.timeout(180)
+def test_topics_commands(broker: BrokerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    bs = ["--bootstrap-server", f"127.0.0.1:{free_port()},{broker.endpoint}"]  # first one is dead
+    assert main(["topics", "create", *bs, "--topic", "users", "--partitions", "3",
+                 "--config", "cleanup.policy=compact"]) == 0  # fmt: skip
+    assert "Created topic users." in capsys.readouterr().out
+    assert main(["topics", "create", *bs, "--topic", "users", "--partitions", "3"]) == 1
+    assert "TOPIC_ALREADY_EXISTS" in capsys.readouterr().err
+    assert main(["topics", "create", *bs, "--topic", "users", "--if-not-exists"]) == 0
+    assert main(["topics", "create", *bs, "--topic", "bad", "--config", "cleanup.policy=x"]) == 1
+    assert "INVALID_CONFIG" in capsys.readouterr().err
+    assert main(["topics", "create", *bs, "--topic", "wide", "--replication-factor", "3"]) == 1
+    assert "INVALID_REPLICATION_FACTOR" in capsys.readouterr().err
+    assert main(["topics", "list", *bs, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == ["users"]
+    assert main(["topics", "describe", *bs, "--topic", "users", "--json"]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert described["replication_factor"] == 1
+    assert [(p["partition"], p["leader"]) for p in described["partitions"]] == [
+        (0, 1),
+        (1, 1),
+        (2, 1),
+    ]
+    assert main(["topics", "describe", *bs]) == 0
+    assert "Topic: users\tPartitionCount: 3\tReplicationFactor: 1" in capsys.readouterr().out
+    assert main(["topics", "delete", *bs, "--topic", "users"]) == 0
+    capsys.readouterr()
+    assert main(["topics", "describe", *bs, "--topic", "users"]) == 1
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in capsys.readouterr().err
+    assert main(["topics", "delete", *bs, "--topic", "users"]) == 1
+
+
+def test_usage_and_connection_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["topics", "list", "--bootstrap-server", "nohostport"]) == 2
+    assert "is not host:port" in capsys.readouterr().err
+    assert main(["topics", "list", "--bootstrap-server", f"127.0.0.1:{free_port()}"]) == 1
+    assert "BROKER_NOT_AVAILABLE" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["topics", "create", "--bootstrap-server", "x:1"])  # no --topic
+    assert info.value.code == 2
