@@ -1,0 +1,1 @@
+"""Consumers: the simple (low-level) consumer; talks to brokers through annal.v1 only."""

@@ -1,0 +1,259 @@
+"""The simple consumer (seeds/002, seeds/004 "Low-level API").
+
+Fetch from a partition at an offset, fetch many partitions at once, ask for
+offsets before a time, and iterate over records.  The consumer finds each
+partition's leader with Metadata from any bootstrap broker, sends each fetch
+to the leader, and refreshes its metadata and retries when a leader moved.
+
+Fetched data is whole v2 batches; records below the requested offset (the
+front of the first batch) are skipped.  An offset outside the partition is
+``OffsetOutOfRangeError`` naming the valid range.
+
+Thread safety: not thread-safe; use one consumer per thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import grpc
+from annal.storage.batch import last_header
+from annal.storage.records import Header, iter_records
+from annal.v1 import annal_pb2 as pb
+from annal.v1 import annal_pb2_grpc
+
+EARLIEST = -2
+LATEST = -1
+RETRIABLE = {"NOT_LEADER_OR_FOLLOWER", "UNKNOWN_TOPIC_OR_PARTITION", "LEADER_NOT_AVAILABLE"}
+
+
+class ConsumerError(Exception):
+    """A fetch the cluster refused; ``error`` is Kafka's error name."""
+
+    def __init__(self, error: str, message: str) -> None:
+        super().__init__(f"{error}: {message}")
+        self.error = error
+
+
+class OffsetOutOfRangeError(ConsumerError):
+    """The requested offset is outside [log start offset, high watermark]."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    records: list[ConsumerRecord]
+    high_watermark: int
+    next_offset: int  # where the next fetch should start
+
+
+class SimpleConsumer:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        max_wait_ms: int = 100,
+        min_bytes: int = 1,
+        timeout_s: float = 30.0,
+        retries: int = 5,
+    ) -> None:
+        self.bootstrap = [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
+        if not self.bootstrap:
+            raise ValueError("no bootstrap servers given")
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self._stubs: dict[str, annal_pb2_grpc.AnnalStub] = {}
+        self._channels: list[grpc.Channel] = []
+        self._leaders: dict[tuple[str, int], str] = {}
+
+    # -- connections and metadata ------------------------------------------------
+
+    def _stub(self, endpoint: str) -> annal_pb2_grpc.AnnalStub:
+        stub = self._stubs.get(endpoint)
+        if stub is None:
+            channel = grpc.insecure_channel(
+                endpoint, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+            )
+            self._channels.append(channel)
+            stub = self._stubs[endpoint] = annal_pb2_grpc.AnnalStub(channel)
+        return stub
+
+    def refresh_metadata(self, topics: Sequence[str]) -> None:
+        last: Exception | None = None
+        for endpoint in self.bootstrap:
+            try:
+                metadata = self._stub(endpoint).Metadata(
+                    pb.MetadataRequest(topics=list(topics)), timeout=self.timeout_s
+                )
+            except grpc.RpcError as exc:
+                last = exc
+                continue
+            brokers = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers}
+            for topic in metadata.topics:
+                for p in topic.partitions:
+                    if p.leader in brokers:
+                        self._leaders[(topic.name, p.partition)] = brokers[p.leader]
+                    else:
+                        self._leaders.pop((topic.name, p.partition), None)
+            return
+        raise ConsumerError("BROKER_NOT_AVAILABLE", f"no bootstrap broker answered: {last}")
+
+    def leader(self, topic: str, partition: int) -> str:
+        key = (topic, partition)
+        if key not in self._leaders:
+            self.refresh_metadata([topic])
+        try:
+            return self._leaders[key]
+        except KeyError:
+            raise ConsumerError(
+                "LEADER_NOT_AVAILABLE", f"{topic}-{partition} has no leader (or does not exist)"
+            ) from None
+
+    # -- fetching ------------------------------------------------------------------
+
+    def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20
+    ) -> FetchResult:
+        return self.multi_fetch({(topic, partition): offset}, max_bytes)[(topic, partition)]
+
+    def multi_fetch(
+        self, offsets: Mapping[tuple[str, int], int], max_bytes: int = 1 << 20
+    ) -> dict[tuple[str, int], FetchResult]:
+        """Fetch many partitions, one request per leader; retries when leaders move."""
+        results: dict[tuple[str, int], FetchResult] = {}
+        pending = dict(offsets)
+        for attempt in range(self.retries + 1):
+            by_leader: dict[str, dict[tuple[str, int], int]] = {}
+            for key, offset in pending.items():
+                try:
+                    by_leader.setdefault(self.leader(*key), {})[key] = offset
+                except ConsumerError:
+                    if attempt == self.retries:
+                        raise
+            for endpoint, wanted in by_leader.items():
+                self._fetch_from(endpoint, wanted, max_bytes, results)
+            pending = {k: v for k, v in pending.items() if k not in results}
+            if not pending:
+                return results
+            self._leaders.clear()
+            time.sleep(min(0.05 * 2**attempt, 1.0))
+        raise ConsumerError("NOT_LEADER_OR_FOLLOWER", f"no leader answered for {sorted(pending)}")
+
+    def _fetch_from(
+        self,
+        endpoint: str,
+        wanted: Mapping[tuple[str, int], int],
+        max_bytes: int,
+        results: dict[tuple[str, int], FetchResult],
+    ) -> dict[tuple[str, int], int]:
+        topics: dict[str, list[pb.PartitionFetchData]] = {}
+        for (topic, partition), offset in wanted.items():
+            topics.setdefault(topic, []).append(
+                pb.PartitionFetchData(
+                    partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes
+                )
+            )
+        request = pb.FetchRequest(
+            replica_id=-1,
+            max_wait_ms=self.max_wait_ms,
+            min_bytes=self.min_bytes,
+            max_bytes=max_bytes * len(wanted),
+            topics=[pb.TopicFetchData(name=t, partitions=ps) for t, ps in topics.items()],
+        )
+        try:
+            response = self._stub(endpoint).Fetch(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                return dict(wanted)
+            raise ConsumerError(exc.code().name, exc.details() or "") from None
+        retry: dict[tuple[str, int], int] = {}
+        for topic in response.topics:
+            for p in topic.partitions:
+                key = (topic.name, p.partition)
+                offset = wanted[key]
+                error = pb.ErrorCode.Name(p.error)
+                if error in RETRIABLE:
+                    retry[key] = offset
+                    continue
+                if error == "OFFSET_OUT_OF_RANGE":
+                    raise OffsetOutOfRangeError(
+                        error,
+                        f"offset {offset} of {topic.name}-{p.partition} is outside "
+                        f"[{p.log_start_offset}, {p.high_watermark}]",
+                    )
+                if error != "NONE":
+                    raise ConsumerError(error, p.error_message)
+                records = [
+                    ConsumerRecord(
+                        topic.name, p.partition, r.offset, r.timestamp, r.key, r.value, r.headers
+                    )
+                    for r in iter_records(p.records)
+                    if r.offset >= offset
+                ]
+                header = last_header(p.records)
+                next_offset = header.next_offset if header is not None else offset
+                results[key] = FetchResult(records, p.high_watermark, next_offset)
+        return retry
+
+    def offsets_before(self, topic: str, partition: int, timestamp: int) -> int:
+        """The first offset at or after ``timestamp`` (EARLIEST -2, LATEST -1); -1 if none."""
+        for attempt in range(self.retries + 1):
+            request = pb.ListOffsetsRequest(
+                replica_id=-1,
+                topics=[
+                    pb.TopicListOffsets(
+                        name=topic,
+                        partitions=[
+                            pb.PartitionListOffsets(partition=partition, timestamp=timestamp)
+                        ],
+                    )
+                ],
+            )
+            response = self._stub(self.leader(topic, partition)).ListOffsets(
+                request, timeout=self.timeout_s
+            )
+            result = response.topics[0].partitions[0]
+            error = pb.ErrorCode.Name(result.error)
+            if error == "NONE":
+                return int(result.offset)
+            if error not in RETRIABLE or attempt == self.retries:
+                raise ConsumerError(error, f"list offsets of {topic}-{partition}")
+            self._leaders.clear()
+            time.sleep(min(0.05 * 2**attempt, 1.0))
+        raise AssertionError("unreachable")
+
+    def iterate(self, topic: str, partition: int, offset: int) -> Iterator[ConsumerRecord]:
+        """Records from ``offset`` until the high watermark as it was when reached."""
+        while True:
+            result = self.fetch(topic, partition, offset)
+            yield from result.records
+            if result.next_offset >= result.high_watermark or result.next_offset == offset:
+                return
+            offset = result.next_offset
+
+    def close(self) -> None:
+        for channel in self._channels:
+            channel.close()
+        self._channels.clear()
+        self._stubs.clear()
+
+    def __enter__(self) -> SimpleConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

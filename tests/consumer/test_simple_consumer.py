@@ -1,0 +1,89 @@
+"""The simple consumer against a real broker: fetch, multi-fetch, offsets, iteration, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from annal.admin.client import AdminClient
+from annal.consumer.simple import EARLIEST, LATEST, OffsetOutOfRangeError, SimpleConsumer
+from annal.deploy.runner import BrokerProcess, wait_until
+from annal.storage.records import Header, Record, encode_batch
+from annal.v1 import annal_pb2 as pb
+from annal.v1 import annal_pb2_grpc
+from annal.zk.client import ZkClient
+
+
+@pytest.fixture
+def broker(
+    zk_connect: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(1, zk_connect, tmp_path)
+    process.start()
+    with ZkClient(zk_connect) as zk:
+        wait_until(lambda: zk.get_controller() == 1, 60, "broker 1 up and controller")
+    yield process
+    process.kill()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(f"\n--- broker log ---\n{process.tail_log()}")
+
+
+def produce(endpoint: str, topic: str, partition: int, records: list[Record]) -> None:
+    stub = annal_pb2_grpc.AnnalStub(grpc.insecure_channel(endpoint))
+    request = pb.ProduceRequest(
+        acks=1,
+        timeout_ms=5000,
+        topics=[
+            pb.TopicProduceData(
+                name=topic,
+                partitions=[
+                    pb.PartitionProduceData(partition=partition, records=encode_batch(records))
+                ],
+            )
+        ],
+    )
+
+    def accepted() -> bool:
+        return stub.Produce(request, timeout=10).topics[0].partitions[0].error == pb.NONE
+
+    wait_until(accepted, 30, f"{topic}-{partition} accepting writes")
+
+
+@pytest.mark.timeout(180)
+def test_simple_consumer(broker: BrokerProcess) -> None:
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("logs", partitions=2)
+    for batch in range(5):
+        produce(
+            broker.endpoint,
+            "logs",
+            0,
+            [
+                Record(i, 1000 * batch + i, b"k", b"%d-%d" % (batch, i), (Header("n", b"1"),))
+                for i in range(10)
+            ],
+        )
+    produce(broker.endpoint, "logs", 1, [Record(0, 5, None, b"only")])
+    with SimpleConsumer(broker.endpoint, max_wait_ms=10) as consumer:
+        first = consumer.fetch("logs", 0, 13, max_bytes=1)  # one batch even if larger
+        assert [r.offset for r in first.records] == list(range(13, 20))
+        assert first.next_offset == 20 and first.high_watermark == 50
+        assert first.records[0].headers == (Header("n", b"1"),)
+        everything = list(consumer.iterate("logs", 0, 0))
+        assert [r.value for r in everything][:3] == [b"0-0", b"0-1", b"0-2"]
+        assert len(everything) == 50
+        both = consumer.multi_fetch({("logs", 0): 45, ("logs", 1): 0})
+        assert [r.offset for r in both[("logs", 0)].records] == [45, 46, 47, 48, 49]
+        assert [r.value for r in both[("logs", 1)].records] == [b"only"]
+        assert consumer.offsets_before("logs", 0, EARLIEST) == 0
+        assert consumer.offsets_before("logs", 0, LATEST) == 50
+        assert consumer.offsets_before("logs", 0, 3003) == 33
+        assert consumer.offsets_before("logs", 0, 10**12) == -1
+        with pytest.raises(
+            OffsetOutOfRangeError, match=r"offset 99 of logs-0 is outside \[0, 50\]"
+        ):
+            consumer.fetch("logs", 0, 99)
+        assert consumer.fetch("logs", 0, 50).records == []  # at the end: nothing yet
