@@ -1,0 +1,82 @@
+"""The producer against a real broker: batching, partitioning, acks, compression, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from annal.admin.client import AdminClient
+from annal.consumer.simple import SimpleConsumer
+from annal.deploy.runner import BrokerProcess, wait_until
+from annal.producer.partitioner import murmur2, to_positive
+from annal.producer.producer import ProduceError, Producer, RecordMetadata
+from annal.zk.client import ZkClient
+
+
+@pytest.fixture
+def broker(
+    zk_connect: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(1, zk_connect, tmp_path)
+    process.start()
+    with ZkClient(zk_connect) as zk:
+        wait_until(lambda: zk.get_controller() == 1, 60, "broker 1 up and controller")
+    with AdminClient(process.endpoint) as admin:
+        admin.create_topic("orders", partitions=3)
+        admin.create_topic("plain", partitions=1)
+    yield process
+    process.kill()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(f"\n--- broker log ---\n{process.tail_log()}")
+
+
+@pytest.mark.timeout(180)
+def test_keyed_records_land_where_murmur2_says_and_read_back(broker: BrokerProcess) -> None:
+    delivered: list[RecordMetadata] = []
+    with Producer(broker.endpoint, linger_ms=5, batch_size=4096, compression="lz4") as producer:
+        futures = []
+        for i in range(2000):
+            future = producer.send(
+                "orders", value=f"v{i}", key=f"user-{i % 50}", timestamp_ms=1000 + i
+            )
+            future.add_done_callback(lambda f: delivered.append(f.result()))
+            futures.append(future)
+        producer.flush(60)
+        results = [f.result() for f in futures]
+    assert len(delivered) == 2000
+    for i, meta in enumerate(results):
+        assert meta.partition == to_positive(murmur2(b"user-%d" % (i % 50))) % 3
+    by_partition: dict[int, list[int]] = {}
+    for meta in results:
+        by_partition.setdefault(meta.partition, []).append(meta.offset)
+    for offsets in by_partition.values():
+        assert sorted(offsets) == list(range(len(offsets)))  # dense, no gaps, no repeats
+    with SimpleConsumer(broker.endpoint) as consumer:
+        read = [r for p in range(3) for r in consumer.iterate("orders", p, 0)]
+    assert sorted(r.value for r in read if r.value) == sorted(b"v%d" % i for i in range(2000))
+    assert {r.key for r in read} == {b"user-%d" % k for k in range(50)}
+
+
+@pytest.mark.timeout(120)
+def test_acks_zero_null_keys_and_errors(broker: BrokerProcess) -> None:
+    with Producer(broker.endpoint, acks=0) as producer:
+        meta = producer.send("plain", value=b"fire and forget").result(30)
+        assert meta.offset == -1 and meta.partition == 0
+        with pytest.raises(ProduceError, match="UNKNOWN_TOPIC_OR_PARTITION"):
+            producer.send("missing", value=b"x")
+        with pytest.raises(ProduceError, match=r"partitions 0\.\.0"):
+            producer.send("plain", value=b"x", partition=5)
+        with pytest.raises(TypeError, match="without a serializer"):
+            producer.send("plain", value=12345)
+    with pytest.raises(ValueError, match="acks must be"):
+        Producer(broker.endpoint, acks=2)
+    with pytest.raises(ValueError, match="compression must be one of"):
+        Producer(broker.endpoint, compression="brotli")
+    big = Producer(broker.endpoint, batch_size=10)
+    with pytest.raises(ProduceError, match="MESSAGE_TOO_LARGE"):
+        big.send("plain", value=b"x" * 2_000_000).result(30)
+    big.close()
+    with SimpleConsumer(broker.endpoint) as consumer:
+        assert [r.value for r in consumer.iterate("plain", 0, 0)] == [b"fire and forget"]
