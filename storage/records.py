@@ -398,9 +398,7 @@ def encode_batch(
             else [offset - base_offset for offset in offsets]
         )
         timestamp_deltas = (
-            None
-            if timestamps.count(first_ts) == n
-            else list(map(first_ts.__rsub__, timestamps))
+            None if timestamps.count(first_ts) == n else list(map(first_ts.__rsub__, timestamps))
         )
         body = _encode_records(
             keys, values, timestamp_deltas, offset_deltas, headers if any(headers) else None
