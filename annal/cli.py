@@ -23,11 +23,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    from annal import brokercmd, clustercmd, dumplog, topicscmd
+    from annal import brokercmd, clustercmd, consolecmd, dumplog, topicscmd
 
     brokercmd.add_parser(commands)
     clustercmd.add_parser(commands)
     topicscmd.add_parser(commands)
+    consolecmd.add_parsers(commands)
     dumplog.add_parser(commands)
     return parser
 

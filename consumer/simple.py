@@ -113,6 +113,11 @@ class SimpleConsumer:
             return
         raise ConsumerError("BROKER_NOT_AVAILABLE", f"no bootstrap broker answered: {last}")
 
+    def partitions_for(self, topic: str) -> list[int]:
+        """Partitions of ``topic`` that have a leader now."""
+        self.refresh_metadata([topic])
+        return sorted(p for (t, p) in self._leaders if t == topic)
+
     def leader(self, topic: str, partition: int) -> str:
         key = (topic, partition)
         if key not in self._leaders:

@@ -1,0 +1,178 @@
+"""``annal console-producer`` and ``annal console-consumer``, as kafka-console-*.sh."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+
+def _properties(pairs: list[str]) -> dict[str, str]:
+    props = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--property expects KEY=VALUE, got {pair!r}")
+        props[key] = value
+    return props
+
+
+def add_parsers(commands: Any) -> None:
+    producer = commands.add_parser(
+        "console-producer",
+        help="send lines from standard input as records",
+        description="Read lines from standard input and send each as a record.",
+    )
+    producer.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]")
+    producer.add_argument("--topic", required=True)
+    producer.add_argument("--acks", type=int, default=1, choices=[-1, 0, 1])
+    producer.add_argument(
+        "--compression-codec", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"]
+    )
+    producer.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="parse.key=true with key.separator=SEP (default tab) splits key and value",
+    )
+    producer.set_defaults(run=run_producer)
+
+    consumer = commands.add_parser(
+        "console-consumer",
+        help="print records of a topic",
+        description="Print the records of a topic (all partitions, or one with --partition).",
+    )
+    consumer.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]")
+    consumer.add_argument("--topic", required=True)
+    consumer.add_argument(
+        "--from-beginning", action="store_true", help="start at the earliest offset"
+    )
+    consumer.add_argument("--partition", type=int, help="only this partition")
+    consumer.add_argument("--offset", help="earliest, latest or a number (needs --partition)")
+    consumer.add_argument("--max-messages", type=int, help="exit after this many records")
+    consumer.add_argument(
+        "--timeout-ms", type=int, help="exit when no record arrives for this long"
+    )
+    consumer.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="print.key, print.offset, print.timestamp, print.partition (true/false), "
+        "key.separator",
+    )
+    consumer.set_defaults(run=run_consumer)
+
+
+def run_producer(args: argparse.Namespace) -> int:
+    from annal.producer.producer import ProduceError, Producer
+
+    props = _properties(args.property)
+    parse_key = props.get("parse.key", "false") == "true"
+    separator = props.get("key.separator", "\t")
+    failures = 0
+    try:
+        with Producer(
+            args.bootstrap_server, acks=args.acks, compression=args.compression_codec, linger_ms=5
+        ) as producer:
+            futures = []
+            for number, line in enumerate(sys.stdin, start=1):
+                text = line.rstrip("\n")
+                key = None
+                if parse_key:
+                    key, sep, text = text.partition(separator)
+                    if not sep:
+                        print(f"line {number}: no key separator {separator!r}", file=sys.stderr)
+                        failures += 1
+                        continue
+                futures.append(producer.send(args.topic, value=text, key=key))
+            producer.flush()
+            for future in futures:
+                if future.exception() is not None:
+                    failures += 1
+                    print(f"annal console-producer: {future.exception()}", file=sys.stderr)
+    except ProduceError as exc:
+        print(f"annal console-producer: {exc}", file=sys.stderr)
+        return 1
+    return 1 if failures else 0
+
+
+def run_consumer(args: argparse.Namespace) -> int:
+    from annal.consumer.simple import EARLIEST, LATEST, ConsumerError, SimpleConsumer
+
+    props = _properties(args.property)
+    show = {
+        name: props.get(f"print.{name}", "false") == "true"
+        for name in ("key", "offset", "timestamp", "partition")
+    }
+    separator = props.get("key.separator", "\t")
+    if args.offset is not None and args.partition is None:
+        print("annal console-consumer: --offset needs --partition", file=sys.stderr)
+        return 2
+    printed = 0
+    last_data = time.monotonic()
+    try:
+        with SimpleConsumer(args.bootstrap_server, max_wait_ms=200) as consumer:
+            partitions = (
+                [args.partition]
+                if args.partition is not None
+                else consumer.partitions_for(args.topic)
+            )
+            if not partitions:
+                print(
+                    f"annal console-consumer: topic {args.topic!r} has no available partition",
+                    file=sys.stderr,
+                )
+                return 1
+            positions = {}
+            for p in partitions:
+                if args.offset not in (None, "earliest", "latest"):
+                    if not args.offset.isdigit():
+                        print(
+                            f"annal console-consumer: bad --offset {args.offset!r}", file=sys.stderr
+                        )
+                        return 2
+                    positions[p] = int(args.offset)
+                else:
+                    earliest = args.from_beginning or args.offset == "earliest"
+                    positions[p] = consumer.offsets_before(
+                        args.topic, p, EARLIEST if earliest else LATEST
+                    )
+            while True:
+                results = consumer.multi_fetch({(args.topic, p): o for p, o in positions.items()})
+                got_any = False
+                for (_, p), result in sorted(results.items()):
+                    positions[p] = result.next_offset
+                    for record in result.records:
+                        got_any = True
+                        fields = []
+                        if show["partition"]:
+                            fields.append(f"Partition:{record.partition}")
+                        if show["offset"]:
+                            fields.append(f"Offset:{record.offset}")
+                        if show["timestamp"]:
+                            fields.append(f"CreateTime:{record.timestamp}")
+                        if show["key"]:
+                            fields.append(_text(record.key))
+                        fields.append(_text(record.value))
+                        print(separator.join(fields), flush=True)
+                        printed += 1
+                        if args.max_messages is not None and printed >= args.max_messages:
+                            return 0
+                if got_any:
+                    last_data = time.monotonic()
+                elif (
+                    args.timeout_ms is not None
+                    and (time.monotonic() - last_data) * 1000 >= args.timeout_ms
+                ):
+                    print(f"Processed a total of {printed} messages", file=sys.stderr)
+                    return 0
+    except ConsumerError as exc:
+        print(f"annal console-consumer: {exc}", file=sys.stderr)
+        return 1
+
+
+def _text(raw: bytes | None) -> str:
+    return "null" if raw is None else raw.decode("utf-8", "backslashreplace")
