@@ -52,6 +52,17 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         names = list(request.topics) or zk.get_topics()
         for name in names:
             found = zk.get_topic_assignment(name)
+            if (
+                found is None
+                and request.allow_auto_topic_creation
+                and self._broker.config.auto_create_topics_enable
+            ):
+                # auto.create.topics.enable: create with the broker defaults; leaders
+                # follow shortly (clients see LEADER_NOT_AVAILABLE meanwhile and retry)
+                self._create_topic(
+                    pb.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1), False
+                )
+                found = zk.get_topic_assignment(name)
             if found is None:
                 response.topics.append(
                     pb.TopicMetadata(name=name, error=pb.UNKNOWN_TOPIC_OR_PARTITION)

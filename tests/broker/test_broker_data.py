@@ -1,0 +1,110 @@
+"""One real broker: znodes exactly as DESIGN §3, data kept across a restart, bad input."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from annal.admin.client import AdminClient
+from annal.consumer.simple import ConsumerError, SimpleConsumer
+from annal.deploy.runner import BrokerProcess, wait_until
+from annal.producer.producer import Producer
+from annal.storage.records import Record, encode_batch
+from annal.v1 import annal_pb2 as pb
+from annal.v1 import annal_pb2_grpc
+from annal.zk.client import ZkClient
+
+
+@pytest.fixture
+def broker(
+    zk_connect: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(1, zk_connect, tmp_path, settings={"message.max.bytes": "10000"})
+    process.start()
+    with ZkClient(zk_connect) as zk:
+        wait_until(lambda: zk.get_controller() == 1, 60, "broker 1 up and controller")
+    yield process
+    process.kill()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(f"\n--- broker log ---\n{process.tail_log()}")
+
+
+def znode(zk: ZkClient, path: str) -> object:
+    found = zk.get(path)
+    assert found is not None, path
+    return json.loads(found[0])
+
+
+@pytest.mark.timeout(180)
+def test_znodes_restart_and_bad_input(zk_connect: str, broker: BrokerProcess) -> None:
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("kept", partitions=2, config={"retention.ms": "86400000"})
+    with ZkClient(zk_connect) as zk:
+        top = {"brokers", "controller", "controller_epoch", "cluster", "admin", "config"}
+        assert set(zk.children("/")) >= top | {"isr_change_notification", "consumers"}
+        cluster = znode(zk, "/cluster/id")
+        assert cluster["version"] == "1" and len(cluster["id"]) == 22  # type: ignore[index]
+        assert znode(zk, "/brokers/topics/kept") == {
+            "version": 2, "partitions": {"0": [1], "1": [1]},
+            "adding_replicas": {}, "removing_replicas": {},
+        }  # fmt: skip
+        wait_until(lambda: zk.get_partition_state("kept", 1) is not None, 30, "partition state")
+        assert znode(zk, "/brokers/topics/kept/partitions/0/state") == {
+            "controller_epoch": 1, "leader": 1, "version": 1, "leader_epoch": 0, "isr": [1],
+        }  # fmt: skip
+        controller = znode(zk, "/controller")
+        assert controller["version"] == 1 and controller["brokerid"] == 1  # type: ignore[index]
+        assert zk.get("/controller_epoch") is not None
+        assert znode(zk, "/config/topics/kept") == {
+            "version": 1,
+            "config": {"retention.ms": "86400000"},
+        }
+        broker_znode = znode(zk, "/brokers/ids/1")
+        assert set(broker_znode) == {"version", "host", "port", "endpoints", "rack", "timestamp"}  # type: ignore[arg-type]
+
+    with Producer(broker.endpoint) as producer:
+        for i in range(100):
+            producer.send("kept", value=b"v%d" % i, partition=i % 2)
+        producer.flush(30)
+
+    stub = annal_pb2_grpc.AnnalStub(grpc.insecure_channel(broker.endpoint))
+    too_big = encode_batch([Record(0, 0, None, b"x" * 20_000)])
+    response = stub.Produce(
+        pb.ProduceRequest(acks=1, topics=[pb.TopicProduceData(name="kept", partitions=[
+            pb.PartitionProduceData(partition=0, records=too_big)])]),
+        timeout=10,
+    )  # fmt: skip
+    assert response.topics[0].partitions[0].error == pb.MESSAGE_TOO_LARGE
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Fetch(pb.FetchRequest(max_bytes=-1), timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    # a clean restart keeps everything
+    assert broker.stop() == 0
+    broker.start()
+    with SimpleConsumer(broker.endpoint) as consumer:
+
+        def leaders_back() -> bool:
+            try:
+                return consumer.partitions_for("kept") == [0, 1]
+            except ConsumerError:
+                return False  # still starting
+
+        wait_until(leaders_back, 60, "leaders back")
+        values = sorted(r.value or b"" for p in (0, 1) for r in consumer.iterate("kept", p, 0))
+    assert values == sorted(b"v%d" % i for i in range(100))
+
+
+@pytest.mark.timeout(120)
+def test_auto_create_on_metadata(broker: BrokerProcess) -> None:
+    stub = annal_pb2_grpc.AnnalStub(grpc.insecure_channel(broker.endpoint))
+    plain = stub.Metadata(pb.MetadataRequest(topics=["fresh"]), timeout=10)
+    assert plain.topics[0].error == pb.UNKNOWN_TOPIC_OR_PARTITION
+    created = stub.Metadata(
+        pb.MetadataRequest(topics=["fresh"], allow_auto_topic_creation=True), timeout=10
+    )
+    assert created.topics[0].name == "fresh" and len(created.topics[0].partitions) == 1
