@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
+from annal.deploy.runner import BrokerProcess, wait_until
 from annal.deploy.zookeeper import ZooKeeperServer
+from annal.zk.client import ZkClient
 
 _chroots = itertools.count()
 
@@ -34,3 +36,40 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     setattr(item, f"rep_{report.when}", report)
+
+
+@pytest.fixture
+def broker_factory(
+    zk_connect: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., BrokerProcess]]:
+    """Start real broker processes (each call waits until that broker is registered
+    and a controller elected); they are killed afterwards, and their logs printed
+    when the test failed."""
+    started: list[BrokerProcess] = []
+
+    def start(broker_id: int = 1, settings: Mapping[str, str] | None = None) -> BrokerProcess:
+        process = BrokerProcess(
+            broker_id, zk_connect, tmp_path_factory.mktemp("brokers"), settings=settings
+        )
+        started.append(process)
+        process.start()
+        with ZkClient(zk_connect) as zk:
+            wait_until(
+                lambda: zk.get_broker(broker_id) is not None, 60, f"broker {broker_id} registered"
+            )
+            wait_until(lambda: zk.get_controller() is not None, 60, "a controller")
+        return process
+
+    yield start
+    report = getattr(request.node, "rep_call", None)
+    for process in started:
+        process.kill()
+        if report is not None and report.failed:
+            header = f"--- broker {process.broker_id} log ({process.log_path}) ---"
+            print(f"\n{header}\n{process.tail_log()}")
+
+
+@pytest.fixture
+def broker(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
+    """One real broker, also the controller."""
+    return broker_factory()

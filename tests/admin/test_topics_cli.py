@@ -3,30 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from annal.deploy.runner import BrokerProcess, wait_until
+from annal.deploy.runner import BrokerProcess
 from annal.deploy.zookeeper import free_port
-from annal.zk.client import ZkClient
 
 from annal.cli import main
-
-
-@pytest.fixture
-def broker(
-    zk_connect: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(1, zk_connect, tmp_path)
-    process.start()
-    with ZkClient(zk_connect) as zk:
-        wait_until(lambda: zk.get_controller() == 1, 60, "broker 1 up and controller")
-    yield process
-    process.kill()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(f"\n--- broker log ---\n{process.tail_log()}")
 
 
 @pytest.mark.timeout(180)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import grpc
 import pytest
@@ -19,18 +18,8 @@ from annal.zk.client import ZkClient
 
 
 @pytest.fixture
-def broker(
-    zk_connect: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(1, zk_connect, tmp_path, settings={"message.max.bytes": "10000"})
-    process.start()
-    with ZkClient(zk_connect) as zk:
-        wait_until(lambda: zk.get_controller() == 1, 60, "broker 1 up and controller")
-    yield process
-    process.kill()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(f"\n--- broker log ---\n{process.tail_log()}")
+def broker(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
+    return broker_factory(settings={"message.max.bytes": "10000"})
 
 
 def znode(zk: ZkClient, path: str) -> object:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import grpc
 import pytest
 from annal.admin.client import AdminClient
@@ -13,22 +10,6 @@ from annal.deploy.runner import BrokerProcess, wait_until
 from annal.storage.records import Header, Record, encode_batch
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
-from annal.zk.client import ZkClient
-
-
-@pytest.fixture
-def broker(
-    zk_connect: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(1, zk_connect, tmp_path)
-    process.start()
-    with ZkClient(zk_connect) as zk:
-        wait_until(lambda: zk.get_controller() == 1, 60, "broker 1 up and controller")
-    yield process
-    process.kill()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(f"\n--- broker log ---\n{process.tail_log()}")
 
 
 def produce(endpoint: str, topic: str, partition: int, records: list[Record]) -> None:

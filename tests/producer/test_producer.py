@@ -2,34 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from annal.admin.client import AdminClient
 from annal.consumer.simple import SimpleConsumer
-from annal.deploy.runner import BrokerProcess, wait_until
+from annal.deploy.runner import BrokerProcess
 from annal.producer.partitioner import murmur2, to_positive
 from annal.producer.producer import ProduceError, Producer, RecordMetadata
-from annal.zk.client import ZkClient
 
 
 @pytest.fixture
-def broker(
-    zk_connect: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(1, zk_connect, tmp_path)
-    process.start()
-    with ZkClient(zk_connect) as zk:
-        wait_until(lambda: zk.get_controller() == 1, 60, "broker 1 up and controller")
+def broker(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
+    process = broker_factory()
     with AdminClient(process.endpoint) as admin:
         admin.create_topic("orders", partitions=3)
         admin.create_topic("plain", partitions=1)
-    yield process
-    process.kill()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(f"\n--- broker log ---\n{process.tail_log()}")
+    return process
 
 
 @pytest.mark.timeout(180)
