@@ -23,12 +23,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    from annal import brokercmd, clustercmd, consolecmd, dumplog, topicscmd
+    from annal import brokercmd, clustercmd, consolecmd, dumplog, topicscmd, verifiablecmd
 
     brokercmd.add_parser(commands)
     clustercmd.add_parser(commands)
     topicscmd.add_parser(commands)
     consolecmd.add_parsers(commands)
+    verifiablecmd.add_parsers(commands)
     dumplog.add_parser(commands)
     return parser
 
