@@ -52,6 +52,7 @@ test: setup lint typecheck
 
 bench: setup
 	$(BIN)/python bench/storage.py --quick
+	$(BIN)/python bench/cluster.py --quick
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

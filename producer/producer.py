@@ -2,9 +2,10 @@
 
 ``send`` serializes the record, picks a partition (``DefaultPartitioner``
 unless one is given), and appends it to that partition's open batch; it
-returns a ``concurrent.futures.Future`` of ``RecordMetadata`` (add callbacks
-with ``add_done_callback``).  A batch closes when it reaches ``batch_size``
-bytes or has waited ``linger_ms``; the sender thread groups closed batches by
+returns a ``RecordFuture`` of ``RecordMetadata`` (``result``, ``exception``,
+``add_done_callback``), a view on the batch's one future.  A batch closes
+when it reaches ``batch_size`` bytes or has waited ``linger_ms``; the sender
+thread groups closed batches by
 partition leader into one Produce request per broker, with at most
 ``max_in_flight`` requests outstanding per broker.
 
@@ -68,13 +69,49 @@ class RecordMetadata:
     timestamp: int
 
 
+class RecordFuture:
+    """The acknowledgement of one record: a view on its batch's future (one
+    ``concurrent.futures.Future`` per batch, as the Java client's
+    FutureRecordMetadata over ProduceRequestResult).  Thread-safe."""
+
+    __slots__ = ("_batch", "_index", "_partition", "_timestamp", "_topic")
+
+    def __init__(
+        self, batch: Future[int], index: int, topic: str, partition: int, timestamp: int
+    ) -> None:
+        self._batch = batch
+        self._index = index
+        self._topic = topic
+        self._partition = partition
+        self._timestamp = timestamp
+
+    def _metadata(self, base_offset: int) -> RecordMetadata:
+        offset = base_offset + self._index if base_offset >= 0 else -1
+        return RecordMetadata(self._topic, self._partition, offset, self._timestamp)
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """The record's metadata; raises ProduceError if it was not written."""
+        return self._metadata(self._batch.result(timeout))
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return self._batch.exception(timeout)
+
+    def done(self) -> bool:
+        return self._batch.done()
+
+    def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
+        self._batch.add_done_callback(lambda _: fn(self))
+
+
 @dataclass
 class _Batch:
     topic: str
     partition: int
     builder: BatchBuilder
     created: float
-    futures: list[tuple[Future[RecordMetadata], int]] = field(default_factory=list)
+    future: Future[int] = field(default_factory=Future)  # the base offset, or ProduceError
+    count: int = 0
+    size: int = 61
     attempts: int = 0
     retry_at: float = 0.0
     in_flight_key: str = ""  # the leader it was counted against while in flight
@@ -189,34 +226,40 @@ class Producer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Sequence[Header | tuple[str, bytes | None]] = (),
-    ) -> Future[RecordMetadata]:
+    ) -> RecordFuture:
         if self._closing:
             raise RuntimeError("send() after close()")
         key_bytes = self._key_serializer(key)
         value_bytes = self._value_serializer(value)
         partitions = self.partitions_for(topic)
         if partition is None:
-            available = [p for p in range(partitions) if (topic, p) in self._leaders]
+            available = (
+                [p for p in range(partitions) if (topic, p) in self._leaders]
+                if key_bytes is None
+                else ()
+            )
             partition = self._partitioner.partition(topic, key_bytes, partitions, available)
         elif not 0 <= partition < partitions:
             raise ProduceError(
                 "UNKNOWN_TOPIC_OR_PARTITION", f"{topic} has partitions 0..{partitions - 1}"
             )
         timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        future: Future[RecordMetadata] = Future()
         with self._lock:
             batch = self._open.get((topic, partition))
             if batch is None:
                 batch = self._open[(topic, partition)] = _Batch(
                     topic, partition, BatchBuilder(self.compression), time.monotonic()
                 )
+                self._lock.notify_all()  # the sender arms its linger timer
             batch.builder.append(key_bytes, value_bytes, timestamp, headers)
-            batch.futures.append((future, timestamp))
+            record = RecordFuture(batch.future, batch.count, topic, partition, timestamp)
+            batch.count += 1
+            batch.size += 14 + len(key_bytes or b"") + len(value_bytes or b"")
             self._unfinished += 1
-            if batch.builder.estimated_size >= self.batch_size:
+            if batch.size >= self.batch_size:
                 self._close_batch(batch)
-            self._lock.notify_all()
-        return future
+                self._lock.notify_all()
+        return record
 
     def _close_batch(self, batch: _Batch) -> None:
         del self._open[(batch.topic, batch.partition)]
@@ -355,12 +398,8 @@ class Producer:
             error = pb.ErrorCode.Name(result.error) if result is not None else default_error
             if error == "NONE":
                 base = result.base_offset if result is not None and self.acks != 0 else -1
-                for i, (future, timestamp) in enumerate(batch.futures):
-                    offset = base + i if base >= 0 else -1
-                    future.set_result(
-                        RecordMetadata(batch.topic, batch.partition, offset, timestamp)
-                    )
-                self._finish(len(batch.futures))
+                batch.future.set_result(base)
+                self._finish(batch.count)
             elif error in RETRIABLE and batch.attempts < self.retries:
                 batch.attempts += 1
                 batch.retry_at = time.monotonic() + self.retry_backoff_s * batch.attempts
@@ -369,9 +408,8 @@ class Producer:
                     self._ready.append(batch)
             else:
                 message = result.error_message if result is not None else ""
-                for future, _ in batch.futures:
-                    future.set_exception(ProduceError(error, message))
-                self._finish(len(batch.futures))
+                batch.future.set_exception(ProduceError(error, message))
+                self._finish(batch.count)
         if refresh:
             self._leaders = {k: v for k, v in self._leaders.items() if k[0] not in refresh}
             self._refresh(sorted(refresh))

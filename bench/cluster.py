@@ -1,0 +1,194 @@
+"""Cluster benchmark: one producer and one consumer against a one-broker local cluster.
+
+    .venv/bin/python bench/cluster.py [--quick] [--records N]
+
+Measures, in one run: produce throughput of 100-byte records at acks=1
+(uncompressed and lz4), consume throughput of the simple consumer,
+end-to-end latency percentiles at a fixed moderate rate, and the ceiling of a
+bare grpcio call carrying the same batch bytes between two processes.  The
+last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import grpc
+from annal.admin.client import AdminClient
+from annal.consumer.simple import LATEST, SimpleConsumer
+from annal.deploy.cluster import LocalCluster
+from annal.deploy.zookeeper import free_port
+from annal.producer.producer import Producer
+from annal.storage.records import BatchBuilder
+
+RECORD_SIZE = 100
+
+ECHO_SERVER = """
+import sys, time, grpc
+from concurrent import futures
+def handle(request, context):
+    return b"ok"
+handler = grpc.method_handlers_generic_handler(
+    "bench.Sink", {"Put": grpc.unary_unary_rpc_method_handler(handle)}
+)
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
+                     options=[("grpc.max_receive_message_length", 64 << 20)])
+server.add_generic_rpc_handlers((handler,))
+server.add_insecure_port("127.0.0.1:" + sys.argv[1])
+server.start()
+server.wait_for_termination()
+"""
+
+
+def grpc_ceiling(batch: bytes, seconds: float) -> float:
+    """MB/s of unary calls carrying ``batch`` to a bare grpcio server in another process."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, str(port)])
+    try:
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        grpc.channel_ready_future(channel).result(timeout=30)
+        put = channel.unary_unary("/bench.Sink/Put")
+        sent = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            put(batch, timeout=10)
+            sent += len(batch)
+        elapsed = time.perf_counter() - started
+        channel.close()
+        return sent / 1e6 / elapsed
+    finally:
+        server.kill()
+        server.wait()
+
+
+def produce(bootstrap: str, topic: str, records: int, compression: str) -> float:
+    value = b"v" * RECORD_SIZE
+    with Producer(
+        bootstrap, acks=1, batch_size=64 * 1024, linger_ms=5, compression=compression
+    ) as p:
+        started = time.perf_counter()
+        for _ in range(records):
+            p.send(topic, value=value, partition=0)
+        p.flush(300)
+        return records / (time.perf_counter() - started)
+
+
+def consume(bootstrap: str, topic: str, records: int) -> float:
+    with SimpleConsumer(bootstrap) as consumer:
+        started = time.perf_counter()
+        offset = count = 0
+        while count < records:
+            result = consumer.fetch(topic, 0, offset, max_bytes=4 << 20)
+            count += len(result.records)
+            offset = result.next_offset
+        return count / (time.perf_counter() - started)
+
+
+def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
+    """End-to-end milliseconds from send to receipt, at ``rate`` records/s."""
+    samples: list[float] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        with SimpleConsumer(bootstrap, max_wait_ms=500) as consumer:
+            offset = consumer.offsets_before(topic, 0, LATEST)
+            ready.set()
+            while not done.is_set():
+                result = consumer.fetch(topic, 0, offset)
+                now = time.time() * 1000
+                samples.extend(now - r.timestamp for r in result.records)
+                offset = result.next_offset
+
+    ready = threading.Event()
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    ready.wait(30)
+    with Producer(bootstrap, acks=1, linger_ms=0) as producer:
+        started = time.monotonic()
+        sent = 0
+        while time.monotonic() - started < seconds:
+            ahead = sent / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+            producer.send(topic, value=b"x" * RECORD_SIZE, partition=0)
+            sent += 1
+        producer.flush(60)
+    time.sleep(1.0)  # let the reader drain the tail
+    done.set()
+    thread.join(10)
+    return samples
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes, under two minutes")
+    parser.add_argument("--records", type=int, help="records per throughput run")
+    args = parser.parse_args()
+    records = args.records or (200_000 if args.quick else 1_000_000)
+    root = Path(tempfile.mkdtemp(prefix="annal-bench-cluster-"))
+    cluster = LocalCluster(root)
+    try:
+        state = cluster.up(1)
+        bootstrap = f"127.0.0.1:{state.brokers[0].port}"
+        with AdminClient(bootstrap) as admin:
+            for topic in ("plain", "lz4", "latency"):
+                admin.create_topic(topic, partitions=1)
+        time.sleep(1.0)  # leaders settle
+        print(f"producing {records:,} records ...", flush=True)
+        plain = produce(bootstrap, "plain", records, "none")
+        compressed = produce(bootstrap, "lz4", records, "lz4")
+        print("consuming ...", flush=True)
+        consumed = consume(bootstrap, "plain", records)
+        print("end-to-end latency ...", flush=True)
+        samples = latency(bootstrap, "latency", rate=1000, seconds=3 if args.quick else 10)
+        builder = BatchBuilder()
+        builder.extend([b"v" * RECORD_SIZE] * 600, None, 0)
+        batch = builder.build()  # ~64 KiB, as the producer sends
+        print("bare gRPC ceiling ...", flush=True)
+        ceiling = grpc_ceiling(batch, 3 if args.quick else 10)
+    finally:
+        try:
+            cluster.down()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    record_bytes = len(batch) / 600
+    produce_mb_s = plain * record_bytes / 1e6
+    result = {
+        "records": records,
+        "produce_records_per_s": round(plain),
+        "produce_lz4_records_per_s": round(compressed),
+        "consume_records_per_s": round(consumed),
+        "e2e_p50_ms": round(percentile(samples, 0.50), 2),
+        "e2e_p99_ms": round(percentile(samples, 0.99), 2),
+        "e2e_mean_ms": round(statistics.fmean(samples), 2) if samples else None,
+        "e2e_samples": len(samples),
+        "produce_mb_s": round(produce_mb_s, 1),
+        "grpc_ceiling_mb_s": round(ceiling, 1),
+        "produce_vs_grpc": round(produce_mb_s / ceiling, 3),
+        "cpus": os.cpu_count(),
+    }
+    for key, value in result.items():
+        print(f"  {key:28} {value}")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
