@@ -23,13 +23,22 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    from annal import brokercmd, clustercmd, consolecmd, dumplog, topicscmd, verifiablecmd
+    from annal import (
+        brokercmd,
+        clustercmd,
+        consolecmd,
+        dumplog,
+        perfcmd,
+        topicscmd,
+        verifiablecmd,
+    )
 
     brokercmd.add_parser(commands)
     clustercmd.add_parser(commands)
     topicscmd.add_parser(commands)
     consolecmd.add_parsers(commands)
     verifiablecmd.add_parsers(commands)
+    perfcmd.add_parser(commands)
     dumplog.add_parser(commands)
     return parser
 

@@ -1,0 +1,162 @@
+"""``annal perf produce`` / ``annal perf consume``, as kafka-*-perf-test.sh."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from functools import partial
+from typing import Any
+
+
+def add_parser(commands: Any) -> None:
+    perf = commands.add_parser(
+        "perf", help="producer and consumer throughput tests", description=__doc__
+    )
+    actions = perf.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    produce = actions.add_parser("produce", help="send --num-records records and report")
+    produce.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]")
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--num-records", type=int, required=True)
+    produce.add_argument("--record-size", type=int, default=100, help="bytes per value")
+    produce.add_argument("--throughput", type=int, default=-1, help="records/s; -1: unthrottled")
+    produce.add_argument(
+        "--producer-props",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="acks, batch.size, linger.ms, compression.type, retries",
+    )
+    produce.add_argument("--json", action="store_true", help="print one JSON object")
+    consume = actions.add_parser("consume", help="read --messages records and report")
+    consume.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]")
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--messages", type=int, required=True)
+    consume.add_argument("--fetch-size", type=int, default=1 << 20, help="bytes per fetch")
+    consume.add_argument("--json", action="store_true", help="print one JSON object")
+    perf.set_defaults(run=run)
+
+
+PRODUCER_PROPS = {
+    "acks": ("acks", int),
+    "batch.size": ("batch_size", int),
+    "linger.ms": ("linger_ms", int),
+    "compression.type": ("compression", str),
+    "retries": ("retries", int),
+}
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "produce":
+        return run_produce(args)
+    return run_consume(args)
+
+
+def _record_latency(latencies: list[float], sent_at: float, future: object) -> None:
+    latencies.append((time.monotonic() - sent_at) * 1000)
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    from annal.producer.producer import ProduceError, Producer
+
+    options: dict[str, Any] = {}
+    for pair in args.producer_props:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in PRODUCER_PROPS:
+            print(
+                f"annal perf produce: unsupported producer property {pair!r} "
+                f"(known: {', '.join(PRODUCER_PROPS)})",
+                file=sys.stderr,
+            )
+            return 2
+        name, kind = PRODUCER_PROPS[key]
+        options[name] = kind(value)
+    value = b"x" * args.record_size
+    latencies: list[float] = []
+    try:
+        with Producer(args.bootstrap_server, **options) as producer:
+            started = time.monotonic()
+            for i in range(args.num_records):
+                if args.throughput > 0:
+                    ahead = i / args.throughput - (time.monotonic() - started)
+                    if ahead > 0:
+                        time.sleep(ahead)
+                sent_at = time.monotonic()
+                future = producer.send(args.topic, value=value)
+                if i % 100 == 0:  # sample latencies, as the Java tool samples too
+                    future.add_done_callback(partial(_record_latency, latencies, sent_at))
+            producer.flush()
+            elapsed = time.monotonic() - started
+    except ProduceError as exc:
+        print(f"annal perf produce: {exc}", file=sys.stderr)
+        return 1
+    ordered = sorted(latencies)
+    report = {
+        "records": args.num_records,
+        "records_per_s": round(args.num_records / elapsed, 1),
+        "mb_per_s": round(args.num_records * args.record_size / 1e6 / elapsed, 2),
+        "avg_latency_ms": round(sum(ordered) / len(ordered), 2) if ordered else 0.0,
+        "max_latency_ms": round(ordered[-1], 2) if ordered else 0.0,
+        "p50_ms": round(_percentile(ordered, 0.50), 2),
+        "p95_ms": round(_percentile(ordered, 0.95), 2),
+        "p99_ms": round(_percentile(ordered, 0.99), 2),
+        "p999_ms": round(_percentile(ordered, 0.999), 2),
+    }
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(
+            f"{report['records']} records sent, {report['records_per_s']} records/sec "
+            f"({report['mb_per_s']} MB/sec), {report['avg_latency_ms']} ms avg latency, "
+            f"{report['max_latency_ms']} ms max latency, {report['p50_ms']} ms 50th, "
+            f"{report['p95_ms']} ms 95th, {report['p99_ms']} ms 99th, "
+            f"{report['p999_ms']} ms 99.9th."
+        )
+    return 0
+
+
+def run_consume(args: argparse.Namespace) -> int:
+    from annal.consumer.simple import EARLIEST, ConsumerError, SimpleConsumer
+
+    consumed = size = 0
+    try:
+        with SimpleConsumer(args.bootstrap_server) as consumer:
+            partitions = consumer.partitions_for(args.topic)
+            positions = {p: consumer.offsets_before(args.topic, p, EARLIEST) for p in partitions}
+            started = time.monotonic()
+            idle = 0
+            while consumed < args.messages and idle < 20:
+                results = consumer.multi_fetch(
+                    {(args.topic, p): o for p, o in positions.items()}, args.fetch_size
+                )
+                got = 0
+                for (_, p), result in results.items():
+                    positions[p] = result.next_offset
+                    got += len(result.records)
+                    size += sum(len(r.value or b"") for r in result.records)
+                consumed += got
+                idle = 0 if got else idle + 1
+            elapsed = max(time.monotonic() - started, 1e-9)
+    except ConsumerError as exc:
+        print(f"annal perf consume: {exc}", file=sys.stderr)
+        return 1
+    report = {
+        "records": consumed,
+        "records_per_s": round(consumed / elapsed, 1),
+        "mb_per_s": round(size / 1e6 / elapsed, 2),
+        "seconds": round(elapsed, 3),
+    }
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(
+            f"{consumed} records in {report['seconds']} s: {report['records_per_s']} records/sec, "
+            f"{report['mb_per_s']} MB/sec"
+        )
+    return 0 if consumed >= args.messages else 1

@@ -1,0 +1,38 @@
+"""annal perf produce / consume against a real broker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+from annal.admin.client import AdminClient
+from annal.deploy.runner import BrokerProcess
+
+
+def annal(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "annal", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.timeout(180)
+def test_perf_produce_and_consume(broker_factory: Callable[..., BrokerProcess]) -> None:
+    broker = broker_factory()
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("perf", partitions=2)
+    bs = ["--bootstrap-server", broker.endpoint, "--topic", "perf"]
+    props = ["--producer-props", "acks=1", "linger.ms=5", "compression.type=lz4"]
+    produced = annal("perf", "produce", *bs, "--num-records", "20000", *props, "--json")
+    assert produced.returncode == 0, produced.stderr
+    report = json.loads(produced.stdout)
+    assert report["records"] == 20000 and report["records_per_s"] > 0 and report["p99_ms"] > 0
+    consumed = annal("perf", "consume", *bs, "--messages", "20000", "--json")
+    assert consumed.returncode == 0, consumed.stderr
+    assert json.loads(consumed.stdout)["records"] == 20000
+    text = annal("perf", "produce", *bs, "--num-records", "10")
+    assert "records sent" in text.stdout and "99th" in text.stdout
+    bad = annal("perf", "produce", *bs, "--num-records", "1", "--producer-props", "bogus=1")
+    assert bad.returncode == 2 and "unsupported producer property" in bad.stderr
