@@ -4,27 +4,23 @@ Any broker answers Metadata; CreateTopics and DeleteTopics write ZooKeeper
 through the broker that receives them and wait for the controller to act.
 Kafka error codes come back as ``AdminError`` carrying the error name.
 
-Thread safety: one channel per client; gRPC stubs are thread-safe.
+Thread safety: as ``ClusterConnection``; gRPC stubs are thread-safe.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-import grpc
+from annal.client.cluster import ClientError, ClusterConnection
 from annal.v1 import annal_pb2 as pb
-from annal.v1 import annal_pb2_grpc
 
 DEFAULT_TIMEOUT_S = 30.0
 
 
-class AdminError(Exception):
+class AdminError(ClientError):
     """A request the cluster refused; ``error`` is Kafka's error name."""
-
-    def __init__(self, error: str, message: str) -> None:
-        super().__init__(f"{error}: {message}" if message else error)
-        self.error = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,47 +44,18 @@ class TopicInfo:
         return max((len(p.replicas) for p in self.partitions), default=0)
 
 
-def parse_bootstrap(servers: str) -> list[str]:
-    endpoints = [s.strip() for s in servers.split(",") if s.strip()]
-    for endpoint in endpoints:
-        host, _, port = endpoint.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"bootstrap server {endpoint!r} is not host:port")
-    if not endpoints:
-        raise ValueError("no bootstrap servers given")
-    return endpoints
-
-
 class AdminClient:
     """Topic admin against the cluster reachable through ``bootstrap_servers``."""
 
     def __init__(self, bootstrap_servers: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        self.endpoints = parse_bootstrap(bootstrap_servers)
+        self.cluster = ClusterConnection(bootstrap_servers, timeout_s)
         self.timeout_s = timeout_s
-        self._channel: grpc.Channel | None = None
-        self._stub: annal_pb2_grpc.AnnalStub | None = None
 
-    def _call(self, method: str, request: object) -> object:
-        """Try each bootstrap server until one answers."""
-        last: grpc.RpcError | None = None
-        endpoints = self.endpoints if self._stub is None else [None]
-        for endpoint in endpoints:
-            if endpoint is not None:
-                self._channel = grpc.insecure_channel(endpoint)
-                self._stub = annal_pb2_grpc.AnnalStub(self._channel)
-            assert self._stub is not None
-            try:
-                return getattr(self._stub, method)(request, timeout=self.timeout_s)
-            except grpc.RpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise AdminError(exc.code().name, exc.details() or "") from None
-                last = exc
-                self._stub = None
-        raise AdminError(
-            "BROKER_NOT_AVAILABLE",
-            f"no broker answered at {', '.join(self.endpoints)}"
-            + (f" ({last.details()})" if last is not None else ""),
-        )
+    def _call(self, method: str, request: object) -> Any:
+        try:
+            return self.cluster.call_any(method, request)
+        except ClientError as exc:
+            raise AdminError(exc.error, exc.message) from None
 
     def create_topic(
         self,
@@ -107,25 +74,24 @@ class AdminClient:
         for partition, brokers in (assignment or {}).items():
             topic.assignment[partition].brokers.extend(brokers)
         request = pb.CreateTopicsRequest(topics=[topic], timeout_ms=int(self.timeout_s * 1000))
-        response = self._call("CreateTopics", request)
-        result = response.topics[0]  # type: ignore[attr-defined]
+        result = self._call("CreateTopics", request).topics[0]
         if result.error != pb.NONE:
             raise AdminError(pb.ErrorCode.Name(result.error), result.error_message)
 
     def delete_topic(self, name: str) -> None:
         request = pb.DeleteTopicsRequest(topics=[name], timeout_ms=int(self.timeout_s * 1000))
-        result = self._call("DeleteTopics", request).topics[0]  # type: ignore[attr-defined]
+        result = self._call("DeleteTopics", request).topics[0]
         if result.error != pb.NONE:
             raise AdminError(pb.ErrorCode.Name(result.error), result.error_message)
 
     def list_topics(self) -> list[str]:
         metadata = self._call("Metadata", pb.MetadataRequest())
-        return sorted(t.name for t in metadata.topics)  # type: ignore[attr-defined]
+        return sorted(t.name for t in metadata.topics)
 
     def describe_topics(self, names: Sequence[str] = ()) -> list[TopicInfo]:
         metadata = self._call("Metadata", pb.MetadataRequest(topics=list(names)))
         out = []
-        for topic in metadata.topics:  # type: ignore[attr-defined]
+        for topic in metadata.topics:
             if topic.error == pb.UNKNOWN_TOPIC_OR_PARTITION:
                 raise AdminError(
                     "UNKNOWN_TOPIC_OR_PARTITION", f"topic {topic.name!r} does not exist"
@@ -150,8 +116,7 @@ class AdminClient:
         return sorted(out, key=lambda t: t.name)
 
     def close(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
+        self.cluster.close()
 
     def __enter__(self) -> AdminClient:
         return self

@@ -19,22 +19,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
+from annal.client.cluster import ClientError, ClusterConnection
 from annal.storage.batch import last_header
 from annal.storage.records import Header, iter_records
 from annal.v1 import annal_pb2 as pb
-from annal.v1 import annal_pb2_grpc
 
 EARLIEST = -2
 LATEST = -1
 RETRIABLE = {"NOT_LEADER_OR_FOLLOWER", "UNKNOWN_TOPIC_OR_PARTITION", "LEADER_NOT_AVAILABLE"}
 
 
-class ConsumerError(Exception):
+class ConsumerError(ClientError):
     """A fetch the cluster refused; ``error`` is Kafka's error name."""
-
-    def __init__(self, error: str, message: str) -> None:
-        super().__init__(f"{error}: {message}")
-        self.error = error
 
 
 class OffsetOutOfRangeError(ConsumerError):
@@ -70,60 +66,31 @@ class SimpleConsumer:
         timeout_s: float = 30.0,
         retries: int = 5,
     ) -> None:
-        self.bootstrap = [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
-        if not self.bootstrap:
-            raise ValueError("no bootstrap servers given")
+        self.cluster = ClusterConnection(bootstrap_servers, timeout_s)
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.timeout_s = timeout_s
         self.retries = retries
-        self._stubs: dict[str, annal_pb2_grpc.AnnalStub] = {}
-        self._channels: list[grpc.Channel] = []
-        self._leaders: dict[tuple[str, int], str] = {}
 
-    # -- connections and metadata ------------------------------------------------
-
-    def _stub(self, endpoint: str) -> annal_pb2_grpc.AnnalStub:
-        stub = self._stubs.get(endpoint)
-        if stub is None:
-            channel = grpc.insecure_channel(
-                endpoint, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-            )
-            self._channels.append(channel)
-            stub = self._stubs[endpoint] = annal_pb2_grpc.AnnalStub(channel)
-        return stub
+    # -- metadata ------------------------------------------------------------------
 
     def refresh_metadata(self, topics: Sequence[str]) -> None:
-        last: Exception | None = None
-        for endpoint in self.bootstrap:
-            try:
-                metadata = self._stub(endpoint).Metadata(
-                    pb.MetadataRequest(topics=list(topics)), timeout=self.timeout_s
-                )
-            except grpc.RpcError as exc:
-                last = exc
-                continue
-            brokers = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers}
-            for topic in metadata.topics:
-                for p in topic.partitions:
-                    if p.leader in brokers:
-                        self._leaders[(topic.name, p.partition)] = brokers[p.leader]
-                    else:
-                        self._leaders.pop((topic.name, p.partition), None)
-            return
-        raise ConsumerError("BROKER_NOT_AVAILABLE", f"no bootstrap broker answered: {last}")
+        try:
+            self.cluster.refresh(topics)
+        except ClientError as exc:
+            raise ConsumerError(exc.error, exc.message) from None
 
     def partitions_for(self, topic: str) -> list[int]:
         """Partitions of ``topic`` that have a leader now."""
         self.refresh_metadata([topic])
-        return sorted(p for (t, p) in self._leaders if t == topic)
+        return sorted(p for (t, p) in self.cluster.leaders if t == topic)
 
     def leader(self, topic: str, partition: int) -> str:
         key = (topic, partition)
-        if key not in self._leaders:
+        if key not in self.cluster.leaders:
             self.refresh_metadata([topic])
         try:
-            return self._leaders[key]
+            return self.cluster.leaders[key]
         except KeyError:
             raise ConsumerError(
                 "LEADER_NOT_AVAILABLE", f"{topic}-{partition} has no leader (or does not exist)"
@@ -155,7 +122,7 @@ class SimpleConsumer:
             pending = {k: v for k, v in pending.items() if k not in results}
             if not pending:
                 return results
-            self._leaders.clear()
+            self.cluster.forget()
             time.sleep(min(0.05 * 2**attempt, 1.0))
         raise ConsumerError("NOT_LEADER_OR_FOLLOWER", f"no leader answered for {sorted(pending)}")
 
@@ -181,7 +148,7 @@ class SimpleConsumer:
             topics=[pb.TopicFetchData(name=t, partitions=ps) for t, ps in topics.items()],
         )
         try:
-            response = self._stub(endpoint).Fetch(request, timeout=self.timeout_s)
+            response = self.cluster.stub(endpoint).Fetch(request, timeout=self.timeout_s)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 return dict(wanted)
@@ -229,7 +196,7 @@ class SimpleConsumer:
                     )
                 ],
             )
-            response = self._stub(self.leader(topic, partition)).ListOffsets(
+            response = self.cluster.stub(self.leader(topic, partition)).ListOffsets(
                 request, timeout=self.timeout_s
             )
             result = response.topics[0].partitions[0]
@@ -238,7 +205,7 @@ class SimpleConsumer:
                 return int(result.offset)
             if error not in RETRIABLE or attempt == self.retries:
                 raise ConsumerError(error, f"list offsets of {topic}-{partition}")
-            self._leaders.clear()
+            self.cluster.forget()
             time.sleep(min(0.05 * 2**attempt, 1.0))
         raise AssertionError("unreachable")
 
@@ -252,10 +219,7 @@ class SimpleConsumer:
             offset = result.next_offset
 
     def close(self) -> None:
-        for channel in self._channels:
-            channel.close()
-        self._channels.clear()
-        self._stubs.clear()
+        self.cluster.close()
 
     def __enter__(self) -> SimpleConsumer:
         return self

@@ -31,11 +31,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import grpc
+from annal.client.cluster import ClientError, ClusterConnection
 from annal.producer.partitioner import DefaultPartitioner, Partitioner
 from annal.storage.batch import Compression
 from annal.storage.records import BatchBuilder, Header
 from annal.v1 import annal_pb2 as pb
-from annal.v1 import annal_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +53,8 @@ CODECS = {c.name.lower(): c for c in Compression}
 Serializer = Callable[[object], bytes | None]
 
 
-class ProduceError(Exception):
+class ProduceError(ClientError):
     """A record the cluster refused; ``error`` is Kafka's error name."""
-
-    def __init__(self, error: str, message: str = "") -> None:
-        super().__init__(f"{error}: {message}" if message else error)
-        self.error = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +144,7 @@ class Producer:
             raise ValueError(f"acks must be -1 (all), 0 or 1, not {acks}")
         if compression not in CODECS:
             raise ValueError(f"compression must be one of {sorted(CODECS)}, not {compression!r}")
-        self.bootstrap = [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
-        if not self.bootstrap:
-            raise ValueError("no bootstrap servers given")
+        self.cluster = ClusterConnection(bootstrap_servers, request_timeout_ms / 1000)
         self.acks = acks
         self.batch_size = batch_size
         self.linger_s = linger_ms / 1000
@@ -169,52 +163,26 @@ class Producer:
         self._unfinished = 0
         self._closing = False
         self._flushing = 0
-        self._partitions: dict[str, int] = {}
-        self._leaders: dict[tuple[str, int], str] = {}
-        self._stubs: dict[str, annal_pb2_grpc.AnnalStub] = {}
-        self._channels: list[grpc.Channel] = []
         self._sender = threading.Thread(target=self._run, name="producer-sender", daemon=True)
         self._sender.start()
 
     # -- metadata ---------------------------------------------------------------------
 
-    def _stub(self, endpoint: str) -> annal_pb2_grpc.AnnalStub:
-        stub = self._stubs.get(endpoint)
-        if stub is None:
-            channel = grpc.insecure_channel(endpoint)
-            self._channels.append(channel)
-            stub = self._stubs[endpoint] = annal_pb2_grpc.AnnalStub(channel)
-        return stub
-
     def _refresh(self, topics: Sequence[str]) -> None:
-        for endpoint in self.bootstrap:
-            try:
-                metadata = self._stub(endpoint).Metadata(
-                    pb.MetadataRequest(topics=list(topics)), timeout=self.request_timeout_s
-                )
-            except grpc.RpcError:
-                continue
-            brokers = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers}
-            for topic in metadata.topics:
-                if topic.error == pb.UNKNOWN_TOPIC_OR_PARTITION:
-                    continue
-                self._partitions[topic.name] = len(topic.partitions)
-                for p in topic.partitions:
-                    leader = brokers.get(p.leader)
-                    if leader is None:
-                        self._leaders.pop((topic.name, p.partition), None)
-                    else:
-                        self._leaders[(topic.name, p.partition)] = leader
-            return
-        logger.warning("no bootstrap broker answered Metadata (%s)", ", ".join(self.bootstrap))
+        try:
+            self.cluster.refresh(topics)
+        except ClientError as exc:
+            logger.warning("metadata refresh failed: %s", exc)
 
     def partitions_for(self, topic: str) -> int:
         """Partition count of ``topic``; ProduceError if it does not exist."""
-        if topic not in self._partitions:
+        counts = self.cluster.partition_counts
+        if topic not in counts:
             self._refresh([topic])
-        if topic not in self._partitions:
+            counts = self.cluster.partition_counts
+        if topic not in counts:
             raise ProduceError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {topic!r} does not exist")
-        return self._partitions[topic]
+        return counts[topic]
 
     # -- send -------------------------------------------------------------------------
 
@@ -234,7 +202,7 @@ class Producer:
         partitions = self.partitions_for(topic)
         if partition is None:
             available = (
-                [p for p in range(partitions) if (topic, p) in self._leaders]
+                [p for p in range(partitions) if (topic, p) in self.cluster.leaders]
                 if key_bytes is None
                 else ()
             )
@@ -291,8 +259,7 @@ class Producer:
                 self._closing = True
                 self._lock.notify_all()
             self._sender.join(5)
-            for channel in self._channels:
-                channel.close()
+            self.cluster.close()
 
     def __enter__(self) -> Producer:
         return self
@@ -332,7 +299,7 @@ class Producer:
             if (batch.topic, batch.partition) in partitions:
                 continue  # one batch per partition per request; the next goes after it
             partitions.add((batch.topic, batch.partition))
-            leader = self._leaders.get((batch.topic, batch.partition), "")
+            leader = self.cluster.leaders.get((batch.topic, batch.partition), "")
             if self._in_flight.get(leader, 0) < self.max_in_flight:
                 chosen.append(batch)
                 batch.in_flight_key = leader
@@ -344,10 +311,10 @@ class Producer:
     def _send(self, batches: list[_Batch]) -> None:
         by_leader: dict[str, list[_Batch]] = {}
         for batch in batches:
-            leader = self._leaders.get((batch.topic, batch.partition))
+            leader = self.cluster.leaders.get((batch.topic, batch.partition))
             if leader is None:
                 self._refresh([batch.topic])
-                leader = self._leaders.get((batch.topic, batch.partition))
+                leader = self.cluster.leaders.get((batch.topic, batch.partition))
             by_leader.setdefault(leader or "", []).append(batch)
         for leader, group in by_leader.items():
             self._send_to(leader, group)
@@ -369,7 +336,9 @@ class Producer:
                 topics=[pb.TopicProduceData(name=t, partitions=ps) for t, ps in topics.items()],
             )
             try:
-                response = self._stub(leader).Produce(request, timeout=self.request_timeout_s)
+                response = self.cluster.stub(leader).Produce(
+                    request, timeout=self.request_timeout_s
+                )
             except grpc.RpcError as exc:
                 retriable = exc.code() in (
                     grpc.StatusCode.UNAVAILABLE,
@@ -411,7 +380,7 @@ class Producer:
                 batch.future.set_exception(ProduceError(error, message))
                 self._finish(batch.count)
         if refresh:
-            self._leaders = {k: v for k, v in self._leaders.items() if k[0] not in refresh}
+            self.cluster.forget(sorted(refresh))
             self._refresh(sorted(refresh))
 
     def _finish(self, records: int) -> None:

@@ -1,0 +1,1 @@
+"""What every client shares: the connection to the cluster and the error base."""

@@ -1,0 +1,129 @@
+"""The clients' view of the cluster: channels to brokers and partition routing.
+
+Every client (admin, producer, consumers) holds one ``ClusterConnection``:
+one gRPC channel and stub per broker endpoint, the bootstrap servers to ask
+for Metadata, and what the last Metadata said (partition counts, leader
+endpoints) so that requests go straight to partition leaders.  Clients talk
+to the cluster only through ``annal.v1``.
+
+Thread safety: the stub cache is guarded by ``self._lock``; the routing maps
+are replaced whole on refresh, so readers see one version or the next.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+from annal.v1 import annal_pb2 as pb
+from annal.v1 import annal_pb2_grpc
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+class ClientError(Exception):
+    """A request the cluster refused; ``error`` is Kafka's error name."""
+
+    def __init__(self, error: str, message: str = "") -> None:
+        super().__init__(f"{error}: {message}" if message else error)
+        self.error = error
+        self.message = message
+
+
+def parse_bootstrap(servers: str) -> list[str]:
+    """``"h1:9092,h2:9092"`` → endpoints; ValueError naming a malformed one."""
+    endpoints = [s.strip() for s in servers.split(",") if s.strip()]
+    for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bootstrap server {endpoint!r} is not host:port")
+    if not endpoints:
+        raise ValueError("no bootstrap servers given")
+    return endpoints
+
+
+class ClusterConnection:
+    """See the module docstring; ``close`` releases every channel."""
+
+    def __init__(self, bootstrap_servers: str, timeout_s: float = 30.0) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._stubs: dict[str, annal_pb2_grpc.AnnalStub] = {}
+        self._channels: list[grpc.Channel] = []
+        self.partition_counts: dict[str, int] = {}
+        self.leaders: dict[tuple[str, int], str] = {}
+
+    def stub(self, endpoint: str) -> annal_pb2_grpc.AnnalStub:
+        with self._lock:
+            stub = self._stubs.get(endpoint)
+            if stub is None:
+                channel = grpc.insecure_channel(
+                    endpoint,
+                    options=[
+                        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                    ],
+                )
+                self._channels.append(channel)
+                stub = self._stubs[endpoint] = annal_pb2_grpc.AnnalStub(channel)
+            return stub
+
+    def call_any(self, method: str, request: Any) -> Any:
+        """Call ``method`` on the first bootstrap server that answers.
+
+        An unreachable server moves on to the next; any other gRPC failure is
+        a ClientError with the status name; none answering is
+        BROKER_NOT_AVAILABLE.
+        """
+        last: grpc.RpcError | None = None
+        for endpoint in self.bootstrap:
+            try:
+                return getattr(self.stub(endpoint), method)(request, timeout=self.timeout_s)
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise ClientError(exc.code().name, exc.details() or "") from None
+                last = exc
+        detail = f" ({last.details()})" if last is not None else ""
+        raise ClientError(
+            "BROKER_NOT_AVAILABLE", f"no broker answered at {', '.join(self.bootstrap)}{detail}"
+        )
+
+    def refresh(self, topics: Sequence[str]) -> pb.MetadataResponse:
+        """Ask for Metadata and update partition counts and leaders of ``topics``."""
+        metadata: pb.MetadataResponse = self.call_any(
+            "Metadata", pb.MetadataRequest(topics=list(topics))
+        )
+        brokers = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers}
+        counts = dict(self.partition_counts)
+        leaders = dict(self.leaders)
+        for topic in metadata.topics:
+            if topic.error == pb.UNKNOWN_TOPIC_OR_PARTITION:
+                counts.pop(topic.name, None)
+                continue
+            counts[topic.name] = len(topic.partitions)
+            for p in topic.partitions:
+                leader = brokers.get(p.leader)
+                if leader is None:
+                    leaders.pop((topic.name, p.partition), None)
+                else:
+                    leaders[(topic.name, p.partition)] = leader
+        self.partition_counts, self.leaders = counts, leaders
+        return metadata
+
+    def forget(self, topics: Sequence[str] | None = None) -> None:
+        """Drop known leaders (of ``topics``, or all) so the next lookup refreshes."""
+        if topics is None:
+            self.leaders = {}
+        else:
+            dropped = set(topics)
+            self.leaders = {k: v for k, v in self.leaders.items() if k[0] not in dropped}
+
+    def close(self) -> None:
+        with self._lock:
+            for channel in self._channels:
+                channel.close()
+            self._channels.clear()
+            self._stubs.clear()
