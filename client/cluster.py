@@ -55,6 +55,7 @@ class ClusterConnection:
         self._channels: list[grpc.Channel] = []
         self.partition_counts: dict[str, int] = {}
         self.leaders: dict[tuple[str, int], str] = {}
+        self.available: dict[str, tuple[int, ...]] = {}  # partitions with a known leader
 
     def stub(self, endpoint: str) -> annal_pb2_grpc.AnnalStub:
         with self._lock:
@@ -111,6 +112,7 @@ class ClusterConnection:
                 else:
                     leaders[(topic.name, p.partition)] = leader
         self.partition_counts, self.leaders = counts, leaders
+        self._update_available()
         return metadata
 
     def forget(self, topics: Sequence[str] | None = None) -> None:
@@ -120,6 +122,13 @@ class ClusterConnection:
         else:
             dropped = set(topics)
             self.leaders = {k: v for k, v in self.leaders.items() if k[0] not in dropped}
+        self._update_available()
+
+    def _update_available(self) -> None:
+        available: dict[str, list[int]] = {}
+        for topic, partition in self.leaders:
+            available.setdefault(topic, []).append(partition)
+        self.available = {t: tuple(sorted(ps)) for t, ps in available.items()}
 
     def close(self) -> None:
         with self._lock:

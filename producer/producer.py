@@ -4,10 +4,15 @@
 unless one is given), and appends it to that partition's open batch; it
 returns a ``RecordFuture`` of ``RecordMetadata`` (``result``, ``exception``,
 ``add_done_callback``), a view on the batch's one future.  A batch closes
-when it reaches ``batch_size`` bytes or has waited ``linger_ms``; the sender
-thread groups closed batches by
-partition leader into one Produce request per broker, with at most
-``max_in_flight`` requests outstanding per broker.
+when it reaches ``batch_size`` bytes or has waited ``linger_ms``.
+
+The sender thread groups closed batches by partition leader into one
+Produce request per broker and sends it without waiting for the answer, so
+up to ``max_in_flight`` requests per broker travel at once.  A partition has
+at most one batch in flight: gRPC does not order concurrent calls the way a
+Kafka connection does, so this is what keeps a partition's records in the
+order they were sent, retries included.  Answers come back on gRPC's threads
+and are queued for the sender, which owns every retry and metadata refresh.
 
 Retriable errors (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION,
 LEADER_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, an unreachable
@@ -17,8 +22,8 @@ futures with ``ProduceError``.  With ``acks=0`` futures complete once the
 request is sent, with offset -1.
 
 Thread safety: ``send``, ``flush`` and ``close`` may be called from any
-thread; ``self._lock`` guards the open batches and the in-flight counts; the
-sender thread owns the requests.
+thread; ``self._mutex`` guards the batches, the in-flight bookkeeping and the
+queue of answers, and ``self._changed`` (on the same mutex) wakes waiters.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import grpc
@@ -70,36 +76,32 @@ class RecordFuture:
     ``concurrent.futures.Future`` per batch, as the Java client's
     FutureRecordMetadata over ProduceRequestResult).  Thread-safe."""
 
-    __slots__ = ("_batch", "_index", "_partition", "_timestamp", "_topic")
+    __slots__ = ("_batch", "_index", "_timestamp")
 
-    def __init__(
-        self, batch: Future[int], index: int, topic: str, partition: int, timestamp: int
-    ) -> None:
+    def __init__(self, batch: _Batch, index: int, timestamp: int) -> None:
         self._batch = batch
         self._index = index
-        self._topic = topic
-        self._partition = partition
         self._timestamp = timestamp
 
     def _metadata(self, base_offset: int) -> RecordMetadata:
         offset = base_offset + self._index if base_offset >= 0 else -1
-        return RecordMetadata(self._topic, self._partition, offset, self._timestamp)
+        return RecordMetadata(self._batch.topic, self._batch.partition, offset, self._timestamp)
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
         """The record's metadata; raises ProduceError if it was not written."""
-        return self._metadata(self._batch.result(timeout))
+        return self._metadata(self._batch.future.result(timeout))
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        return self._batch.exception(timeout)
+        return self._batch.future.exception(timeout)
 
     def done(self) -> bool:
-        return self._batch.done()
+        return self._batch.future.done()
 
     def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
-        self._batch.add_done_callback(lambda _: fn(self))
+        self._batch.future.add_done_callback(lambda _: fn(self))
 
 
-@dataclass
+@dataclass(eq=False)
 class _Batch:
     topic: str
     partition: int
@@ -110,7 +112,10 @@ class _Batch:
     size: int = 61
     attempts: int = 0
     retry_at: float = 0.0
-    in_flight_key: str = ""  # the leader it was counted against while in flight
+
+
+# leader, batches, and the response or the failure of the call
+_Answer = tuple[str, list[_Batch], "pb.ProduceResponse | grpc.RpcError"]
 
 
 def _identity(value: object) -> bytes | None:
@@ -156,13 +161,22 @@ class Producer:
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._partitioner: Partitioner = partitioner or DefaultPartitioner()
-        self._lock = threading.Condition()
+        self._raw_keys = key_serializer is _identity
+        self._raw_values = value_serializer is _identity
+        self._mutex = threading.Lock()
+        self._changed = threading.Condition(self._mutex)
         self._open: dict[tuple[str, int], _Batch] = {}
-        self._ready: list[_Batch] = []
-        self._in_flight: dict[str, int] = {}
-        self._unfinished = 0
+        # closed batches waiting to go, oldest first, per partition
+        self._ready: dict[tuple[str, int], deque[_Batch]] = {}
+        self._unacknowledged: set[_Batch] = set()
+        self._in_flight: dict[str, int] = {}  # requests per leader
+        self._muted: set[tuple[str, int]] = set()  # partitions with a batch in flight
+        self._answers: list[_Answer] = []
         self._closing = False
         self._flushing = 0
+        self._io = ThreadPoolExecutor(
+            max_workers=4 * self.max_in_flight, thread_name_prefix="producer-io"
+        )
         self._sender = threading.Thread(target=self._run, name="producer-sender", daemon=True)
         self._sender.start()
 
@@ -195,57 +209,68 @@ class Producer:
         timestamp_ms: int | None = None,
         headers: Sequence[Header | tuple[str, bytes | None]] = (),
     ) -> RecordFuture:
+        """Queue one record; the hot path: no I/O, one lock, a few dict look-ups."""
         if self._closing:
             raise RuntimeError("send() after close()")
-        key_bytes = self._key_serializer(key)
-        value_bytes = self._value_serializer(value)
-        partitions = self.partitions_for(topic)
+        if self._raw_keys and (key is None or type(key) is bytes):
+            key_bytes: bytes | None = key
+        else:
+            key_bytes = self._key_serializer(key)
+        if self._raw_values and (value is None or type(value) is bytes):
+            value_bytes: bytes | None = value
+        else:
+            value_bytes = self._value_serializer(value)
+        partitions = self.cluster.partition_counts.get(topic) or self.partitions_for(topic)
         if partition is None:
-            available = (
-                [p for p in range(partitions) if (topic, p) in self.cluster.leaders]
-                if key_bytes is None
-                else ()
+            partition = self._partitioner.partition(
+                topic, key_bytes, partitions, self.cluster.available.get(topic, ())
             )
-            partition = self._partitioner.partition(topic, key_bytes, partitions, available)
         elif not 0 <= partition < partitions:
             raise ProduceError(
                 "UNKNOWN_TOPIC_OR_PARTITION", f"{topic} has partitions 0..{partitions - 1}"
             )
-        timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        with self._lock:
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        size = 14 + (len(key_bytes) if key_bytes else 0) + (len(value_bytes) if value_bytes else 0)
+        with self._mutex:
             batch = self._open.get((topic, partition))
             if batch is None:
-                batch = self._open[(topic, partition)] = _Batch(
-                    topic, partition, BatchBuilder(self.compression), time.monotonic()
-                )
-                self._lock.notify_all()  # the sender arms its linger timer
-            batch.builder.append(key_bytes, value_bytes, timestamp, headers)
-            record = RecordFuture(batch.future, batch.count, topic, partition, timestamp)
-            batch.count += 1
-            batch.size += 14 + len(key_bytes or b"") + len(value_bytes or b"")
-            self._unfinished += 1
+                batch = self._open_batch(topic, partition)
+            index = batch.count
+            batch.builder.append(key_bytes, value_bytes, timestamp_ms, headers)
+            batch.count = index + 1
+            batch.size += size
             if batch.size >= self.batch_size:
                 self._close_batch(batch)
-                self._lock.notify_all()
-        return record
+                self._changed.notify_all()
+        return RecordFuture(batch, index, timestamp_ms)
+
+    def _open_batch(self, topic: str, partition: int) -> _Batch:
+        """A new open batch (callers hold the mutex)."""
+        batch = _Batch(topic, partition, BatchBuilder(self.compression), time.monotonic())
+        self._open[(topic, partition)] = batch
+        self._unacknowledged.add(batch)
+        self._changed.notify_all()  # the sender arms its linger timer
+        return batch
 
     def _close_batch(self, batch: _Batch) -> None:
         del self._open[(batch.topic, batch.partition)]
-        self._ready.append(batch)
+        self._ready.setdefault((batch.topic, batch.partition), deque()).append(batch)
         self._partitioner.on_new_batch(batch.topic, batch.partition)
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Send every open batch now and wait until every record is acknowledged."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._lock:
+        with self._changed:
             self._flushing += 1
-            self._lock.notify_all()
+            self._changed.notify_all()
             try:
-                while self._unfinished:
+                while self._unacknowledged:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
-                        raise TimeoutError(f"{self._unfinished} records still unacknowledged")
-                    self._lock.wait(remaining if remaining is not None else 0.1)
+                        records = sum(b.count for b in self._unacknowledged)
+                        raise TimeoutError(f"{records} records still unacknowledged")
+                    self._changed.wait(remaining if remaining is not None else 0.1)
             finally:
                 self._flushing -= 1
 
@@ -255,10 +280,11 @@ class Producer:
         try:
             self.flush(timeout_s)
         finally:
-            with self._lock:
+            with self._changed:
                 self._closing = True
-                self._lock.notify_all()
+                self._changed.notify_all()
             self._sender.join(5)
+            self._io.shutdown(wait=False)
             self.cluster.close()
 
     def __enter__(self) -> Producer:
@@ -271,119 +297,152 @@ class Producer:
 
     def _run(self) -> None:
         while True:
-            with self._lock:
-                batches = self._collect()
-                while not batches:
-                    if self._closing:
+            with self._changed:
+                answers, batches = self._take_work()
+                while not answers and not batches:
+                    if self._closing and not self._in_flight_total():
                         return
-                    self._lock.wait(self._wait_time())
-                    batches = self._collect()
-            self._send(batches)
+                    self._changed.wait(self._wait_time())
+                    answers, batches = self._take_work()
+            for leader, group, call in answers:
+                self._answered(leader, group, call)
+            if batches:
+                self._send(batches)
+
+    def _in_flight_total(self) -> int:
+        return sum(self._in_flight.values())
+
+    def _take_work(self) -> tuple[list[_Answer], dict[str, list[_Batch]]]:
+        answers, self._answers = self._answers, []
+        return answers, self._collect()
 
     def _wait_time(self) -> float:
         now = time.monotonic()
         waits = [b.created + self.linger_s - now for b in self._open.values()]
-        waits += [b.retry_at - now for b in self._ready]
+        waits += [q[0].retry_at - now for k, q in self._ready.items() if k not in self._muted]
         return max(min(waits, default=0.1), 0.001)
 
-    def _collect(self) -> list[_Batch]:
-        """Batches to send now (callers hold the lock)."""
+    def _collect(self) -> dict[str, list[_Batch]]:
+        """Batches to send now by leader ("" when unknown): due, partition not
+        in flight, leader below ``max_in_flight``.  Counts the requests
+        (callers hold the mutex)."""
         now = time.monotonic()
         for batch in list(self._open.values()):
             if self._flushing or self._closing or now - batch.created >= self.linger_s:
                 self._close_batch(batch)
-        due = [b for b in self._ready if b.retry_at <= now]
-        chosen = []
-        partitions: set[tuple[str, int]] = set()
-        for batch in due:
-            if (batch.topic, batch.partition) in partitions:
-                continue  # one batch per partition per request; the next goes after it
-            partitions.add((batch.topic, batch.partition))
-            leader = self.cluster.leaders.get((batch.topic, batch.partition), "")
-            if self._in_flight.get(leader, 0) < self.max_in_flight:
-                chosen.append(batch)
-                batch.in_flight_key = leader
+        chosen: dict[str, list[_Batch]] = {}
+        leaders = self.cluster.leaders
+        for key, queue in list(self._ready.items()):
+            batch = queue[0]
+            if batch.retry_at > now or key in self._muted:
+                continue
+            leader = leaders.get(key, "")
+            if leader not in chosen:
+                if leader and self._in_flight.get(leader, 0) >= self.max_in_flight:
+                    continue
+                chosen[leader] = []
+            chosen[leader].append(queue.popleft())
+            if not queue:
+                del self._ready[key]
+            self._muted.add(key)
+        for leader in chosen:
+            if leader:
                 self._in_flight[leader] = self._in_flight.get(leader, 0) + 1
-        for batch in chosen:
-            self._ready.remove(batch)
         return chosen
 
-    def _send(self, batches: list[_Batch]) -> None:
-        by_leader: dict[str, list[_Batch]] = {}
-        for batch in batches:
-            leader = self.cluster.leaders.get((batch.topic, batch.partition))
-            if leader is None:
-                self._refresh([batch.topic])
-                leader = self.cluster.leaders.get((batch.topic, batch.partition))
-            by_leader.setdefault(leader or "", []).append(batch)
-        for leader, group in by_leader.items():
+    def _send(self, groups: dict[str, list[_Batch]]) -> None:
+        """Send each leader its group; batches with no known leader look it up first."""
+        unrouted = groups.pop("", [])
+        if unrouted:
+            counted = set(groups)  # _collect counted these requests already
+            self._refresh(sorted({b.topic for b in unrouted}))
+            for batch in unrouted:
+                leader = self.cluster.leaders.get((batch.topic, batch.partition), "")
+                groups.setdefault(leader, []).append(batch)
+            if "" in groups:
+                self._finished_request("", groups.pop(""), {}, "LEADER_NOT_AVAILABLE")
+            with self._mutex:
+                for leader in set(groups) - counted:
+                    self._in_flight[leader] = self._in_flight.get(leader, 0) + 1
+        for leader, group in groups.items():
             self._send_to(leader, group)
 
     def _send_to(self, leader: str, group: list[_Batch]) -> None:
-        try:
-            if not leader:
-                self._done(group, {}, "LEADER_NOT_AVAILABLE")
-                return
-            built = {(b.topic, b.partition): b.builder.build() for b in group}
-            topics: dict[str, list[pb.PartitionProduceData]] = {}
-            for (topic, partition), data in built.items():
-                topics.setdefault(topic, []).append(
-                    pb.PartitionProduceData(partition=partition, records=data)
-                )
-            request = pb.ProduceRequest(
-                acks=self.acks,
-                timeout_ms=int(self.request_timeout_s * 1000),
-                topics=[pb.TopicProduceData(name=t, partitions=ps) for t, ps in topics.items()],
+        """Start one Produce request; its answer is queued for the sender thread."""
+        topics: dict[str, list[pb.PartitionProduceData]] = {}
+        for batch in group:
+            topics.setdefault(batch.topic, []).append(
+                pb.PartitionProduceData(partition=batch.partition, records=batch.builder.build())
             )
-            try:
-                response = self.cluster.stub(leader).Produce(
-                    request, timeout=self.request_timeout_s
-                )
-            except grpc.RpcError as exc:
-                retriable = exc.code() in (
-                    grpc.StatusCode.UNAVAILABLE,
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                )
-                self._done(group, {}, "BROKER_NOT_AVAILABLE" if retriable else exc.code().name)
-                return
-            results = {(t.name, p.partition): p for t in response.topics for p in t.partitions}
-            self._done(group, results, "UNKNOWN_SERVER_ERROR")
-        finally:
-            with self._lock:
-                for batch in group:
-                    key = batch.in_flight_key
-                    self._in_flight[key] = self._in_flight.get(key, 1) - 1
-                self._lock.notify_all()
+        request = pb.ProduceRequest(
+            acks=self.acks,
+            timeout_ms=int(self.request_timeout_s * 1000),
+            topics=[pb.TopicProduceData(name=t, partitions=ps) for t, ps in topics.items()],
+        )
+        self._io.submit(self._call, leader, group, request)
 
-    def _done(
+    def _call(self, leader: str, group: list[_Batch], request: pb.ProduceRequest) -> None:
+        """On an I/O thread: one blocking Produce call, its answer queued for the
+        sender.  (A blocking call on a pooled thread is cheaper than grpcio's
+        ``future()``, which starts a polling thread whenever none is running.)"""
+        answer: pb.ProduceResponse | grpc.RpcError
+        try:
+            answer = self.cluster.stub(leader).Produce(request, timeout=self.request_timeout_s)
+        except grpc.RpcError as exc:
+            answer = exc
+        with self._changed:
+            self._answers.append((leader, group, answer))
+            self._changed.notify_all()
+
+    def _answered(
+        self, leader: str, group: list[_Batch], answer: pb.ProduceResponse | grpc.RpcError
+    ) -> None:
+        if isinstance(answer, grpc.RpcError):
+            code = answer.code()
+            retriable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+            self._finished_request(
+                leader, group, {}, "BROKER_NOT_AVAILABLE" if retriable else code.name
+            )
+            return
+        results = {(t.name, p.partition): p for t in answer.topics for p in t.partitions}
+        self._finished_request(leader, group, results, "UNKNOWN_SERVER_ERROR")
+
+    def _finished_request(
         self,
+        leader: str,
         group: list[_Batch],
         results: dict[tuple[str, int], pb.PartitionProduceResponse],
         default_error: str,
     ) -> None:
+        """Complete, retry or fail each batch of a request that ended."""
         refresh: set[str] = set()
+        finished: list[_Batch] = []
+        retry: list[_Batch] = []
         for batch in group:
             result = results.get((batch.topic, batch.partition))
             error = pb.ErrorCode.Name(result.error) if result is not None else default_error
             if error == "NONE":
                 base = result.base_offset if result is not None and self.acks != 0 else -1
                 batch.future.set_result(base)
-                self._finish(batch.count)
+                finished.append(batch)
             elif error in RETRIABLE and batch.attempts < self.retries:
                 batch.attempts += 1
                 batch.retry_at = time.monotonic() + self.retry_backoff_s * batch.attempts
                 refresh.add(batch.topic)
-                with self._lock:
-                    self._ready.append(batch)
+                retry.append(batch)
             else:
                 message = result.error_message if result is not None else ""
                 batch.future.set_exception(ProduceError(error, message))
-                self._finish(batch.count)
+                finished.append(batch)
         if refresh:
             self.cluster.forget(sorted(refresh))
             self._refresh(sorted(refresh))
-
-    def _finish(self, records: int) -> None:
-        with self._lock:
-            self._unfinished -= records
-            self._lock.notify_all()
+        with self._changed:
+            if leader:
+                self._in_flight[leader] -= 1
+            for batch in group:
+                self._muted.discard((batch.topic, batch.partition))
+            self._unacknowledged.difference_update(finished)
+            for batch in retry:  # it goes first: older than anything queued behind it
+                self._ready.setdefault((batch.topic, batch.partition), deque()).appendleft(batch)
+            self._changed.notify_all()

@@ -69,3 +69,39 @@ def test_acks_zero_null_keys_and_errors(broker: BrokerProcess) -> None:
     big.close()
     with SimpleConsumer(broker.endpoint) as consumer:
         assert [r.value for r in consumer.iterate("plain", 0, 0)] == [b"fire and forget"]
+
+
+@pytest.mark.timeout(180)
+def test_many_requests_in_flight_keep_each_partition_in_order(broker: BrokerProcess) -> None:
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("wide", partitions=8)
+    with Producer(broker.endpoint, batch_size=2048, linger_ms=1, max_in_flight=5) as producer:
+        futures = [
+            producer.send("wide", value=b"%d" % i, partition=i % 8) for i in range(20_000)
+        ]
+        producer.flush(120)
+    for i, future in enumerate(futures):
+        meta = future.result()
+        assert (meta.partition, meta.offset) == (i % 8, i // 8)  # sent order is log order
+    with SimpleConsumer(broker.endpoint) as consumer:
+        values = [r.value for r in consumer.iterate("wide", 3, 0)]
+    assert values == [b"%d" % i for i in range(3, 20_000, 8)]
+
+
+@pytest.mark.timeout(180)
+def test_a_stale_leader_answers_not_leader_and_the_producer_recovers(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    first = broker_factory(1)
+    second = broker_factory(2)
+    with AdminClient(first.endpoint) as admin:
+        admin.create_topic("moved", partitions=1)
+        leader = admin.describe_topics(["moved"])[0].partitions[0].leader
+    wrong = second if leader == 1 else first
+    with Producer(first.endpoint, retry_backoff_ms=10) as producer:
+        producer.partitions_for("moved")
+        producer.cluster.leaders[("moved", 0)] = wrong.endpoint  # as if leadership had moved
+        meta = producer.send("moved", value=b"found it").result(60)
+    assert meta.offset == 0
+    with SimpleConsumer(first.endpoint) as consumer:
+        assert [r.value for r in consumer.iterate("moved", 0, 0)] == [b"found it"]
