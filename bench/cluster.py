@@ -7,6 +7,13 @@ Measures, in one run: produce throughput of 100-byte records at acks=1
 end-to-end latency percentiles at a fixed moderate rate, and the ceiling of a
 bare grpcio call carrying the same batch bytes between two processes.  The
 last line printed is one JSON object.
+
+The throughput topics have six partitions and the records no keys, as in
+Kafka's published single-producer benchmark; the consumer fetches all six in
+one multi-fetch.  For scale, the run also measures the client's own floors in
+this interpreter, with no network: ``send()`` into open batches
+(``send_floor_records_per_s``) and decoding fetched batches into records
+(``decode_floor_records_per_s``).
 """
 
 from __future__ import annotations
@@ -29,9 +36,10 @@ from annal.consumer.simple import LATEST, SimpleConsumer
 from annal.deploy.cluster import LocalCluster
 from annal.deploy.zookeeper import free_port
 from annal.producer.producer import Producer
-from annal.storage.records import BatchBuilder
+from annal.storage.records import BatchBuilder, iter_records
 
 RECORD_SIZE = 100
+PARTITIONS = 6
 
 ECHO_SERVER = """
 import sys, time, grpc
@@ -78,7 +86,7 @@ def produce(bootstrap: str, topic: str, records: int, compression: str) -> float
     ) as p:
         started = time.perf_counter()
         for _ in range(records):
-            p.send(topic, value=value, partition=0)
+            p.send(topic, value=value)
         p.flush(300)
         return records / (time.perf_counter() - started)
 
@@ -86,12 +94,37 @@ def produce(bootstrap: str, topic: str, records: int, compression: str) -> float
 def consume(bootstrap: str, topic: str, records: int) -> float:
     with SimpleConsumer(bootstrap) as consumer:
         started = time.perf_counter()
-        offset = count = 0
+        offsets = {(topic, p): 0 for p in range(PARTITIONS)}
+        count = 0
         while count < records:
-            result = consumer.fetch(topic, 0, offset, max_bytes=4 << 20)
-            count += len(result.records)
-            offset = result.next_offset
+            results = consumer.multi_fetch(offsets, max_bytes=1 << 20)
+            for key, result in results.items():
+                count += len(result.records)
+                offsets[key] = result.next_offset
         return count / (time.perf_counter() - started)
+
+
+def send_floor(records: int) -> float:
+    """send() calls per second into open batches, nothing sent (no broker needed)."""
+    value = b"v" * RECORD_SIZE
+    producer = Producer("127.0.0.1:1", batch_size=1 << 40, linger_ms=10**9)
+    producer.cluster.partition_counts["floor"] = PARTITIONS
+    started = time.perf_counter()
+    for _ in range(records):
+        producer.send("floor", value=value)
+    elapsed = time.perf_counter() - started
+    producer._open.clear()  # nothing to deliver
+    producer._unacknowledged.clear()
+    producer.close(1)
+    return records / elapsed
+
+
+def decode_floor(batch: bytes, repeat: int) -> float:
+    """Records per second decoded from fetched bytes into consumer records."""
+    data = batch * repeat
+    started = time.perf_counter()
+    count = sum(1 for _ in iter_records(data))
+    return count / (time.perf_counter() - started)
 
 
 def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
@@ -148,8 +181,9 @@ def main() -> int:
         state = cluster.up(1)
         bootstrap = f"127.0.0.1:{state.brokers[0].port}"
         with AdminClient(bootstrap) as admin:
-            for topic in ("plain", "lz4", "latency"):
-                admin.create_topic(topic, partitions=1)
+            for topic in ("plain", "lz4"):
+                admin.create_topic(topic, partitions=PARTITIONS)
+            admin.create_topic("latency", partitions=1)
         time.sleep(1.0)  # leaders settle
         print(f"producing {records:,} records ...", flush=True)
         plain = produce(bootstrap, "plain", records, "none")
@@ -163,6 +197,9 @@ def main() -> int:
         batch = builder.build()  # ~64 KiB, as the producer sends
         print("bare gRPC ceiling ...", flush=True)
         ceiling = grpc_ceiling(batch, 3 if args.quick else 10)
+        print("client floors ...", flush=True)
+        floor_send = send_floor(min(records, 300_000))
+        floor_decode = decode_floor(batch, 200)
     finally:
         try:
             cluster.down()
@@ -182,6 +219,10 @@ def main() -> int:
         "produce_mb_s": round(produce_mb_s, 1),
         "grpc_ceiling_mb_s": round(ceiling, 1),
         "produce_vs_grpc": round(produce_mb_s / ceiling, 3),
+        "send_floor_records_per_s": round(floor_send),
+        "decode_floor_records_per_s": round(floor_decode),
+        "produce_vs_send_floor": round(plain / floor_send, 3),
+        "consume_vs_decode_floor": round(consumed / floor_decode, 3),
         "cpus": os.cpu_count(),
     }
     for key, value in result.items():

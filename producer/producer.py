@@ -318,33 +318,52 @@ class Producer:
 
     def _wait_time(self) -> float:
         now = time.monotonic()
-        waits = [b.created + self.linger_s - now for b in self._open.values()]
-        waits += [q[0].retry_at - now for k, q in self._ready.items() if k not in self._muted]
+        muted = self._muted
+        waits = [b.created + self.linger_s - now for k, b in self._open.items() if k not in muted]
+        waits += [q[0].retry_at - now for k, q in self._ready.items() if k not in muted]
         return max(min(waits, default=0.1), 0.001)
 
     def _collect(self) -> dict[str, list[_Batch]]:
-        """Batches to send now by leader ("" when unknown): due, partition not
-        in flight, leader below ``max_in_flight``.  Counts the requests
-        (callers hold the mutex)."""
+        """Batches to send now by leader ("" when unknown), at most one per
+        partition and none for a partition in flight; a leader at
+        ``max_in_flight`` waits.  Full batches go first; an open batch is
+        drained once it has lingered (or on flush), so while its partition is
+        in flight it keeps filling, as in Kafka's accumulator.  Counts the
+        requests (callers hold the mutex)."""
         now = time.monotonic()
-        for batch in list(self._open.values()):
-            if self._flushing or self._closing or now - batch.created >= self.linger_s:
-                self._close_batch(batch)
         chosen: dict[str, list[_Batch]] = {}
         leaders = self.cluster.leaders
-        for key, queue in list(self._ready.items()):
-            batch = queue[0]
-            if batch.retry_at > now or key in self._muted:
-                continue
+        muted = self._muted
+        draining = self._flushing or self._closing
+
+        def sendable(key: tuple[str, int]) -> str | None:
             leader = leaders.get(key, "")
             if leader not in chosen:
                 if leader and self._in_flight.get(leader, 0) >= self.max_in_flight:
-                    continue
+                    return None
                 chosen[leader] = []
-            chosen[leader].append(queue.popleft())
-            if not queue:
-                del self._ready[key]
-            self._muted.add(key)
+            return leader
+
+        for key, queue in list(self._ready.items()):
+            if key in muted or queue[0].retry_at > now:
+                continue
+            leader = sendable(key)
+            if leader is not None:
+                chosen[leader].append(queue.popleft())
+                if not queue:
+                    del self._ready[key]
+                muted.add(key)
+        for key, batch in list(self._open.items()):
+            if key in muted or key in self._ready:
+                continue
+            if not draining and now - batch.created < self.linger_s:
+                continue
+            leader = sendable(key)
+            if leader is not None:
+                del self._open[key]
+                self._partitioner.on_new_batch(batch.topic, batch.partition)
+                chosen[leader].append(batch)
+                muted.add(key)
         for leader in chosen:
             if leader:
                 self._in_flight[leader] = self._in_flight.get(leader, 0) + 1
