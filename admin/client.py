@@ -84,6 +84,23 @@ class AdminClient:
         if result.error != pb.NONE:
             raise AdminError(pb.ErrorCode.Name(result.error), result.error_message)
 
+    def create_partitions(
+        self, name: str, count: int, assignment: Sequence[Sequence[int]] | None = None
+    ) -> None:
+        """Grow ``name`` to ``count`` partitions (``assignment``: replicas of each new
+        one, in order); returns when their leaders are known."""
+        topic = pb.CreatePartitionsTopic(
+            name=name,
+            count=count,
+            assignment=[pb.ReplicaList(brokers=list(r)) for r in assignment or ()],
+        )
+        request = pb.CreatePartitionsRequest(
+            topics=[topic], timeout_ms=int(self.timeout_s * 1000)
+        )
+        result = self._call("CreatePartitions", request).topics[0]
+        if result.error != pb.NONE:
+            raise AdminError(pb.ErrorCode.Name(result.error), result.error_message)
+
     def list_topics(self) -> list[str]:
         metadata = self._call("Metadata", pb.MetadataRequest())
         return sorted(t.name for t in metadata.topics)

@@ -1,4 +1,4 @@
-"""``annal topics``: create, list, describe and delete topics, as kafka-topics.sh does."""
+"""``annal topics``: create, list, describe, alter and delete topics, as kafka-topics.sh does."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 def add_parser(commands: Any) -> None:
     topics = commands.add_parser(
         "topics",
-        help="create, list, describe and delete topics",
+        help="create, list, describe, alter and delete topics",
         description="Topic administration through any broker (like kafka-topics.sh).",
     )
     actions = topics.add_subparsers(dest="action", metavar="ACTION")
@@ -43,6 +43,16 @@ def add_parser(commands: Any) -> None:
     common(describe, topic=False)
     describe.add_argument("--topic", help="one topic (default: all)")
     describe.add_argument("--json", action="store_true", help="one JSON object per topic")
+    alter = actions.add_parser(
+        "alter",
+        help="add partitions to a topic",
+        description="Grow a topic to more partitions (the count can only grow). Keyed "
+        "records may map to different partitions afterwards, as in Kafka.",
+    )
+    common(alter, topic=True)
+    alter.add_argument(
+        "--partitions", type=int, required=True, help="the new total partition count"
+    )
     delete = actions.add_parser("delete", help="delete a topic")
     common(delete, topic=True)
     topics.set_defaults(run=run)
@@ -101,6 +111,9 @@ def _run(args: argparse.Namespace, client: Any) -> int:
                     f"\tTopic: {topic.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
                     f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
                 )
+    elif args.action == "alter":
+        client.create_partitions(args.topic, args.partitions)
+        print(f"Topic {args.topic} now has {args.partitions} partitions.")
     elif args.action == "delete":
         client.delete_topic(args.topic)
         print(f"Deleted topic {args.topic}.")

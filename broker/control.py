@@ -11,8 +11,9 @@ import threading
 from collections.abc import Sequence
 
 import grpc
+from annal.broker.metadata_cache import LiveBroker, MetadataCache, PartitionView
 from annal.broker.replica_manager import LeaderAndIsrState, ReplicaManager
-from annal.controller.controller import PartitionUpdate
+from annal.controller.controller import MetadataUpdate, PartitionUpdate
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
@@ -22,10 +23,12 @@ REQUEST_TIMEOUT_S = 10.0
 
 
 class ControlService(annal_pb2_grpc.BrokerControlServicer):
-    """Applies controller requests through the replica manager.  Thread-safe."""
+    """Applies controller requests through the replica manager and the metadata
+    cache.  Thread-safe."""
 
-    def __init__(self, replicas: ReplicaManager) -> None:
+    def __init__(self, replicas: ReplicaManager, metadata: MetadataCache) -> None:
         self._replicas = replicas
+        self._metadata = metadata
 
     def LeaderAndIsr(
         self, request: pb.LeaderAndIsrRequest, context: grpc.ServicerContext
@@ -60,6 +63,21 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
     ) -> pb.UpdateMetadataResponse:
         if not self._replicas.check_controller_epoch(request.controller_epoch):
             return pb.UpdateMetadataResponse(error=pb.STALE_CONTROLLER_EPOCH)
+        self._metadata.update(
+            request.controller_id,
+            request.controller_epoch,
+            [LiveBroker(b.id, b.host, b.port, b.rack or None) for b in request.live_brokers],
+            [
+                (
+                    s.topic,
+                    s.partition,
+                    PartitionView(s.leader, s.leader_epoch, tuple(s.isr), tuple(s.replicas)),
+                )
+                for s in request.partition_states
+            ],
+            request.deleted_topics,
+            full=request.full,
+        )
         return pb.UpdateMetadataResponse()
 
     def StopReplica(
@@ -107,25 +125,32 @@ class ControllerChannel:
         request = pb.LeaderAndIsrRequest(
             controller_id=self.controller_id,
             controller_epoch=controller_epoch,
-            partition_states=[
-                pb.PartitionState(
-                    topic=u.topic,
-                    partition=u.partition,
-                    controller_epoch=u.state.controller_epoch,
-                    leader=u.state.leader,
-                    leader_epoch=u.state.leader_epoch,
-                    isr=list(u.state.isr),
-                    zk_version=u.zk_version,
-                    replicas=list(u.replicas),
-                )
-                for u in updates
-            ],
+            partition_states=[_partition_state(u) for u in updates],
             live_leaders=[pb.Broker(id=b.broker_id, host=b.host, port=b.port) for b in live],
         )
         response = self._stub(broker).LeaderAndIsr(request, timeout=REQUEST_TIMEOUT_S)
         if response.error != pb.NONE:
             error = pb.ErrorCode.Name(response.error)
             raise RuntimeError(f"broker {broker.broker_id} refused LeaderAndIsr: {error}")
+
+    def send_update_metadata(
+        self, broker: BrokerRegistration, controller_epoch: int, update: MetadataUpdate
+    ) -> None:
+        request = pb.UpdateMetadataRequest(
+            controller_id=self.controller_id,
+            controller_epoch=controller_epoch,
+            partition_states=[_partition_state(u) for u in update.partitions],
+            live_brokers=[
+                pb.Broker(id=b.broker_id, host=b.host, port=b.port, rack=b.rack or "")
+                for b in update.live
+            ],
+            deleted_topics=list(update.deleted_topics),
+            full=update.full,
+        )
+        response = self._stub(broker).UpdateMetadata(request, timeout=REQUEST_TIMEOUT_S)
+        if response.error != pb.NONE:
+            error = pb.ErrorCode.Name(response.error)
+            raise RuntimeError(f"broker {broker.broker_id} refused UpdateMetadata: {error}")
 
     def send_stop_replica(
         self,
@@ -148,3 +173,16 @@ class ControllerChannel:
             for channel, _ in self._channels.values():
                 channel.close()
             self._channels.clear()
+
+
+def _partition_state(update: PartitionUpdate) -> pb.PartitionState:
+    return pb.PartitionState(
+        topic=update.topic,
+        partition=update.partition,
+        controller_epoch=update.state.controller_epoch,
+        leader=update.state.leader,
+        leader_epoch=update.state.leader_epoch,
+        isr=list(update.state.isr),
+        zk_version=update.zk_version,
+        replicas=list(update.replicas),
+    )

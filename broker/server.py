@@ -32,6 +32,7 @@ from concurrent import futures
 import grpc
 from annal.broker.config import BrokerConfig
 from annal.broker.control import ControllerChannel, ControlService
+from annal.broker.metadata_cache import MetadataCache
 from annal.broker.replica_manager import ReplicaManager
 from annal.broker.service import AnnalService
 from annal.controller.controller import Controller
@@ -42,6 +43,7 @@ from annal.v1 import annal_pb2_grpc
 from annal.zk.client import BrokerIdTakenError, SessionEvent, ZkClient, ZkError
 from annal.zk.layout import BrokerRegistration
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from kazoo.exceptions import KazooException
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +70,7 @@ class BrokerServer:
         self._grpc: grpc.Server | None = None
         self.replicas: ReplicaManager
         self.controller: Controller | None = None
+        self.metadata = MetadataCache()
         self._channel: ControllerChannel | None = None
         self._health = health.HealthServicer()
         self._stopping = threading.Event()
@@ -119,7 +122,7 @@ class BrokerServer:
         # OffsetsForLeaderEpoch and ControlledShutdown come with replication; until
         # then the generated base classes answer them UNIMPLEMENTED.
         service = AnnalService(self)  # type: ignore[abstract]
-        control = ControlService(self.replicas)  # type: ignore[abstract]
+        control = ControlService(self.replicas, self.metadata)  # type: ignore[abstract]
         annal_pb2_grpc.add_AnnalServicer_to_server(service, self._grpc)
         annal_pb2_grpc.add_BrokerControlServicer_to_server(control, self._grpc)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
@@ -141,6 +144,7 @@ class BrokerServer:
             self.zk,
             self._channel.send_leader_and_isr,
             self._channel.send_stop_replica,
+            self._channel.send_update_metadata,
             config.unclean_leader_election_enable,
         )
         self.controller.start()
@@ -186,23 +190,43 @@ class BrokerServer:
         self.zk.stop()
 
     def _watch_session(self) -> None:
-        """Re-register after a session loss; the kazoo listener only queued the event."""
+        """Re-register after a session loss; the kazoo listener only queued the event.
+
+        A failed re-registration (the new session expiring too, retries running
+        out) is tried again with a growing backoff while connected, so a
+        broker never stays unregistered because of one unlucky attempt."""
         lost = False
+        connected = True
+        backoff_s = retry_at = 0.0
         while not self._stopping.is_set():
             try:
-                event = self.zk.session_events.get(timeout=0.2)
+                event: SessionEvent | None = self.zk.session_events.get(timeout=0.2)
             except queue.Empty:
-                continue
+                event = None
             if event is SessionEvent.LOST:
-                lost = True
+                lost, connected = True, False
                 logger.warning("ZooKeeper session lost: registration gone until reconnected")
-            elif event is SessionEvent.CONNECTED and lost and not self._stopping.is_set():
-                try:
-                    self.zk.register_broker(self.registration)
-                    lost = False
-                    logger.info("re-registered broker %d", self.config.broker_id)
-                except ZkError as exc:
-                    logger.error("cannot re-register broker %d: %s", self.config.broker_id, exc)
+            elif event is SessionEvent.SUSPENDED:
+                connected = False
+            elif event is SessionEvent.CONNECTED:
+                connected = True
+            if not (lost and connected) or time.monotonic() < retry_at:
+                continue
+            try:
+                self.zk.register_broker(self.registration)
+            except (ZkError, KazooException) as exc:
+                backoff_s = min(max(backoff_s * 2, 0.2), 5.0)
+                retry_at = time.monotonic() + backoff_s
+                logger.error(
+                    "cannot re-register broker %d (again in %.1f s): %s",
+                    self.config.broker_id,
+                    backoff_s,
+                    exc,
+                )
+                continue
+            lost = False
+            backoff_s = 0.0
+            logger.info("re-registered broker %d", self.config.broker_id)
 
     def shutdown(self, grace_s: float = 5.0) -> None:
         """Clean stop: the reverse of ``start``."""

@@ -1,22 +1,25 @@
 """The client-facing gRPC service (``annal.v1.Annal``).
 
-Metadata is answered from ZooKeeper, the source of truth in this era of
-Kafka's design.  Request-level problems are gRPC statuses (INVALID_ARGUMENT
+Metadata is answered from the broker's metadata cache, which the controller
+keeps current with UpdateMetadata; topic admin writes ZooKeeper (the source
+of truth in this era of Kafka's design) and waits for the cache to show the
+result.  Request-level problems are gRPC statuses (INVALID_ARGUMENT
 with a message); per-topic and per-partition problems are Kafka error codes
 in the response.  Record data passes through as raw batch bytes.
 """
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import grpc
+from annal.broker.metadata_cache import MetadataSnapshot
 from annal.controller.election import assign_replicas
 from annal.storage.config import LogConfig
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
+from annal.zk.client import StaleVersionError
 from annal.zk.layout import LayoutError, TopicAssignment, check_topic_name
 
 if TYPE_CHECKING:
@@ -32,62 +35,65 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     def Metadata(
         self, request: pb.MetadataRequest, context: grpc.ServicerContext
     ) -> pb.MetadataResponse:
-        zk = self._broker.zk
         for requested in request.topics:
             try:
                 check_topic_name(requested)
             except LayoutError as exc:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        brokers = zk.get_brokers()
-        live = {b.broker_id for b in brokers}
-        controller = zk.get_controller()
+        cache = self._broker.metadata.snapshot()
         response = pb.MetadataResponse(
             brokers=[
                 pb.Broker(id=b.broker_id, host=b.host, port=b.port, rack=b.rack or "")
-                for b in brokers
+                for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
             ],
             cluster_id=self._broker.cluster_id or "",
-            controller_id=-1 if controller is None else controller,
+            controller_id=cache.controller_id,
         )
-        names = list(request.topics) or zk.get_topics()
-        for name in names:
-            found = zk.get_topic_assignment(name)
-            if (
-                found is None
-                and request.allow_auto_topic_creation
-                and self._broker.config.auto_create_topics_enable
-            ):
-                # auto.create.topics.enable: create with the broker defaults; leaders
-                # follow shortly (clients see LEADER_NOT_AVAILABLE meanwhile and retry)
-                self._create_topic(
-                    pb.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1), False
-                )
-                found = zk.get_topic_assignment(name)
-            if found is None:
-                response.topics.append(
-                    pb.TopicMetadata(name=name, error=pb.UNKNOWN_TOPIC_OR_PARTITION)
-                )
+        for name in list(request.topics) or sorted(cache.topics):
+            partitions = cache.topics.get(name)
+            if partitions is None:
+                response.topics.append(self._unknown_topic(name, request))
                 continue
-            assignment, _ = found
             topic = pb.TopicMetadata(name=name, is_internal=name.startswith("__"))
-            for partition, replicas in sorted(assignment.partitions.items()):
-                state = zk.get_partition_state(name, partition)
-                meta = pb.PartitionMetadata(
-                    partition=partition,
-                    replicas=list(replicas),
-                    offline_replicas=[r for r in replicas if r not in live],
-                    leader=-1,
+            for partition, view in sorted(partitions.items()):
+                leader = cache.leader_of(name, partition)
+                topic.partitions.append(
+                    pb.PartitionMetadata(
+                        partition=partition,
+                        leader=leader,
+                        leader_epoch=view.leader_epoch,
+                        replicas=list(view.replicas),
+                        isr=list(view.isr),
+                        offline_replicas=[r for r in view.replicas if r not in cache.brokers],
+                        error=pb.NONE if leader >= 0 else pb.LEADER_NOT_AVAILABLE,
+                    )
                 )
-                if state is not None:
-                    meta.leader = state[0].leader
-                    meta.leader_epoch = state[0].leader_epoch
-                    meta.isr.extend(state[0].isr)
-                if meta.leader not in live:
-                    meta.leader = -1
-                    meta.error = pb.LEADER_NOT_AVAILABLE
-                topic.partitions.append(meta)
             response.topics.append(topic)
         return response
+
+    def _unknown_topic(self, name: str, request: pb.MetadataRequest) -> pb.TopicMetadata:
+        """A topic the cache does not know: created when auto-creation is on and
+        asked for (its partitions have no leader yet: clients retry), else unknown."""
+        if request.allow_auto_topic_creation and self._broker.config.auto_create_topics_enable:
+            # auto.create.topics.enable: create with the broker defaults
+            self._create_topic(
+                pb.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1), False
+            )
+            found = self._broker.zk.get_topic_assignment(name)
+            if found is not None:
+                return pb.TopicMetadata(
+                    name=name,
+                    partitions=[
+                        pb.PartitionMetadata(
+                            partition=p,
+                            leader=-1,
+                            replicas=list(replicas),
+                            error=pb.LEADER_NOT_AVAILABLE,
+                        )
+                        for p, replicas in sorted(found[0].partitions.items())
+                    ],
+                )
+        return pb.TopicMetadata(name=name, error=pb.UNKNOWN_TOPIC_OR_PARTITION)
 
     # -- produce, fetch, offsets -------------------------------------------------
 
@@ -215,15 +221,19 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
             )
             if error == pb.NONE and not request.validate_only:
                 created.append((topic.name, partitions))
-        deadline = time.monotonic() + (request.timeout_ms or 30_000) / 1000
-        zk = self._broker.zk
-        for name, partitions in created:
-            while time.monotonic() < deadline:
-                states = [zk.get_partition_state(name, p) for p in range(partitions)]
-                if all(s is not None and s[0].leader >= 0 for s in states):
-                    break
-                time.sleep(0.05)
+        self._await_leaders(created, request.timeout_ms)
         return response
+
+    def _await_leaders(self, wanted: list[tuple[str, int]], timeout_ms: int) -> None:
+        """Wait (bounded) until this broker's metadata cache knows a live leader for
+        every partition of ``wanted`` (topic, partition count), as Kafka's
+        delayed CreateTopics/CreatePartitions do; then clients asking this broker
+        find the leaders."""
+
+        def led(cache: MetadataSnapshot) -> bool:
+            return all(cache.leader_of(t, p) >= 0 for t, n in wanted for p in range(n))
+
+        self._broker.metadata.wait_until(led, (timeout_ms or 30_000) / 1000)
 
     def _create_topic(
         self, topic: pb.CreatableTopic, validate_only: bool
@@ -267,6 +277,83 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
             return pb.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists", 0
         return pb.NONE, "", len(assignment)
 
+    def CreatePartitions(
+        self, request: pb.CreatePartitionsRequest, context: grpc.ServicerContext
+    ) -> pb.CreatePartitionsResponse:
+        response = pb.CreatePartitionsResponse()
+        grown: list[tuple[str, int]] = []
+        for topic in request.topics:
+            error, message = self._create_partitions(topic, request.validate_only)
+            response.topics.append(
+                pb.TopicResult(name=topic.name, error=error, error_message=message)
+            )
+            if error == pb.NONE and not request.validate_only:
+                grown.append((topic.name, topic.count))
+        self._await_leaders(grown, request.timeout_ms)
+        return response
+
+    def _create_partitions(
+        self, topic: pb.CreatePartitionsTopic, validate_only: bool
+    ) -> tuple[pb.ErrorCode.ValueType, str]:
+        """Extend the topic's assignment in ZooKeeper; the controller's watch on
+        the topic brings the new partitions online."""
+        zk = self._broker.zk
+        name = topic.name
+        found = zk.get_topic_assignment(name)
+        if found is None:
+            return pb.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+        if name in zk.topics_to_delete():
+            return pb.INVALID_TOPIC_EXCEPTION, f"topic {name!r} is queued for deletion"
+        assignment, version = found
+        current = len(assignment.partitions)
+        if topic.count <= current:
+            return (
+                pb.INVALID_PARTITIONS,
+                f"topic {name!r} has {current} partitions; the count can only grow "
+                f"(asked for {topic.count})",
+            )
+        factor = len(assignment.partitions[0])
+        live = [b.broker_id for b in zk.get_brokers()]
+        added = topic.count - current
+        if topic.assignment:
+            if len(topic.assignment) != added:
+                return (
+                    pb.INVALID_REPLICA_ASSIGNMENT,
+                    f"{len(topic.assignment)} replica lists given for {added} new partitions",
+                )
+            new = {current + i: tuple(r.brokers) for i, r in enumerate(topic.assignment)}
+            for partition, replicas in new.items():
+                if len(replicas) != factor or len(set(replicas)) != factor:
+                    return (
+                        pb.INVALID_REPLICA_ASSIGNMENT,
+                        f"partition {partition} needs {factor} distinct replicas, "
+                        f"not {list(replicas)}",
+                    )
+                unknown = sorted(set(replicas) - set(live))
+                if unknown:
+                    return (
+                        pb.INVALID_REPLICA_ASSIGNMENT,
+                        f"partition {partition}: brokers {unknown} are not live",
+                    )
+        else:
+            try:
+                spread = assign_replicas(added, factor, live, start=current)
+            except ValueError as exc:
+                return pb.INVALID_REPLICATION_FACTOR, str(exc)
+            new = {current + p: replicas for p, replicas in spread.items()}
+        if validate_only:
+            return pb.NONE, ""
+        grown = TopicAssignment(
+            {**assignment.partitions, **new},
+            assignment.adding_replicas,
+            assignment.removing_replicas,
+        )
+        try:
+            zk.update_topic_assignment(name, grown, version)
+        except StaleVersionError as exc:
+            return pb.INVALID_REQUEST, f"{exc}: changed concurrently, try again"
+        return pb.NONE, ""
+
     def DeleteTopics(
         self, request: pb.DeleteTopicsRequest, context: grpc.ServicerContext
     ) -> pb.DeleteTopicsResponse:
@@ -286,10 +373,10 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
             zk.mark_topic_for_deletion(name)
             marked.append(name)
             response.topics.append(pb.TopicResult(name=name))
-        deadline = time.monotonic() + (request.timeout_ms or 30_000) / 1000
-        while marked and time.monotonic() < deadline:
-            marked = [t for t in marked if zk.get_topic_assignment(t) is not None]
-            time.sleep(0.05)
+        self._broker.metadata.wait_until(
+            lambda cache: not any(t in cache.topics for t in marked),
+            (request.timeout_ms or 30_000) / 1000,
+        )
         return response
 
 

@@ -9,8 +9,14 @@ queue; one event-loop thread handles them in order:
 * ``BrokerChange``: partitions led by a broker that left get a new leader
   (bumped leader epoch) or go offline; returning and new brokers are told
   their partitions.
-* ``TopicChange``: new topics' partitions go NewPartition → OnlinePartition.
+* ``TopicChange``: new topics' partitions, and partitions added to existing
+  topics (a data watch on each ``/brokers/topics/<t>``), go NewPartition →
+  OnlinePartition.
 * ``TopicDeletion``: replicas are stopped and deleted, then the znodes.
+
+After each event every live broker gets an UpdateMetadata for its metadata
+cache: the whole view when the controller takes office or brokers come and
+go, the changed partitions (or deleted topics) otherwise.
 
 Every partition-state write is conditioned on the znode version read and
 carries the controller epoch; a controller that lost ``/controller`` stops
@@ -67,6 +73,20 @@ SendLeaderAndIsr = Callable[
 SendStopReplica = Callable[[BrokerRegistration, int, Sequence[tuple[str, int]]], None]
 
 
+@dataclass(frozen=True, slots=True)
+class MetadataUpdate:
+    """What every broker's metadata cache hears after an event."""
+
+    partitions: Sequence[PartitionUpdate]
+    live: Sequence[BrokerRegistration]
+    deleted_topics: Sequence[str] = ()
+    full: bool = False
+
+
+# (broker, controller epoch, update) -> None; raises on failure
+SendUpdateMetadata = Callable[[BrokerRegistration, int, MetadataUpdate], None]
+
+
 class Controller:
     """See the module docstring; ``start`` then ``initiate_shutdown``/``await_shutdown``."""
 
@@ -76,12 +96,14 @@ class Controller:
         zk: ZkClient,
         send_leader_and_isr: SendLeaderAndIsr,
         send_stop_replica: SendStopReplica,
+        send_update_metadata: SendUpdateMetadata,
         unclean_leader_election: bool = False,
     ) -> None:
         self.broker_id = broker_id
         self.zk = zk
         self._send_leader_and_isr = send_leader_and_isr
         self._send_stop_replica = send_stop_replica
+        self._send_update_metadata = send_update_metadata
         self._unclean = unclean_leader_election
         self._events: queue.Queue[Event] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
@@ -89,7 +111,10 @@ class Controller:
         self.active = False
         self._live: dict[int, BrokerRegistration] = {}
         self._states: dict[tuple[str, int], State] = {}
+        self._view: dict[tuple[str, int], PartitionUpdate] = {}  # what brokers are told
         self._watches: list[object] = []
+        self._topic_watches: set[str] = set()  # topics with a data watch (event thread)
+        self._armed: set[str] = set()  # topics whose watch has made its first call
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -122,6 +147,12 @@ class Controller:
     def _on_deletions(self, children: list[str]) -> None:
         if children:
             self._events.put(Event.TOPIC_DELETION)
+
+    def _on_topic_data(self, topic: str, data: bytes | None, stat: object) -> None:
+        if topic not in self._armed:  # the call made when the watch is set
+            self._armed.add(topic)
+        elif data is not None:  # an assignment changed: partitions were added
+            self._events.put(Event.TOPIC_CHANGE)
 
     # -- the event loop ------------------------------------------------------------
 
@@ -162,6 +193,7 @@ class Controller:
         logger.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
         self._live = {b.broker_id: b for b in self.zk.get_brokers()}
         self._states = {}
+        self._view = {}
         if not self._watches[1:]:
             self._watches.append(ChildrenWatch(self.zk.kazoo, layout.BROKER_IDS, self._on_brokers))
             self._watches.append(
@@ -170,7 +202,19 @@ class Controller:
             self._watches.append(
                 ChildrenWatch(self.zk.kazoo, layout.DELETE_TOPICS, self._on_deletions)
             )
-        self._bring_online(self.zk.get_topics(), resend=True)
+        topics = self.zk.get_topics()
+        self._watch_topics(topics)
+        self._bring_online(topics, resend=True, full=True)
+
+    def _watch_topics(self, topics: Sequence[str]) -> None:
+        for topic in topics:
+            if topic not in self._topic_watches:
+                self._topic_watches.add(topic)
+                self._watches.append(
+                    DataWatch(
+                        self.zk.kazoo, layout.topic_path(topic), partial(self._on_topic_data, topic)
+                    )
+                )
 
     # -- handlers --------------------------------------------------------------------
 
@@ -183,12 +227,13 @@ class Controller:
             logger.info("brokers %s left", sorted(gone))
         if joined:
             logger.info("brokers %s joined", sorted(joined))
-        self._bring_online(self.zk.get_topics(), resend=bool(joined), dead=gone)
+        self._bring_online(self.zk.get_topics(), resend=bool(joined), dead=gone, full=True)
 
     def handle_topic_change(self) -> None:
-        new = [t for t in self.zk.get_topics() if not any(k[0] == t for k in self._states)]
-        if new:
-            self._bring_online(new, resend=True)
+        """New topics, and new partitions of known topics, come online."""
+        topics = self.zk.get_topics()
+        self._watch_topics(topics)
+        self._bring_online(topics, resend=True, only_new=True)
 
     def handle_topic_deletion(self) -> None:
         for topic in self.zk.topics_to_delete():
@@ -214,27 +259,47 @@ class Controller:
             self.zk.delete_recursive(layout.topic_path(topic))
             self.zk.delete_recursive(layout.topic_config_path(topic))
             self.zk.delete_recursive(layout.delete_topic_path(topic))
+            self._view = {k: v for k, v in self._view.items() if k[0] != topic}
+            self._publish(MetadataUpdate((), list(self._live.values()), deleted_topics=[topic]))
             logger.info("deleted topic %s", topic)
 
     # -- partition state machine ----------------------------------------------------
 
     def _bring_online(
-        self, topics: Sequence[str], resend: bool, dead: set[int] | None = None
+        self,
+        topics: Sequence[str],
+        resend: bool,
+        dead: set[int] | None = None,
+        full: bool = False,
+        only_new: bool = False,
     ) -> None:
-        """Elect leaders where needed and tell the replicas."""
+        """Elect leaders where needed, tell the replicas, then every broker's cache
+        (everything when ``full``; ``only_new`` skips partitions already known)."""
         updates: list[PartitionUpdate] = []
+        deleting = set(self.zk.topics_to_delete())
         for topic in topics:
-            if topic in self.zk.topics_to_delete():
+            if topic in deleting:
                 continue
             found = self.zk.get_topic_assignment(topic)
             if found is None:
                 continue
             assignment, _ = found
             for partition, replicas in sorted(assignment.partitions.items()):
+                if only_new and (topic, partition) in self._states:
+                    continue
                 update = self._online_partition(topic, partition, tuple(replicas), dead or set())
                 if update is not None and (resend or update.state.leader_epoch >= 0):
                     updates.append(update)
         self._tell_replicas(updates)
+        live = list(self._live.values())
+        if full:
+            self._publish(MetadataUpdate(list(self._view.values()), live, full=True))
+        elif updates:
+            self._publish(MetadataUpdate(updates, live))
+
+    def _publish(self, update: MetadataUpdate) -> None:
+        for broker in self._live.values():
+            self._send(partial(self._send_update_metadata, broker, self.epoch, update))
 
     def _online_partition(
         self, topic: str, partition: int, replicas: tuple[int, ...], dead: set[int]
@@ -258,12 +323,15 @@ class Controller:
                 self._states[key] = transition(
                     topic, partition, self._states.get(key, State.NEW), State.ONLINE
                 )
-                return PartitionUpdate(topic, partition, state, replicas, version)
+                update = PartitionUpdate(topic, partition, state, replicas, version)
+                self._view[key] = update
+                return update
             election = elect_leader(replicas, state.isr, live - dead, self._unclean)
             if election.leader < 0 and state.leader < 0:
                 self._states[key] = transition(
                     topic, partition, self._states.get(key, State.NEW), State.OFFLINE
                 )
+                self._view[key] = PartitionUpdate(topic, partition, state, replicas, version)
                 return None
             state = PartitionState(
                 election.leader, state.leader_epoch + 1, election.isr, self.epoch
@@ -283,7 +351,9 @@ class Controller:
             state.leader_epoch,
             list(state.isr),
         )
-        return PartitionUpdate(topic, partition, state, replicas, version)
+        update = PartitionUpdate(topic, partition, state, replicas, version)
+        self._view[key] = update
+        return update
 
     def _tell_replicas(self, updates: Sequence[PartitionUpdate]) -> None:
         by_broker: dict[int, list[PartitionUpdate]] = {}

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from annal.deploy.runner import BrokerProcess, wait_until
+from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
 from annal.deploy.zookeeper import ZooKeeperServer
 from annal.zk.client import ZkClient
 
@@ -123,6 +123,13 @@ class LocalCluster:
                     lambda: len(zk.get_brokers()) == brokers, timeout_s, "every broker registered"
                 )
                 wait_until(lambda: zk.get_controller() is not None, timeout_s, "a controller")
+                ids = [b.id for b in state.brokers]
+                for b in state.brokers:
+                    wait_until(
+                        lambda b=b: metadata_lists(f"127.0.0.1:{b.port}", ids),  # type: ignore[misc]
+                        timeout_s,
+                        f"broker {b.id} serving metadata",
+                    )
             except TimeoutError as exc:
                 logs = "\n".join(
                     f"--- broker {b.id} ---\n{self.broker(state, b).tail_log(20)}"
@@ -193,6 +200,11 @@ class LocalCluster:
 
         with ZkClient(state.zookeeper_connect) as zk:
             wait_until(registered_again, timeout_s, f"broker {broker_id} registered")
+        wait_until(
+            lambda: metadata_lists(process.endpoint, [broker_id]),
+            timeout_s,
+            f"broker {broker_id} serving metadata",
+        )
 
     def down(self, timeout_s: float = 30.0) -> None:
         state = self.load()

@@ -13,10 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+import grpc
 from annal.deploy.zookeeper import free_port
+from annal.v1 import annal_pb2 as pb
+from annal.v1 import annal_pb2_grpc
 
 
 def wait_until(
@@ -30,6 +33,19 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise TimeoutError(f"{what} not reached within {timeout_s:.1f} s")
         time.sleep(poll_s)
+
+
+def metadata_lists(endpoint: str, broker_ids: Iterable[int], timeout_s: float = 2.0) -> bool:
+    """True once the broker at ``endpoint`` answers Metadata listing ``broker_ids``:
+    the controller's UpdateMetadata has reached it, so it is ready for clients."""
+    try:
+        with grpc.insecure_channel(endpoint) as channel:
+            metadata = annal_pb2_grpc.AnnalStub(channel).Metadata(
+                pb.MetadataRequest(), timeout=timeout_s
+            )
+    except grpc.RpcError:
+        return False
+    return set(broker_ids) <= {b.id for b in metadata.brokers}
 
 
 class BrokerProcess:

@@ -10,6 +10,7 @@ longer match annal.proto.  They are installed as the package ``annal.v1``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -33,6 +34,9 @@ def generate(out: Path) -> None:
         f"--mypy_grpc_out={out}",
         *SOURCES,
     ]
+    # the mypy plugins are scripts next to this interpreter, in the virtualenv
+    bin_dir = str(Path(sys.executable).parent)
+    os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
     code = protoc.main(args)
     if code != 0:
         raise SystemExit(f"protoc failed with exit code {code}")

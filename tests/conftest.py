@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping
 
 import pytest
-from annal.deploy.runner import BrokerProcess, wait_until
+from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
 from annal.deploy.zookeeper import ZooKeeperServer
 from annal.zk.client import ZkClient
 
@@ -58,6 +58,9 @@ def broker_factory(
                 lambda: zk.get_broker(broker_id) is not None, 60, f"broker {broker_id} registered"
             )
             wait_until(lambda: zk.get_controller() is not None, 60, "a controller")
+        wait_until(
+            lambda: metadata_lists(process.endpoint, [broker_id]), 60, "metadata served"
+        )
         return process
 
     yield start

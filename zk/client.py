@@ -277,6 +277,22 @@ class ZkClient:
             ) from None
         return int(stat.version)
 
+    def update_topic_assignment(
+        self, topic: str, assignment: TopicAssignment, expected_version: int
+    ) -> int:
+        """Conditional rewrite of a topic's assignment (partitions added);
+        StaleVersionError when it changed since it was read."""
+        path = layout.topic_path(topic)
+        try:
+            stat = self._call(self._kazoo.set, path, assignment.encode(), version=expected_version)
+        except BadVersionError:
+            raise StaleVersionError(
+                f"{path} changed since version {expected_version} was read"
+            ) from None
+        except NoNodeError:
+            raise StaleVersionError(f"{path} no longer exists") from None
+        return int(stat.version)
+
     def mark_topic_for_deletion(self, topic: str) -> bool:
         return self._create(layout.delete_topic_path(topic), b"")
 

@@ -7,6 +7,7 @@ import json
 import pytest
 from annal.deploy.runner import BrokerProcess
 from annal.deploy.zookeeper import free_port
+from annal.producer.producer import Producer
 
 from annal.cli import main
 
@@ -36,6 +37,17 @@ def test_topics_commands(broker: BrokerProcess, capsys: pytest.CaptureFixture[st
     ]
     assert main(["topics", "describe", *bs]) == 0
     assert "Topic: users\tPartitionCount: 3\tReplicationFactor: 1" in capsys.readouterr().out
+    assert main(["topics", "alter", *bs, "--topic", "users", "--partitions", "5"]) == 0
+    assert "now has 5 partitions" in capsys.readouterr().out
+    assert main(["topics", "describe", *bs, "--topic", "users", "--json"]) == 0
+    grown = json.loads(capsys.readouterr().out)["partitions"]
+    assert [(p["partition"], p["leader"]) for p in grown] == [(p, 1) for p in range(5)]
+    with Producer(broker.endpoint) as producer:
+        assert producer.send("users", value=b"new", key=b"k", partition=4).result(30).offset == 0
+    assert main(["topics", "alter", *bs, "--topic", "users", "--partitions", "2"]) == 1
+    assert "INVALID_PARTITIONS" in capsys.readouterr().err
+    assert main(["topics", "alter", *bs, "--topic", "nope", "--partitions", "2"]) == 1
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in capsys.readouterr().err
     assert main(["topics", "delete", *bs, "--topic", "users"]) == 0
     capsys.readouterr()
     assert main(["topics", "describe", *bs, "--topic", "users"]) == 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from annal.deploy.runner import BrokerProcess, wait_until
+from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
 from annal.storage import files
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
@@ -44,6 +44,8 @@ def test_start_register_serve_and_stop_cleanly(
     broker.start()
     with ZkClient(zk_connect) as zk:
         wait_until(lambda: registered(zk, 1), 60, "broker 1 registered")
+        # ready for clients once the controller's UpdateMetadata has arrived
+        wait_until(lambda: metadata_lists(broker.endpoint, [1]), 60, "metadata served")
         raw = zk.get("/brokers/ids/1")
         assert raw is not None
         registration = json.loads(raw[0])

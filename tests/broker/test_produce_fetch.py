@@ -112,6 +112,13 @@ def test_topics_produce_fetch_and_failover(zk_connect: str, cluster: list[Broker
     assert again.topics[0].error == pb.TOPIC_ALREADY_EXISTS
     placement = leaders(client, "events")
     assert sorted(placement) == list(range(6)) and set(placement.values()) == {1, 2, 3}
+    # every broker answers from its metadata cache, which the controller keeps current
+    for broker in cluster:
+        wait_until(
+            lambda b=broker: leaders(stub(b), "events") == placement,
+            30,
+            f"broker {broker.broker_id}'s metadata cache",
+        )
 
     # produce a batch to every partition leader, read it back byte-identical
     sent = {}
@@ -182,6 +189,12 @@ def test_topics_produce_fetch_and_failover(zk_connect: str, cluster: list[Broker
             lambda: zk.get_controller() not in (None, controller), 60, "a new controller elected"
         )
         survivor = stub(next(b for b in cluster if b.broker_id != controller))
+        wait_until(
+            lambda: controller
+            not in {b.id for b in survivor.Metadata(pb.MetadataRequest(), timeout=10).brokers},
+            30,
+            "the dead broker gone from the survivors' metadata",
+        )
         created = survivor.CreateTopics(
             pb.CreateTopicsRequest(
                 topics=[pb.CreatableTopic(name="after", num_partitions=2, replication_factor=1)],

@@ -1118,6 +1118,90 @@ class DeleteTopicsResponse(_message.Message):
 Global___DeleteTopicsResponse: _TypeAlias = DeleteTopicsResponse  # noqa: Y015
 
 @_typing.final
+class CreatePartitionsRequest(_message.Message):
+    """Add partitions to existing topics (kafka-topics.sh --alter --partitions)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    timeout_ms: _builtins.int
+    """How long to wait for the new partitions' leaders, in milliseconds."""
+    validate_only: _builtins.bool
+    """Only validate, change nothing."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___CreatePartitionsTopic]:
+        """Topics to grow."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___CreatePartitionsTopic] | None = ...,
+        timeout_ms: _builtins.int = ...,
+        validate_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["timeout_ms", b"timeout_ms", "topics", b"topics", "validate_only", b"validate_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsRequest: _TypeAlias = CreatePartitionsRequest  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Topic name."""
+    count: _builtins.int
+    """The new total partition count; must exceed the current one."""
+    @_builtins.property
+    def assignment(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaList]:
+        """Replicas of each new partition, in order (optional; spread like new topics otherwise)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        count: _builtins.int = ...,
+        assignment: _abc.Iterable[Global___ReplicaList] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "count", b"count", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsTopic: _TypeAlias = CreatePartitionsTopic  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicResult]:
+        """Results per topic."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___TopicResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsResponse: _TypeAlias = CreatePartitionsResponse  # noqa: Y015
+
+@_typing.final
 class OffsetsForLeaderEpochRequest(_message.Message):
     """Where a leader epoch ends on the leader (KIP-101/279), for follower truncation."""
 
@@ -1445,10 +1529,13 @@ class UpdateMetadataRequest(_message.Message):
     PARTITION_STATES_FIELD_NUMBER: _builtins.int
     LIVE_BROKERS_FIELD_NUMBER: _builtins.int
     DELETED_TOPICS_FIELD_NUMBER: _builtins.int
+    FULL_FIELD_NUMBER: _builtins.int
     controller_id: _builtins.int
     """The sending controller's broker id."""
     controller_epoch: _builtins.int
     """The sending controller's epoch."""
+    full: _builtins.bool
+    """True when partition_states lists every partition: replace the cache."""
     @_builtins.property
     def partition_states(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionState]:
         """States of the partitions that changed (all of them on a full update)."""
@@ -1469,10 +1556,11 @@ class UpdateMetadataRequest(_message.Message):
         partition_states: _abc.Iterable[Global___PartitionState] | None = ...,
         live_brokers: _abc.Iterable[Global___Broker] | None = ...,
         deleted_topics: _abc.Iterable[_builtins.str] | None = ...,
+        full: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "deleted_topics", b"deleted_topics", "live_brokers", b"live_brokers", "partition_states", b"partition_states"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "deleted_topics", b"deleted_topics", "full", b"full", "live_brokers", b"live_brokers", "partition_states", b"partition_states"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -65,6 +65,11 @@ class AnnalStub:
                 request_serializer=annal_dot_v1_dot_annal__pb2.DeleteTopicsRequest.SerializeToString,
                 response_deserializer=annal_dot_v1_dot_annal__pb2.DeleteTopicsResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/annal.v1.Annal/CreatePartitions',
+                request_serializer=annal_dot_v1_dot_annal__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
         self.OffsetsForLeaderEpoch = channel.unary_unary(
                 '/annal.v1.Annal/OffsetsForLeaderEpoch',
                 request_serializer=annal_dot_v1_dot_annal__pb2.OffsetsForLeaderEpochRequest.SerializeToString,
@@ -118,6 +123,13 @@ class AnnalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePartitions(self, request, context):
+        """Add partitions to topics.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def OffsetsForLeaderEpoch(self, request, context):
         """End offsets of leader epochs, for follower truncation.
         """
@@ -157,6 +169,11 @@ def add_AnnalServicer_to_server(servicer, server):
                     servicer.DeleteTopics,
                     request_deserializer=annal_dot_v1_dot_annal__pb2.DeleteTopicsRequest.FromString,
                     response_serializer=annal_dot_v1_dot_annal__pb2.DeleteTopicsResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.CreatePartitionsResponse.SerializeToString,
             ),
             'OffsetsForLeaderEpoch': grpc.unary_unary_rpc_method_handler(
                     servicer.OffsetsForLeaderEpoch,
@@ -327,6 +344,33 @@ class Annal:
             '/annal.v1.Annal/DeleteTopics',
             annal_dot_v1_dot_annal__pb2.DeleteTopicsRequest.SerializeToString,
             annal_dot_v1_dot_annal__pb2.DeleteTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/CreatePartitions',
+            annal_dot_v1_dot_annal__pb2.CreatePartitionsRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.CreatePartitionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -57,6 +57,8 @@ class AnnalStub:
     """Create topics."""
     DeleteTopics: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DeleteTopicsRequest, _annal_pb2.DeleteTopicsResponse]
     """Delete topics."""
+    CreatePartitions: _grpc.UnaryUnaryMultiCallable[_annal_pb2.CreatePartitionsRequest, _annal_pb2.CreatePartitionsResponse]
+    """Add partitions to topics."""
     OffsetsForLeaderEpoch: _grpc.UnaryUnaryMultiCallable[_annal_pb2.OffsetsForLeaderEpochRequest, _annal_pb2.OffsetsForLeaderEpochResponse]
     """End offsets of leader epochs, for follower truncation."""
 
@@ -77,6 +79,8 @@ class AnnalAsyncStub(AnnalStub):
     """Create topics."""
     DeleteTopics: _aio.UnaryUnaryMultiCallable[_annal_pb2.DeleteTopicsRequest, _annal_pb2.DeleteTopicsResponse]  # type: ignore[assignment]
     """Delete topics."""
+    CreatePartitions: _aio.UnaryUnaryMultiCallable[_annal_pb2.CreatePartitionsRequest, _annal_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
+    """Add partitions to topics."""
     OffsetsForLeaderEpoch: _aio.UnaryUnaryMultiCallable[_annal_pb2.OffsetsForLeaderEpochRequest, _annal_pb2.OffsetsForLeaderEpochResponse]  # type: ignore[assignment]
     """End offsets of leader epochs, for follower truncation."""
 
@@ -130,6 +134,14 @@ class AnnalServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_annal_pb2.DeleteTopicsResponse, _abc.Awaitable[_annal_pb2.DeleteTopicsResponse]]:
         """Delete topics."""
+
+    @_abc_1.abstractmethod
+    def CreatePartitions(
+        self,
+        request: _annal_pb2.CreatePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.CreatePartitionsResponse, _abc.Awaitable[_annal_pb2.CreatePartitionsResponse]]:
+        """Add partitions to topics."""
 
     @_abc_1.abstractmethod
     def OffsetsForLeaderEpoch(
