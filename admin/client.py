@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
 from annal.v1 import annal_pb2 as pb
 
@@ -45,10 +46,19 @@ class TopicInfo:
 
 
 class AdminClient:
-    """Topic admin against the cluster reachable through ``bootstrap_servers``."""
+    """Topic admin against the cluster reachable through ``bootstrap_servers``
+    (``"host:port,..."``) or ``zookeeper_connect=`` (``"host:port[/chroot]"``: the
+    brokers registered there, read once within ``timeout_s``); give exactly one."""
 
-    def __init__(self, bootstrap_servers: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        self.cluster = ClusterConnection(bootstrap_servers, timeout_s)
+    def __init__(
+        self,
+        bootstrap_servers: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        *,
+        zookeeper_connect: str | None = None,
+    ) -> None:
+        bootstrap = resolve_bootstrap(bootstrap_servers, zookeeper_connect, timeout_s)
+        self.cluster = ClusterConnection(bootstrap, timeout_s)
         self.timeout_s = timeout_s
 
     def _call(self, method: str, request: object) -> Any:

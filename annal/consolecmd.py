@@ -1,4 +1,8 @@
-"""``annal console-producer`` and ``annal console-consumer``, as kafka-console-*.sh."""
+"""``annal console-producer`` and ``annal console-consumer``, as kafka-console-*.sh.
+
+Both find the cluster through ``--bootstrap-server`` or, as the ZooKeeper-era
+tools did, ``--zookeeper HOST:PORT[/CHROOT]`` (the brokers registered there).
+"""
 
 from __future__ import annotations
 
@@ -18,13 +22,39 @@ def _properties(pairs: list[str]) -> dict[str, str]:
     return props
 
 
+def _add_cluster_options(parser: argparse.ArgumentParser) -> None:
+    """``--bootstrap-server`` or ``--zookeeper`` (exactly one), as the ZooKeeper-era tools."""
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--bootstrap-server", metavar="HOST:PORT[,...]", help="brokers to bootstrap from"
+    )
+    where.add_argument(
+        "--zookeeper",
+        type=_zookeeper_connect,
+        metavar="HOST:PORT[/CHROOT]",
+        help="find the brokers registered in ZooKeeper instead (the brokers' "
+        "zookeeper.connect, chroot included)",
+    )
+
+
+def _zookeeper_connect(value: str) -> str:
+    """A malformed connect string is a usage error (exit code 2), not a traceback."""
+    from annal.client.bootstrap import parse_zookeeper_connect
+
+    try:
+        parse_zookeeper_connect(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 def add_parsers(commands: Any) -> None:
     producer = commands.add_parser(
         "console-producer",
         help="send lines from standard input as records",
         description="Read lines from standard input and send each as a record.",
     )
-    producer.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]")
+    _add_cluster_options(producer)
     producer.add_argument("--topic", required=True)
     producer.add_argument("--acks", type=int, default=1, choices=[-1, 0, 1])
     producer.add_argument(
@@ -44,7 +74,7 @@ def add_parsers(commands: Any) -> None:
         help="print records of a topic",
         description="Print the records of a topic (all partitions, or one with --partition).",
     )
-    consumer.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]")
+    _add_cluster_options(consumer)
     consumer.add_argument("--topic", required=True)
     consumer.add_argument(
         "--from-beginning", action="store_true", help="start at the earliest offset"
@@ -67,7 +97,8 @@ def add_parsers(commands: Any) -> None:
 
 
 def run_producer(args: argparse.Namespace) -> int:
-    from annal.producer.producer import ProduceError, Producer
+    from annal.client.cluster import ClientError
+    from annal.producer.producer import Producer
 
     props = _properties(args.property)
     parse_key = props.get("parse.key", "false") == "true"
@@ -75,7 +106,11 @@ def run_producer(args: argparse.Namespace) -> int:
     failures = 0
     try:
         with Producer(
-            args.bootstrap_server, acks=args.acks, compression=args.compression_codec, linger_ms=5
+            args.bootstrap_server,
+            zookeeper_connect=args.zookeeper,
+            acks=args.acks,
+            compression=args.compression_codec,
+            linger_ms=5,
         ) as producer:
             futures = []
             for number, line in enumerate(sys.stdin, start=1):
@@ -93,14 +128,15 @@ def run_producer(args: argparse.Namespace) -> int:
                 if future.exception() is not None:
                     failures += 1
                     print(f"annal console-producer: {future.exception()}", file=sys.stderr)
-    except ProduceError as exc:
+    except ClientError as exc:  # ProduceError, or no cluster found through --zookeeper
         print(f"annal console-producer: {exc}", file=sys.stderr)
         return 1
     return 1 if failures else 0
 
 
 def run_consumer(args: argparse.Namespace) -> int:
-    from annal.consumer.simple import EARLIEST, LATEST, ConsumerError, SimpleConsumer
+    from annal.client.cluster import ClientError
+    from annal.consumer.simple import EARLIEST, LATEST, SimpleConsumer
 
     props = _properties(args.property)
     show = {
@@ -114,7 +150,9 @@ def run_consumer(args: argparse.Namespace) -> int:
     printed = 0
     last_data = time.monotonic()
     try:
-        with SimpleConsumer(args.bootstrap_server, max_wait_ms=200) as consumer:
+        with SimpleConsumer(
+            args.bootstrap_server, max_wait_ms=200, zookeeper_connect=args.zookeeper
+        ) as consumer:
             partitions = (
                 [args.partition]
                 if args.partition is not None
@@ -169,7 +207,7 @@ def run_consumer(args: argparse.Namespace) -> int:
                 ):
                     print(f"Processed a total of {printed} messages", file=sys.stderr)
                     return 0
-    except ConsumerError as exc:
+    except ClientError as exc:  # ConsumerError, or no cluster found through --zookeeper
         print(f"annal console-consumer: {exc}", file=sys.stderr)
         return 1
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import grpc
+from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
 from annal.storage.batch import last_header
 from annal.storage.records import Header, iter_records
@@ -77,17 +78,25 @@ class FetchResult:
 
 
 class SimpleConsumer:
-    """See the module docstring."""
+    """See the module docstring.
+
+    The cluster is found through ``bootstrap_servers`` (``"host:port,..."``) or
+    through ``zookeeper_connect=`` (``"host:port[/chroot]"``: the brokers
+    registered there, read once within ``timeout_s``); give exactly one.
+    """
 
     def __init__(
         self,
-        bootstrap_servers: str,
+        bootstrap_servers: str | None = None,
         max_wait_ms: int = 100,
         min_bytes: int = 1,
         timeout_s: float = 30.0,
         retries: int = 5,
+        *,
+        zookeeper_connect: str | None = None,
     ) -> None:
-        self.cluster = ClusterConnection(bootstrap_servers, timeout_s)
+        bootstrap = resolve_bootstrap(bootstrap_servers, zookeeper_connect, timeout_s)
+        self.cluster = ClusterConnection(bootstrap, timeout_s)
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.timeout_s = timeout_s

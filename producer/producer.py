@@ -37,6 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import grpc
+from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
 from annal.producer.partitioner import DefaultPartitioner, Partitioner
 from annal.storage.batch import Compression
@@ -127,12 +128,19 @@ def _identity(value: object) -> bytes | None:
 
 
 class Producer:
-    """See the module docstring; ``close()`` (or a ``with`` block) sends what is left."""
+    """See the module docstring; ``close()`` (or a ``with`` block) sends what is left.
+
+    The cluster is found through ``bootstrap_servers`` (``"host:port,..."``) or,
+    as the ZooKeeper-era producer's ``zookeeper.connect``, through
+    ``zookeeper_connect=`` (``"host:port[/chroot]"``: the brokers registered
+    there, read once within ``request_timeout_ms``); give exactly one.
+    """
 
     def __init__(
         self,
-        bootstrap_servers: str,
+        bootstrap_servers: str | None = None,
         *,
+        zookeeper_connect: str | None = None,
         acks: int = 1,
         batch_size: int = 16384,
         linger_ms: int = 0,
@@ -149,7 +157,10 @@ class Producer:
             raise ValueError(f"acks must be -1 (all), 0 or 1, not {acks}")
         if compression not in CODECS:
             raise ValueError(f"compression must be one of {sorted(CODECS)}, not {compression!r}")
-        self.cluster = ClusterConnection(bootstrap_servers, request_timeout_ms / 1000)
+        bootstrap = resolve_bootstrap(
+            bootstrap_servers, zookeeper_connect, request_timeout_ms / 1000
+        )
+        self.cluster = ClusterConnection(bootstrap, request_timeout_ms / 1000)
         self.acks = acks
         self.batch_size = batch_size
         self.linger_s = linger_ms / 1000

@@ -43,6 +43,10 @@ class StaleVersionError(ZkError):
     """A conditional write lost: the znode changed since it was read."""
 
 
+class NoChrootError(ZkError):
+    """The connect string's chroot does not exist, and this client may not create it."""
+
+
 class SessionEvent(enum.Enum):
     SUSPENDED = "suspended"
     CONNECTED = "connected"
@@ -60,9 +64,18 @@ def split_connect_string(connect: str) -> tuple[str, str]:
 class ZkClient:
     """A connected session to the ensemble named by ``connect`` (with an optional chroot)."""
 
-    def __init__(self, connect: str, session_timeout_ms: int = 18_000, timeout_s: float = 15.0):
+    def __init__(
+        self,
+        connect: str,
+        session_timeout_ms: int = 18_000,
+        timeout_s: float = 15.0,
+        create_chroot: bool = True,
+    ):
+        """``create_chroot=False`` is for clients that only read (bootstrap from
+        ZooKeeper): a missing chroot is ``NoChrootError`` instead of a new znode."""
         self.connect_string = connect
         self.hosts, self.chroot = split_connect_string(connect)
+        self.create_chroot = create_chroot
         self.session_timeout_ms = session_timeout_ms
         self.timeout_s = timeout_s
         self.session_events: queue.Queue[SessionEvent] = queue.Queue()
@@ -78,17 +91,26 @@ class ZkClient:
     # -- connection ------------------------------------------------------------
 
     def start(self) -> ZkClient:
-        """Connect (creating the chroot first when missing); ZkError if it cannot."""
+        """Connect (creating the chroot first when missing, unless told not to:
+        then NoChrootError); ZkError if it cannot."""
         if self.chroot:
             bare = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000)
             try:
                 bare.start(timeout=self.timeout_s)
-                bare.ensure_path(self.chroot)
+                if self.create_chroot:
+                    bare.ensure_path(self.chroot)
+                    missing = False
+                else:
+                    missing = bare.exists(self.chroot) is None
             except Exception as exc:
                 raise ZkError(f"cannot reach ZooKeeper at {self.hosts}: {exc}") from exc
             finally:
                 bare.stop()
                 bare.close()
+            if missing:
+                raise NoChrootError(
+                    f"chroot {self.chroot} does not exist in ZooKeeper at {self.hosts}"
+                )
         try:
             self._kazoo.start(timeout=self.timeout_s)
         except Exception as exc:
@@ -268,23 +290,22 @@ class ZkClient:
         self, topic: str, partition: int, state: PartitionState, expected_version: int
     ) -> int:
         """Conditional write of a partition's state; returns the new znode version."""
-        path = layout.partition_state_path(topic, partition)
-        try:
-            stat = self._call(self._kazoo.set, path, state.encode(), version=expected_version)
-        except BadVersionError:
-            raise StaleVersionError(
-                f"{path} changed since version {expected_version} was read"
-            ) from None
-        return int(stat.version)
+        return self._set_versioned(
+            layout.partition_state_path(topic, partition), state.encode(), expected_version
+        )
 
     def update_topic_assignment(
         self, topic: str, assignment: TopicAssignment, expected_version: int
     ) -> int:
         """Conditional rewrite of a topic's assignment (partitions added);
         StaleVersionError when it changed since it was read."""
-        path = layout.topic_path(topic)
+        return self._set_versioned(layout.topic_path(topic), assignment.encode(), expected_version)
+
+    def _set_versioned(self, path: str, data: bytes, expected_version: int) -> int:
+        """Write ``path`` only if still at ``expected_version``; the new version,
+        or StaleVersionError when it changed or vanished since it was read."""
         try:
-            stat = self._call(self._kazoo.set, path, assignment.encode(), version=expected_version)
+            stat = self._call(self._kazoo.set, path, data, version=expected_version)
         except BadVersionError:
             raise StaleVersionError(
                 f"{path} changed since version {expected_version} was read"
