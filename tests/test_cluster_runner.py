@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-
-def annal(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "annal", *args], capture_output=True, text=True, timeout=180
-    )
+from runcli import annal
 
 
 @pytest.mark.timeout(300)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess
+from runcli import annal
 
 
 @pytest.fixture
@@ -17,16 +16,6 @@ def broker(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
     with AdminClient(process.endpoint) as admin:
         admin.create_topic("lines", partitions=2)
     return process
-
-
-def annal(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "annal", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.mark.timeout(180)

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
@@ -19,16 +17,7 @@ from annal.producer.producer import Producer
 from annal.zk import layout
 from annal.zk.client import ZkClient
 from kazoo.client import KazooClient
-
-
-def annal(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "annal", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from runcli import annal
 
 
 @pytest.mark.timeout(180)
