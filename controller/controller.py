@@ -312,7 +312,11 @@ class Controller:
                 topic, partition, self._states.get(key, State.NON_EXISTENT), State.NEW
             )
             election = elect_leader(replicas, replicas, live, self._unclean)
-            state = PartitionState(election.leader, 0, election.isr or replicas, self.epoch)
+            # Followers do not copy data yet, so only the leader is in sync: a
+            # later election never hands the partition to a replica with no data
+            # (it goes offline instead, unless unclean election is enabled).
+            isr = (election.leader,) if election.leader >= 0 else replicas
+            state = PartitionState(election.leader, 0, isr, self.epoch)
             try:
                 version = self.zk.create_partition_state(topic, partition, state)
             except StaleVersionError:

@@ -97,3 +97,36 @@ def test_auto_create_on_metadata(broker: BrokerProcess) -> None:
         pb.MetadataRequest(topics=["fresh"], allow_auto_topic_creation=True), timeout=10
     )
     assert created.topics[0].name == "fresh" and len(created.topics[0].partitions) == 1
+
+
+@pytest.mark.timeout(180)
+def test_a_replica_without_data_never_becomes_leader(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    """Followers do not copy data yet: the ISR is the leader alone, so losing the
+    leader takes the partition offline instead of electing an empty replica."""
+    brokers = {b.broker_id: b for b in (broker_factory(1), broker_factory(2))}
+    with AdminClient(brokers[1].endpoint) as admin:
+        admin.create_topic("pair", partitions=1, replication_factor=2)
+        (partition,) = admin.describe_topics(["pair"])[0].partitions
+    assert sorted(partition.replicas) == [1, 2] and partition.isr == (partition.leader,)
+    with Producer(brokers[partition.leader].endpoint) as producer:
+        producer.send("pair", value=b"only on the leader").result(30)
+    follower = brokers[3 - partition.leader]
+    brokers[partition.leader].kill()
+    with AdminClient(follower.endpoint) as admin:
+        wait_until(
+            lambda: admin.describe_topics(["pair"])[0].partitions[0].leader == -1,
+            60,
+            "the partition offline",
+        )
+    brokers[partition.leader].start()
+    with SimpleConsumer(follower.endpoint) as consumer:
+
+        def readable() -> list[bytes | None]:
+            try:
+                return [r.value for r in consumer.iterate("pair", 0, 0)]
+            except ConsumerError:
+                return []
+
+        wait_until(lambda: readable() == [b"only on the leader"], 60, "the leader back")
