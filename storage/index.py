@@ -316,7 +316,12 @@ class OffsetIndex(_Index):
         """Add an entry; offsets must strictly increase and fit the index."""
         entries = self._entries
         if entries:
-            last = self.last_offset
+            cached = self._last
+            last = (
+                self.base_offset + cached[1][0]
+                if cached is not None and cached[0] == entries
+                else self.last_offset
+            )
             if offset <= last:
                 raise CorruptIndexError(
                     f"offset {offset} is not larger than last offset {last} in {self.path}"
@@ -325,11 +330,13 @@ class OffsetIndex(_Index):
             raise CorruptIndexError(
                 f"index {self.path} is full ({entries} entries); cannot add offset {offset}"
             )
-        relative = self._relative(offset)
+        relative = offset - self.base_offset
+        if not 0 <= relative <= INT32_MAX:
+            self._relative(offset)  # raises, naming the index
         # No index lock for the write: resize, trim and close, the only calls
         # that replace the map, run under the owning log's lock like appends;
         # readers see the entry once ``_entries`` counts it.
-        self._ENTRY.pack_into(self._mapped(), entries * 8, relative, position)
+        self._ENTRY.pack_into(self._mmap or self._mapped(), entries * 8, relative, position)
         self._entries = entries + 1
         self._last = (entries + 1, (relative, position))
 
@@ -416,6 +423,14 @@ class TimeIndex(_Index):
         last entry's, is an error.  A negative timestamp (no timestamp) is
         never indexed.
         """
+        cached = self._last
+        if (
+            cached is not None
+            and cached[0] == self._entries
+            and timestamp == cached[1][0]
+            and offset >= self.base_offset + cached[1][1]
+        ):
+            return  # the usual append: no newer timestamp to index
         last = self.last_entry
         if self._entries:
             if offset < last.offset:
