@@ -8,7 +8,7 @@ this edge: the replica manager and the controller see plain value types.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 from annal.broker.metadata_cache import LiveBroker, MetadataCache, PartitionView
@@ -26,9 +26,15 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
     """Applies controller requests through the replica manager and the metadata
     cache.  Thread-safe."""
 
-    def __init__(self, replicas: ReplicaManager, metadata: MetadataCache) -> None:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        metadata: MetadataCache,
+        controlled_shutdown: Callable[[int], list[tuple[str, int]] | None],
+    ) -> None:
         self._replicas = replicas
         self._metadata = metadata
+        self._controlled_shutdown = controlled_shutdown
 
     def LeaderAndIsr(
         self, request: pb.LeaderAndIsrRequest, context: grpc.ServicerContext
@@ -96,6 +102,17 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
                 )
             )
         return pb.StopReplicaResponse(partition_errors=errors)
+
+
+    def ControlledShutdown(
+        self, request: pb.ControlledShutdownRequest, context: grpc.ServicerContext
+    ) -> pb.ControlledShutdownResponse:
+        remaining = self._controlled_shutdown(request.broker_id)
+        if remaining is None:
+            return pb.ControlledShutdownResponse(error=pb.NOT_CONTROLLER)
+        return pb.ControlledShutdownResponse(
+            remaining_partitions=[pb.PartitionError(topic=t, partition=p) for t, p in remaining]
+        )
 
 
 class ControllerChannel:

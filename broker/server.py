@@ -39,6 +39,7 @@ from annal.controller.controller import Controller
 from annal.storage.errors import LogDirError
 from annal.storage.files import TopicPartition
 from annal.storage.manager import LogManager, LogManagerConfig
+from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 from annal.zk.client import BrokerIdTakenError, SessionEvent, ZkClient, ZkError
 from annal.zk.layout import BrokerRegistration
@@ -74,6 +75,7 @@ class BrokerServer:
         self._channel: ControllerChannel | None = None
         self._health = health.HealthServicer()
         self._stopping = threading.Event()
+        self._shutdown_begun = False
         self._session_thread: threading.Thread | None = None
         self.started = threading.Event()
 
@@ -119,10 +121,10 @@ class BrokerServer:
         self.replicas = ReplicaManager(
             config.broker_id, logs, self.zk.get_topic_config, self._partition_exists
         )
-        # OffsetsForLeaderEpoch and ControlledShutdown come with replication; until
-        # then the generated base classes answer them UNIMPLEMENTED.
+        # OffsetsForLeaderEpoch comes with replication; until then the generated
+        # base class answers it UNIMPLEMENTED.
         service = AnnalService(self)  # type: ignore[abstract]
-        control = ControlService(self.replicas, self.metadata)  # type: ignore[abstract]
+        control = ControlService(self.replicas, self.metadata, self._controlled_shutdown_request)
         annal_pb2_grpc.add_AnnalServicer_to_server(service, self._grpc)
         annal_pb2_grpc.add_BrokerControlServicer_to_server(control, self._grpc)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
@@ -228,10 +230,52 @@ class BrokerServer:
             backoff_s = 0.0
             logger.info("re-registered broker %d", self.config.broker_id)
 
+    def _controlled_shutdown_request(self, broker_id: int) -> list[tuple[str, int]] | None:
+        """ControlledShutdown arriving here: None unless this broker is the controller."""
+        if self.controller is None:
+            return None
+        return self.controller.controlled_shutdown(broker_id)
+
+    def _controlled_shutdown(self) -> None:
+        """Ask the controller to move this broker's leaderships away (Kafka's
+        controlled.shutdown.*): retried while it reports partitions this broker
+        still leads, then the stop goes on regardless."""
+        config = self.config
+        attempts = config.controlled_shutdown_max_retries + 1
+        request = pb.ControlledShutdownRequest(broker_id=config.broker_id)
+        for attempt in range(1, attempts + 1):
+            try:
+                controller_id = self.zk.get_controller()
+                controller = None if controller_id is None else self.zk.get_broker(controller_id)
+                if controller is None:
+                    raise ZkError("no controller is registered")
+                with grpc.insecure_channel(controller.endpoint) as channel:
+                    response = annal_pb2_grpc.BrokerControlStub(channel).ControlledShutdown(
+                        request, timeout=10
+                    )
+                if response.error == pb.NONE and not response.remaining_partitions:
+                    logger.info("controlled shutdown of broker %d complete", config.broker_id)
+                    return
+                reason = (
+                    pb.ErrorCode.Name(response.error)
+                    if response.error != pb.NONE
+                    else "still leading "
+                    + ", ".join(f"{p.topic}-{p.partition}" for p in response.remaining_partitions)
+                )
+            except (grpc.RpcError, ZkError, KazooException) as exc:
+                reason = str(exc)
+            logger.warning("controlled shutdown attempt %d of %d: %s", attempt, attempts, reason)
+            if attempt < attempts:
+                time.sleep(config.controlled_shutdown_retry_backoff_ms / 1000)
+        logger.warning("stopping without a complete controlled shutdown")
+
     def shutdown(self, grace_s: float = 5.0) -> None:
-        """Clean stop: the reverse of ``start``."""
-        if self._stopping.is_set():
+        """Clean stop: the reverse of ``start``, after a controlled shutdown."""
+        if self._stopping.is_set() or self._shutdown_begun:
             return
+        self._shutdown_begun = True
+        if self.config.controlled_shutdown_enable and self._grpc is not None:
+            self._controlled_shutdown()
         self._stopping.set()
         self._health.enter_graceful_shutdown()
         if self.controller is not None:

@@ -13,6 +13,12 @@ queue; one event-loop thread handles them in order:
   topics (a data watch on each ``/brokers/topics/<t>``), go NewPartition →
   OnlinePartition.
 * ``TopicDeletion``: replicas are stopped and deleted, then the znodes.
+* ``ControlledShutdown``: a stopping broker asked to hand over its
+  leaderships: each partition it leads moves to another live ISR replica
+  (bumped leader epoch), it leaves the ISR of the partitions it follows, and
+  the answer lists the replicated partitions it still leads (Kafka's
+  semantics: the broker retries, then stops anyway).  Until it is gone, no
+  election picks it.
 
 After each event every live broker gets an UpdateMetadata for its metadata
 cache: the whole view when the controller takes office or brokers come and
@@ -33,6 +39,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 
@@ -52,6 +59,7 @@ class Event(enum.Enum):
     BROKER_CHANGE = "broker-change"
     TOPIC_CHANGE = "topic-change"
     TOPIC_DELETION = "topic-deletion"
+    CONTROLLED_SHUTDOWN = "controlled-shutdown"
     SHUTDOWN = "shutdown"
 
 
@@ -114,6 +122,10 @@ class Controller:
         self._view: dict[tuple[str, int], PartitionUpdate] = {}  # what brokers are told
         self._watches: list[object] = []
         self._topic_watches: set[str] = set()  # topics with a data watch (event thread)
+        self._shutting_down: set[int] = set()  # brokers that asked for controlled shutdown
+        self._shutdown_requests: queue.Queue[tuple[int, Future[list[tuple[str, int]] | None]]] = (
+            queue.Queue()
+        )
         self._armed: set[str] = set()  # topics whose watch has made its first call
 
     # -- lifecycle ---------------------------------------------------------------
@@ -131,6 +143,19 @@ class Controller:
     def await_shutdown(self, timeout_s: float = 10.0) -> None:
         if self._thread.is_alive():
             self._thread.join(timeout_s)
+
+    def controlled_shutdown(
+        self, broker_id: int, timeout_s: float = 30.0
+    ) -> list[tuple[str, int]] | None:
+        """Called from a request thread: move ``broker_id``'s leaderships away.
+        The replicated partitions it still leads, or None when this broker is
+        not the active controller."""
+        if not self.active:
+            return None
+        reply: Future[list[tuple[str, int]] | None] = Future()
+        self._shutdown_requests.put((broker_id, reply))
+        self._events.put(Event.CONTROLLED_SHUTDOWN)
+        return reply.result(timeout_s)
 
     # -- watches: enqueue only ---------------------------------------------------
 
@@ -172,13 +197,15 @@ class Controller:
         if event is Event.ELECT:
             self.elect()
         elif not self.active:
-            return
+            self._refuse_shutdown_requests()
         elif event is Event.BROKER_CHANGE:
             self.handle_broker_change()
         elif event is Event.TOPIC_CHANGE:
             self.handle_topic_change()
         elif event is Event.TOPIC_DELETION:
             self.handle_topic_deletion()
+        elif event is Event.CONTROLLED_SHUTDOWN:
+            self.handle_controlled_shutdown()
 
     def elect(self) -> None:
         current = self.zk.get_controller()
@@ -223,6 +250,7 @@ class Controller:
         gone = set(self._live) - set(brokers)
         joined = set(brokers) - set(self._live)
         self._live = brokers
+        self._shutting_down &= set(brokers) - joined
         if gone:
             logger.info("brokers %s left", sorted(gone))
         if joined:
@@ -262,6 +290,78 @@ class Controller:
             self._view = {k: v for k, v in self._view.items() if k[0] != topic}
             self._publish(MetadataUpdate((), list(self._live.values()), deleted_topics=[topic]))
             logger.info("deleted topic %s", topic)
+
+    def handle_controlled_shutdown(self) -> None:
+        while True:
+            try:
+                broker_id, reply = self._shutdown_requests.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                reply.set_result(self._move_leaderships(broker_id))
+            except Exception as exc:
+                reply.set_exception(exc)
+
+    def _refuse_shutdown_requests(self) -> None:
+        while True:
+            try:
+                _, reply = self._shutdown_requests.get_nowait()
+            except queue.Empty:
+                return
+            reply.set_result(None)
+
+    def _move_leaderships(self, broker_id: int) -> list[tuple[str, int]]:
+        """Hand ``broker_id``'s leaderships to other live ISR replicas and take it
+        out of the ISRs it is in; the replicated partitions it still leads."""
+        if broker_id not in self._live:
+            return []
+        self._shutting_down.add(broker_id)
+        candidates = set(self._live) - self._shutting_down
+        updates: list[PartitionUpdate] = []
+        remaining: list[tuple[str, int]] = []
+        for (topic, partition), known in sorted(self._view.items()):
+            if broker_id not in known.replicas or len(known.replicas) < 2:
+                continue
+            current = self.zk.get_partition_state(topic, partition)
+            if current is None:
+                continue
+            state, version = current
+            isr = tuple(r for r in state.isr if r != broker_id)
+            if state.leader == broker_id:
+                election = elect_leader(known.replicas, isr, candidates)
+                if election.leader < 0:
+                    remaining.append((topic, partition))
+                    continue
+                new = PartitionState(
+                    election.leader, state.leader_epoch + 1, election.isr, self.epoch
+                )
+            elif broker_id in state.isr:
+                new = PartitionState(state.leader, state.leader_epoch + 1, isr, self.epoch)
+            else:
+                continue
+            try:
+                version = self.zk.update_partition_state(topic, partition, new, version)
+            except StaleVersionError as exc:
+                logger.warning("%s; %s-%d stays as it is", exc, topic, partition)
+                if state.leader == broker_id:
+                    remaining.append((topic, partition))
+                continue
+            update = PartitionUpdate(topic, partition, new, known.replicas, version)
+            self._view[(topic, partition)] = update
+            updates.append(update)
+            logger.info(
+                "controlled shutdown of broker %d: %s-%d now led by %d (epoch %d), isr %s",
+                broker_id,
+                topic,
+                partition,
+                new.leader,
+                new.leader_epoch,
+                list(new.isr),
+            )
+        self._tell_replicas(updates)
+        if updates:
+            self._publish(MetadataUpdate(updates, list(self._live.values())))
+        return remaining
 
     # -- partition state machine ----------------------------------------------------
 
@@ -330,7 +430,9 @@ class Controller:
                 update = PartitionUpdate(topic, partition, state, replicas, version)
                 self._view[key] = update
                 return update
-            election = elect_leader(replicas, state.isr, live - dead, self._unclean)
+            election = elect_leader(
+                replicas, state.isr, live - dead - self._shutting_down, self._unclean
+            )
             if election.leader < 0 and state.leader < 0:
                 self._states[key] = transition(
                     topic, partition, self._states.get(key, State.NEW), State.OFFLINE
