@@ -7,7 +7,8 @@ partition whichever client wrote it.  Records without a key stick to one
 partition until a batch closes, then move on (KIP-480), choosing among the
 partitions that have a leader when any do.
 
-Thread safety: ``DefaultPartitioner`` guards its sticky choices with a lock.
+Thread safety: ``DefaultPartitioner`` guards changes to its sticky choices
+with a lock; ``sticky`` (topic → partition) may be read without it.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class DefaultPartitioner:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
-        self._sticky: dict[str, int] = {}
+        self.sticky: dict[str, int] = {}
 
     def partition(
         self, topic: str, key: bytes | None, partitions: int, available: Sequence[int] = ()
@@ -79,17 +80,17 @@ class DefaultPartitioner:
         if key is not None:
             return to_positive(murmur2(key)) % partitions
         with self._lock:
-            chosen = self._sticky.get(topic)
+            chosen = self.sticky.get(topic)
             if chosen is None or chosen >= partitions:
                 chosen = self._pick(partitions, available)
-                self._sticky[topic] = chosen
+                self.sticky[topic] = chosen
             return chosen
 
     def on_new_batch(self, topic: str, previous: int) -> None:
         """A batch for ``previous`` closed: null-key records move to another partition."""
         with self._lock:
-            if self._sticky.get(topic) == previous:
-                del self._sticky[topic]
+            if self.sticky.get(topic) == previous:
+                del self.sticky[topic]
 
     def _pick(self, partitions: int, available: Sequence[int]) -> int:
         choices = [p for p in (available or range(partitions)) if p < partitions]
