@@ -11,8 +11,9 @@ Produce request per broker and sends it without waiting for the answer, so
 up to ``max_in_flight`` requests per broker travel at once.  A partition has
 at most one batch in flight: gRPC does not order concurrent calls the way a
 Kafka connection does, so this is what keeps a partition's records in the
-order they were sent, retries included.  Answers come back on gRPC's threads
-and are queued for the sender, which owns every retry and metadata refresh.
+order they were sent, retries included.  Each call runs on a pooled I/O
+thread, which also handles its answer: completes the futures, puts retriable
+batches back at the front of their partition's queue and refreshes metadata.
 
 Retriable errors (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION,
 LEADER_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, an unreachable
@@ -22,8 +23,8 @@ futures with ``ProduceError``.  With ``acks=0`` futures complete once the
 request is sent, with offset -1.
 
 Thread safety: ``send``, ``flush`` and ``close`` may be called from any
-thread; ``self._mutex`` guards the batches, the in-flight bookkeeping and the
-queue of answers, and ``self._changed`` (on the same mutex) wakes waiters.
+thread; ``self._mutex`` guards the batches and the in-flight bookkeeping,
+and ``self._changed`` (on the same mutex) wakes waiters.
 """
 
 from __future__ import annotations
@@ -116,10 +117,6 @@ class _Batch:
     retry_at: float = 0.0
 
 
-# leader, batches, and the response or the failure of the call
-_Answer = tuple[str, list[_Batch], "pb.ProduceResponse | grpc.RpcError"]
-
-
 def _identity(value: object) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
@@ -187,7 +184,6 @@ class Producer:
         self._unacknowledged: set[_Batch] = set()
         self._in_flight: dict[str, int] = {}  # requests per leader
         self._muted: set[tuple[str, int]] = set()  # partitions with a batch in flight
-        self._answers: list[_Answer] = []
         self._closing = False
         self._flushing = 0
         self._io = ThreadPoolExecutor(
@@ -317,23 +313,16 @@ class Producer:
     def _run(self) -> None:
         while True:
             with self._changed:
-                answers, batches = self._take_work()
-                while not answers and not batches:
+                batches = self._collect()
+                while not batches:
                     if self._closing and not self._in_flight_total():
                         return
                     self._changed.wait(self._wait_time())
-                    answers, batches = self._take_work()
-            for leader, group, call in answers:
-                self._answered(leader, group, call)
-            if batches:
-                self._send(batches)
+                    batches = self._collect()
+            self._send(batches)
 
     def _in_flight_total(self) -> int:
         return sum(self._in_flight.values())
-
-    def _take_work(self) -> tuple[list[_Answer], dict[str, list[_Batch]]]:
-        answers, self._answers = self._answers, []
-        return answers, self._collect()
 
     def _wait_time(self) -> float:
         now = time.monotonic()
@@ -420,17 +409,17 @@ class Producer:
         self._io.submit(self._call, leader, group, request)
 
     def _call(self, leader: str, group: list[_Batch], request: pb.ProduceRequest) -> None:
-        """On an I/O thread: one blocking Produce call, its answer queued for the
-        sender.  (A blocking call on a pooled thread is cheaper than grpcio's
-        ``future()``, which starts a polling thread whenever none is running.)"""
+        """On an I/O thread: one blocking Produce call, and its answer handled
+        right here, so an acknowledgement reaches the futures (and unmutes the
+        partition) without another thread hop.  (A blocking call on a pooled
+        thread is cheaper than grpcio's ``future()``, which starts a polling
+        thread whenever none is running.)"""
         answer: pb.ProduceResponse | grpc.RpcError
         try:
             answer = self.cluster.stub(leader).Produce(request, timeout=self.request_timeout_s)
         except grpc.RpcError as exc:
             answer = exc
-        with self._changed:
-            self._answers.append((leader, group, answer))
-            self._changed.notify_all()
+        self._answered(leader, group, answer)
 
     def _answered(
         self, leader: str, group: list[_Batch], answer: pb.ProduceResponse | grpc.RpcError
