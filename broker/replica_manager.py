@@ -234,6 +234,22 @@ class ReplicaManager:
                     return
                 self._appended.wait(remaining)
 
+    def end_offset_for_epoch(
+        self, tp: TopicPartition, current_leader_epoch: int, epoch: int
+    ) -> tuple[str, int, int]:
+        """(error, epoch, end offset) for OffsetsForLeaderEpoch: the largest epoch at
+        or below ``epoch`` and where it ends; a stale or future
+        ``current_leader_epoch`` (when given) is fenced."""
+        partition = self.partition(tp)
+        if partition is None or partition.leader != self.broker_id:
+            return self._not_leader_error(tp, partition), -1, -1
+        if current_leader_epoch >= 0 and current_leader_epoch != partition.leader_epoch:
+            stale = current_leader_epoch < partition.leader_epoch
+            return ("FENCED_LEADER_EPOCH" if stale else "UNKNOWN_LEADER_EPOCH"), -1, -1
+        log = partition.log
+        found_epoch, end_offset = log.leader_epoch_cache.end_offset_for(epoch, log.log_end_offset)
+        return "NONE", found_epoch, end_offset
+
     def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[str, int, int, int]:
         """(error, timestamp, offset, leader epoch) for ListOffsets."""
         partition = self.partition(tp)

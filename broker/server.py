@@ -121,9 +121,7 @@ class BrokerServer:
         self.replicas = ReplicaManager(
             config.broker_id, logs, self.zk.get_topic_config, self._partition_exists
         )
-        # OffsetsForLeaderEpoch comes with replication; until then the generated
-        # base class answers it UNIMPLEMENTED.
-        service = AnnalService(self)  # type: ignore[abstract]
+        service = AnnalService(self)
         control = ControlService(self.replicas, self.metadata, self._controlled_shutdown_request)
         annal_pb2_grpc.add_AnnalServicer_to_server(service, self._grpc)
         annal_pb2_grpc.add_BrokerControlServicer_to_server(control, self._grpc)

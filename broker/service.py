@@ -207,6 +207,31 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
             response.topics.append(out)
         return response
 
+    def OffsetsForLeaderEpoch(
+        self, request: pb.OffsetsForLeaderEpochRequest, context: grpc.ServicerContext
+    ) -> pb.OffsetsForLeaderEpochResponse:
+        """Where each asked-for leader epoch ends on this leader (KIP-101/279): what
+        a follower truncates to before it fetches."""
+        response = pb.OffsetsForLeaderEpochResponse()
+        for topic in request.topics:
+            out = pb.TopicEpochEnds(name=topic.name)
+            for p in topic.partitions:
+                error, epoch, end_offset = self._broker.replicas.end_offset_for_epoch(
+                    TopicPartition(topic.name, p.partition),
+                    p.current_leader_epoch,
+                    p.leader_epoch,
+                )
+                out.partitions.append(
+                    pb.PartitionEpochEnd(
+                        partition=p.partition,
+                        error=pb.ErrorCode.Value(error),
+                        leader_epoch=epoch,
+                        end_offset=end_offset,
+                    )
+                )
+            response.topics.append(out)
+        return response
+
     # -- topic admin --------------------------------------------------------------
 
     def CreateTopics(
