@@ -260,7 +260,9 @@ class BrokerServer:
                     else "still leading "
                     + ", ".join(f"{p.topic}-{p.partition}" for p in response.remaining_partitions)
                 )
-            except (grpc.RpcError, ZkError, KazooException) as exc:
+            except grpc.RpcError as exc:
+                reason = f"{exc.code().name}: {exc.details()}"
+            except (ZkError, KazooException) as exc:
                 reason = str(exc)
             logger.warning("controlled shutdown attempt %d of %d: %s", attempt, attempts, reason)
             if attempt < attempts:

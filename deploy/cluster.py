@@ -22,7 +22,7 @@ from typing import Any
 
 from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
 from annal.deploy.zookeeper import ZooKeeperServer
-from annal.zk.client import ZkClient
+from annal.zk.client import ZkClient, ZkError
 
 CHROOT = "/annal"
 # A short session: a killed broker's registration and leaderships move within seconds.
@@ -181,6 +181,19 @@ class LocalCluster:
         os.kill(entry.pid, signum)
         wait_until(lambda: not pid_alive(entry.pid), timeout_s, f"broker {broker_id} exited")
 
+    def _terminate(self, entries: list[BrokerEntry], timeout_s: float) -> None:
+        for entry in entries:
+            if pid_alive(entry.pid):
+                assert entry.pid is not None
+                os.kill(entry.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for entry in entries:
+            while pid_alive(entry.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if pid_alive(entry.pid):
+                assert entry.pid is not None
+                os.kill(entry.pid, signal.SIGKILL)
+
     def start_broker(self, broker_id: int, timeout_s: float = 60.0) -> None:
         state = self.load()
         entry = self._entry(state, broker_id)
@@ -207,18 +220,21 @@ class LocalCluster:
         )
 
     def down(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM every broker, the controller last (so the others' controlled
+        shutdowns find it serving), SIGKILL what outlives ``timeout_s``; then
+        ZooKeeper."""
         state = self.load()
-        for entry in state.brokers:
-            if pid_alive(entry.pid):
-                assert entry.pid is not None
-                os.kill(entry.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for entry in state.brokers:
-            while pid_alive(entry.pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if pid_alive(entry.pid):
-                assert entry.pid is not None
-                os.kill(entry.pid, signal.SIGKILL)
+        controller = None
+        if pid_alive(state.zookeeper_pid):
+            try:
+                with ZkClient(state.zookeeper_connect, timeout_s=5) as zk:
+                    controller = zk.get_controller()
+            except ZkError:
+                pass
+        others = [b for b in state.brokers if b.id != controller]
+        last = [b for b in state.brokers if b.id == controller]
+        for group in (others, last):
+            self._terminate(group, timeout_s)
         if pid_alive(state.zookeeper_pid):
             assert state.zookeeper_pid is not None
             os.kill(state.zookeeper_pid, signal.SIGTERM)
