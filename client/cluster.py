@@ -13,6 +13,7 @@ are replaced whole on refresh, so readers see one version or the next.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -93,10 +94,21 @@ class ClusterConnection:
         )
 
     def refresh(self, topics: Sequence[str]) -> pb.MetadataResponse:
-        """Ask for Metadata and update partition counts and leaders of ``topics``."""
-        metadata: pb.MetadataResponse = self.call_any(
-            "Metadata", pb.MetadataRequest(topics=list(topics))
-        )
+        """Ask for Metadata and update partition counts and leaders of ``topics``.
+
+        A broker that has not heard from a controller yet (just started) lists
+        no brokers: that answer is not the cluster's, so the request is asked
+        again, with a short backoff, until ``timeout_s``."""
+        deadline = time.monotonic() + self.timeout_s
+        backoff_s = 0.05
+        while True:
+            metadata: pb.MetadataResponse = self.call_any(
+                "Metadata", pb.MetadataRequest(topics=list(topics))
+            )
+            if metadata.brokers or time.monotonic() + backoff_s > deadline:
+                break
+            time.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, 1.0)
         brokers = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers}
         counts = dict(self.partition_counts)
         leaders = dict(self.leaders)
