@@ -411,7 +411,7 @@ class Controller:
             self._states[key] = transition(
                 topic, partition, self._states.get(key, State.NON_EXISTENT), State.NEW
             )
-            election = elect_leader(replicas, replicas, live, self._unclean)
+            election = elect_leader(replicas, replicas, live - self._shutting_down, self._unclean)
             # Followers do not copy data yet, so only the leader is in sync: a
             # later election never hands the partition to a replica with no data
             # (it goes offline instead, unless unclean election is enabled).
