@@ -131,17 +131,19 @@ def run_consume(args: argparse.Namespace) -> int:
             positions = {p: consumer.offsets_before(args.topic, p, EARLIEST) for p in partitions}
             started = time.monotonic()
             idle = 0
-            while consumed < args.messages and idle < 20:
-                results = consumer.multi_fetch(
-                    {(args.topic, p): o for p, o in positions.items()}, args.fetch_size
-                )
+            rounds = consumer.stream(
+                {(args.topic, p): o for p, o in positions.items()}, args.fetch_size
+            )
+            for results in rounds:  # the next fetch is on its way while this one is read
                 got = 0
-                for (_, p), result in results.items():
-                    positions[p] = result.next_offset
+                for result in results.values():
                     got += len(result.records)
                     size += sum(len(r.value or b"") for r in result.records)
                 consumed += got
                 idle = 0 if got else idle + 1
+                if consumed >= args.messages or idle >= 20:
+                    break
+            rounds.close()
             elapsed = max(time.monotonic() - started, 1e-9)
     except ConsumerError as exc:
         print(f"annal perf consume: {exc}", file=sys.stderr)

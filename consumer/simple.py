@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -31,6 +31,25 @@ from annal.v1 import annal_pb2 as pb
 EARLIEST = -2
 LATEST = -1
 new = tuple.__new__
+
+
+def _advance(
+    response: pb.FetchResponse, positions: dict[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """Move ``positions`` past the whole batches of ``response`` (headers only,
+    no decoding); the partitions that answered a retriable error, with their
+    offsets."""
+    retry = {}
+    for topic in response.topics:
+        for p in topic.partitions:
+            key = (topic.name, p.partition)
+            if p.error == pb.NONE:
+                header = last_header(p.records)
+                if header is not None:
+                    positions[key] = header.next_offset
+            elif pb.ErrorCode.Name(p.error) in RETRIABLE:
+                retry[key] = positions[key]
+    return retry
 
 
 @contextmanager
@@ -163,6 +182,18 @@ class SimpleConsumer:
         max_bytes: int,
         results: dict[tuple[str, int], FetchResult],
     ) -> dict[tuple[str, int], int]:
+        request = self._fetch_request(wanted, max_bytes)
+        try:
+            response = self.cluster.stub(endpoint).Fetch(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                return dict(wanted)
+            raise ConsumerError(exc.code().name, exc.details() or "") from None
+        return self._read_response(response, wanted, results)
+
+    def _fetch_request(
+        self, wanted: Mapping[tuple[str, int], int], max_bytes: int
+    ) -> pb.FetchRequest:
         topics: dict[str, list[pb.PartitionFetchData]] = {}
         for (topic, partition), offset in wanted.items():
             topics.setdefault(topic, []).append(
@@ -177,12 +208,16 @@ class SimpleConsumer:
             max_bytes=max_bytes * len(wanted),
             topics=[pb.TopicFetchData(name=t, partitions=ps) for t, ps in topics.items()],
         )
-        try:
-            response = self.cluster.stub(endpoint).Fetch(request, timeout=self.timeout_s)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                return dict(wanted)
-            raise ConsumerError(exc.code().name, exc.details() or "") from None
+        return request
+
+    def _read_response(
+        self,
+        response: pb.FetchResponse,
+        wanted: Mapping[tuple[str, int], int],
+        results: dict[tuple[str, int], FetchResult],
+    ) -> dict[tuple[str, int], int]:
+        """Decode each partition into ``results``; the retriable ones (leader moved)
+        come back with their offsets.  OFFSET_OUT_OF_RANGE and other errors raise."""
         retry: dict[tuple[str, int], int] = {}
         with paused_gc():  # tens of thousands of tuples: no collections midway
             for topic in response.topics:
@@ -211,6 +246,68 @@ class SimpleConsumer:
                     next_offset = header.next_offset if header is not None else offset
                     results[key] = FetchResult(records, p.high_watermark, next_offset)
         return retry
+
+    def stream(
+        self, offsets: Mapping[tuple[str, int], int], max_bytes: int = 1 << 20
+    ) -> Generator[dict[tuple[str, int], FetchResult], None, None]:
+        """Fetch ``offsets`` round after round, each continuing where the last
+        ended, with the next round's requests (one per leader) already on their
+        way while the caller reads this one, as Kafka's fetcher threads run
+        ahead of the application.  Yields one dict per round.  Leaders that
+        moved are looked up again; OFFSET_OUT_OF_RANGE raises."""
+        positions = dict(offsets)
+        ahead = self._start_round(positions, max_bytes)
+        try:
+            failures = 0
+            while True:
+                responses = []
+                retry: dict[tuple[str, int], int] = {}
+                for _, wanted, call in ahead:
+                    try:
+                        response = call.result()
+                    except grpc.RpcError as exc:
+                        if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                            raise ConsumerError(exc.code().name, exc.details() or "") from None
+                        retry.update(wanted)
+                        continue
+                    responses.append((wanted, response))
+                    retry.update(_advance(response, positions))
+                ahead = [] if retry else self._start_round(positions, max_bytes)
+                results: dict[tuple[str, int], FetchResult] = {}
+                for wanted, response in responses:
+                    retry.update(self._read_response(response, wanted, results))
+                yield results
+                failures = failures + 1 if retry else 0
+                if not ahead:
+                    self.cluster.forget()
+                    if retry:
+                        time.sleep(min(0.05 * 2 ** min(failures, 5), 1.0))
+                    ahead = self._start_round(positions, max_bytes)
+        finally:
+            for _, _, call in ahead:
+                call.cancel()
+
+    def _start_round(
+        self, positions: Mapping[tuple[str, int], int], max_bytes: int
+    ) -> list[tuple[str, dict[tuple[str, int], int], grpc.Future]]:
+        """One Fetch per leader, sent without waiting; partitions with no known
+        leader sit this round out."""
+        by_leader: dict[str, dict[tuple[str, int], int]] = {}
+        for key, offset in positions.items():
+            try:
+                by_leader.setdefault(self.leader(*key), {})[key] = offset
+            except ConsumerError:
+                continue
+        return [
+            (
+                endpoint,
+                wanted,
+                self.cluster.stub(endpoint).Fetch.future(
+                    self._fetch_request(wanted, max_bytes), timeout=self.timeout_s
+                ),
+            )
+            for endpoint, wanted in by_leader.items()
+        ]
 
     def offsets_before(self, topic: str, partition: int, timestamp: int) -> int:
         """The first offset at or after ``timestamp`` (EARLIEST -2, LATEST -1); -1 if none."""

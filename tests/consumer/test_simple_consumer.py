@@ -68,3 +68,32 @@ def test_simple_consumer(broker: BrokerProcess) -> None:
         ):
             consumer.fetch("logs", 0, 99)
         assert consumer.fetch("logs", 0, 50).records == []  # at the end: nothing yet
+
+
+@pytest.mark.timeout(180)
+def test_stream_reads_ahead_in_order(broker: BrokerProcess) -> None:
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("ahead", partitions=3)
+    for partition in range(3):
+        for batch in range(20):
+            produce(
+                broker.endpoint,
+                "ahead",
+                partition,
+                [Record(i, 1000, None, b"%d-%d-%d" % (partition, batch, i)) for i in range(50)],
+            )
+    with SimpleConsumer(broker.endpoint, max_wait_ms=50) as consumer:
+        seen: dict[int, list[bytes | None]] = {0: [], 1: [], 2: []}
+        # start partition 1 mid-batch: the records before its offset are skipped
+        rounds = consumer.stream({("ahead", 0): 0, ("ahead", 1): 25, ("ahead", 2): 0}, 4096)
+        for results in rounds:
+            for (_, partition), result in results.items():
+                seen[partition].extend(r.value for r in result.records)
+            if sum(map(len, seen.values())) >= 3 * 1000 - 25:
+                break
+        rounds.close()  # cancels the round already on its way
+    for partition in range(3):
+        expected = [b"%d-%d-%d" % (partition, b, i) for b in range(20) for i in range(50)]
+        assert seen[partition] == (expected[25:] if partition == 1 else expected)
+    with SimpleConsumer(broker.endpoint) as consumer, pytest.raises(OffsetOutOfRangeError):
+        next(consumer.stream({("ahead", 0): 5000}))
