@@ -23,6 +23,7 @@ from typing import Any
 from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
 from annal.deploy.zookeeper import ZooKeeperServer
 from annal.zk.client import ZkClient, ZkError
+from kazoo.exceptions import KazooException
 
 CHROOT = "/annal"
 # A short session: a killed broker's registration and leaderships move within seconds.
@@ -50,6 +51,17 @@ class ClusterState:
     @property
     def zookeeper_connect(self) -> str:
         return f"127.0.0.1:{self.zookeeper_port}{CHROOT}"
+
+
+def _controller(state: ClusterState) -> int | None:
+    """The controller's broker id, None when unknown (ZooKeeper down or no controller)."""
+    if not pid_alive(state.zookeeper_pid):
+        return None
+    try:
+        with ZkClient(state.zookeeper_connect, timeout_s=5) as zk:
+            return zk.get_controller()
+    except (ZkError, KazooException):
+        return None
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -140,13 +152,7 @@ class LocalCluster:
 
     def status(self) -> dict[str, Any]:
         state = self.load()
-        controller = None
-        if pid_alive(state.zookeeper_pid):
-            try:
-                with ZkClient(state.zookeeper_connect, timeout_s=5) as zk:
-                    controller = zk.get_controller()
-            except Exception:
-                controller = None
+        controller = _controller(state)
         return {
             "zookeeper": state.zookeeper_connect,
             "zookeeper_alive": pid_alive(state.zookeeper_pid),
@@ -224,13 +230,7 @@ class LocalCluster:
         shutdowns find it serving), SIGKILL what outlives ``timeout_s``; then
         ZooKeeper."""
         state = self.load()
-        controller = None
-        if pid_alive(state.zookeeper_pid):
-            try:
-                with ZkClient(state.zookeeper_connect, timeout_s=5) as zk:
-                    controller = zk.get_controller()
-            except ZkError:
-                pass
+        controller = _controller(state)
         others = [b for b in state.brokers if b.id != controller]
         last = [b for b in state.brokers if b.id == controller]
         for group in (others, last):
