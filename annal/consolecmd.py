@@ -7,6 +7,7 @@ tools did, ``--zookeeper HOST:PORT[/CHROOT]`` (the brokers registered there).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from typing import Any
@@ -46,6 +47,12 @@ def _zookeeper_connect(value: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value
+
+
+def _quiet_kazoo() -> None:
+    """The commands report an unreachable ZooKeeper in one line of their own;
+    kazoo's warning for every connection attempt would bury it."""
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
 
 
 def add_parsers(commands: Any) -> None:
@@ -104,6 +111,7 @@ def run_producer(args: argparse.Namespace) -> int:
     parse_key = props.get("parse.key", "false") == "true"
     separator = props.get("key.separator", "\t")
     failures = 0
+    _quiet_kazoo()
     try:
         with Producer(
             args.bootstrap_server,
@@ -149,6 +157,7 @@ def run_consumer(args: argparse.Namespace) -> int:
         return 2
     printed = 0
     last_data = time.monotonic()
+    _quiet_kazoo()
     try:
         with SimpleConsumer(
             args.bootstrap_server, max_wait_ms=200, zookeeper_connect=args.zookeeper
