@@ -125,9 +125,13 @@ class BatchHeader(NamedTuple):
         return bool(self.attributes & CONTROL_FLAG)
 
 
+_new_header = tuple.__new__
+
+
 def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
     """Parse the header at ``position``; the caller has checked the length."""
-    return BatchHeader._make((*HEADER.unpack_from(buf, position), position))
+    header: BatchHeader = _new_header(BatchHeader, (*HEADER.unpack_from(buf, position), position))
+    return header
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, position: int, size: int) -> int:
@@ -156,11 +160,14 @@ def check_batch(
             f"{RECORD_BATCH_OVERHEAD}-byte batch header",
             position,
         )
-    header = BatchHeader._make((*HEADER.unpack_from(buf, position), position))
-    size = header.batch_length + LOG_OVERHEAD
+    # The checks read plain locals (this runs once per append); the named
+    # header is built once, at the end.
+    fields = HEADER.unpack_from(buf, position)
+    _, batch_length, _, magic, crc, attributes, last_delta, *_, count = fields
+    size = batch_length + LOG_OVERHEAD
     if size < RECORD_BATCH_OVERHEAD:
         raise CorruptRecordError(
-            f"batch length {header.batch_length} is smaller than the minimum "
+            f"batch length {batch_length} is smaller than the minimum "
             f"{RECORD_BATCH_OVERHEAD - LOG_OVERHEAD}",
             position,
         )
@@ -168,39 +175,34 @@ def check_batch(
         raise CorruptRecordError(
             f"truncated batch: it declares {size} bytes but only {remaining} remain", position
         )
-    if header.magic != CURRENT_MAGIC:
-        raise CorruptRecordError(
-            f"unsupported magic {header.magic}, expected {CURRENT_MAGIC}", position
-        )
+    if magic != CURRENT_MAGIC:
+        raise CorruptRecordError(f"unsupported magic {magic}, expected {CURRENT_MAGIC}", position)
     if max_batch_size is not None and size > max_batch_size:
         raise RecordTooLargeError(
             f"batch of {size} bytes exceeds max.message.bytes {max_batch_size}", position
         )
-    count = header.record_count
-    if header.last_offset_delta < 0 or count < 0:
+    if last_delta < 0 or count < 0:
         raise CorruptRecordError(
-            f"negative lastOffsetDelta {header.last_offset_delta} or record count {count}",
-            position,
+            f"negative lastOffsetDelta {last_delta} or record count {count}", position
         )
-    if count > header.last_offset_delta + 1:
+    if count > last_delta + 1:
         raise CorruptRecordError(
-            f"record count {count} exceeds lastOffsetDelta+1 ({header.last_offset_delta + 1})",
-            position,
+            f"record count {count} exceeds lastOffsetDelta+1 ({last_delta + 1})", position
         )
     if (
-        header.attributes & COMPRESSION_MASK == 0
+        attributes & COMPRESSION_MASK == 0
         and count * MIN_RECORD_SIZE > size - RECORD_BATCH_OVERHEAD
     ):
         raise CorruptRecordError(
             f"record count {count} cannot fit in {size - RECORD_BATCH_OVERHEAD} bytes of records",
             position,
         )
-    with memoryview(buf) as view:
-        actual = crc32c.crc32c(view[position + ATTRIBUTES_OFFSET : position + size])
-    if actual != header.crc:
+    actual = crc32c.crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET : position + size])
+    if actual != crc:
         raise CorruptRecordError(
-            f"CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}", position
+            f"CRC mismatch: stored {crc:#010x}, computed {actual:#010x}", position
         )
+    header: BatchHeader = _new_header(BatchHeader, (*fields, position))
     return header
 
 
