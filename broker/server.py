@@ -132,12 +132,16 @@ class BrokerServer:
         except RuntimeError as exc:
             self._abort()
             raise BrokerStartupError(f"cannot listen on {address}: {exc}") from exc
+        # Serve before registering: the controller talks to a broker as soon as
+        # it appears in /brokers/ids, and a LeaderAndIsr or UpdateMetadata sent
+        # to a port not yet listening would be lost.
+        self._grpc.start()
         try:
             self._register()
         except ZkError as exc:
+            self._grpc.stop(None)
             self._abort()
             raise BrokerStartupError(str(exc)) from exc
-        self._grpc.start()
         self._channel = ControllerChannel(config.broker_id)
         self.controller = Controller(
             config.broker_id,

@@ -28,7 +28,8 @@ def test_local_cluster_lifecycle(tmp_path: Path) -> None:
         assert [b["alive"] for b in status["brokers"]] == [True, False]
         again = annal("cluster", "--dir", d, "kill", "2")
         assert again.returncode == 1 and "broker 2 is not running" in again.stderr
-        assert annal("cluster", "--dir", d, "start", "2").returncode == 0
+        started = annal("cluster", "--dir", d, "start", "2")
+        assert started.returncode == 0, started.stderr
         assert annal("cluster", "--dir", d, "stop", "1").returncode == 0
         status = json.loads(annal("cluster", "--dir", d, "status", "--json").stdout)
         assert [b["alive"] for b in status["brokers"]] == [False, True]
