@@ -68,6 +68,12 @@ def add_parsers(commands: Any) -> None:
         "--compression-codec", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"]
     )
     producer.add_argument(
+        "--max-block-ms",
+        type=int,
+        default=60_000,
+        help="how long to wait for the topic to show in the metadata (default 60000)",
+    )
+    producer.add_argument(
         "--property",
         action="append",
         default=[],
@@ -119,6 +125,7 @@ def run_producer(args: argparse.Namespace) -> int:
             acks=args.acks,
             compression=args.compression_codec,
             linger_ms=5,
+            max_block_ms=args.max_block_ms,
         ) as producer:
             futures = []
             for number, line in enumerate(sys.stdin, start=1):

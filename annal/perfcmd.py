@@ -45,6 +45,10 @@ PRODUCER_PROPS = {
     "linger.ms": ("linger_ms", int),
     "compression.type": ("compression", str),
     "retries": ("retries", int),
+    "retry.backoff.ms": ("retry_backoff_ms", int),
+    "max.in.flight.requests.per.connection": ("max_in_flight", int),
+    "request.timeout.ms": ("request_timeout_ms", int),
+    "max.block.ms": ("max_block_ms", int),
 }
 
 

@@ -7,7 +7,10 @@ this edge: the replica manager and the controller see plain value types.
 
 from __future__ import annotations
 
+import logging
+import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 import grpc
@@ -18,6 +21,8 @@ from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 from annal.zk.layout import BrokerRegistration
+
+logger = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 10.0
 
@@ -116,21 +121,38 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
 
 
 class ControllerChannel:
-    """gRPC stubs to every broker the controller talks to.  ``self._lock`` guards the cache."""
+    """The controller's requests to brokers, as Kafka's ControllerChannelManager
+    sends them: one queue and one sender thread per broker, so a broker gets
+    its requests in order and a slow or unreachable broker holds up no other
+    (and not the controller's event loop).  A request that fails because the
+    broker cannot be reached is tried again, with a growing backoff, for up to
+    ``retry_for_s``; a refusal (a stale controller epoch) is logged and
+    dropped.  ``close`` lets the queues drain for a bounded time.
 
-    def __init__(self, controller_id: int) -> None:
+    Thread safety: ``self._lock`` guards the senders; each sender thread owns
+    its channel."""
+
+    def __init__(
+        self, controller_id: int, retry_for_s: float = 30.0, max_backoff_s: float = 1.0
+    ) -> None:
         self.controller_id = controller_id
+        self.retry_for_s = retry_for_s
+        self.max_backoff_s = max_backoff_s
         self._lock = threading.Lock()
-        self._channels: dict[str, tuple[grpc.Channel, annal_pb2_grpc.BrokerControlStub]] = {}
+        self._senders: dict[int, _BrokerSender] = {}
+        self._closed = False
 
-    def _stub(self, broker: BrokerRegistration) -> annal_pb2_grpc.BrokerControlStub:
+    def _enqueue(self, broker: BrokerRegistration, what: str, call: _Call) -> None:
         with self._lock:
-            found = self._channels.get(broker.endpoint)
-            if found is None:
-                channel = grpc.insecure_channel(broker.endpoint)
-                found = (channel, annal_pb2_grpc.BrokerControlStub(channel))
-                self._channels[broker.endpoint] = found
-            return found[1]
+            if self._closed:
+                return
+            sender = self._senders.get(broker.broker_id)
+            if sender is None or sender.endpoint != broker.endpoint:
+                if sender is not None:
+                    sender.stop(0)  # the broker came back elsewhere: a fresh channel
+                sender = _BrokerSender(self, broker.broker_id, broker.endpoint)
+                self._senders[broker.broker_id] = sender
+            sender.queue.put((what, call))
 
     def send_leader_and_isr(
         self,
@@ -145,10 +167,11 @@ class ControllerChannel:
             partition_states=[_partition_state(u) for u in updates],
             live_leaders=[pb.Broker(id=b.broker_id, host=b.host, port=b.port) for b in live],
         )
-        response = self._stub(broker).LeaderAndIsr(request, timeout=REQUEST_TIMEOUT_S)
-        if response.error != pb.NONE:
-            error = pb.ErrorCode.Name(response.error)
-            raise RuntimeError(f"broker {broker.broker_id} refused LeaderAndIsr: {error}")
+        self._enqueue(
+            broker,
+            "LeaderAndIsr",
+            lambda stub: stub.LeaderAndIsr(request, timeout=REQUEST_TIMEOUT_S).error,
+        )
 
     def send_update_metadata(
         self, broker: BrokerRegistration, controller_epoch: int, update: MetadataUpdate
@@ -164,10 +187,11 @@ class ControllerChannel:
             deleted_topics=list(update.deleted_topics),
             full=update.full,
         )
-        response = self._stub(broker).UpdateMetadata(request, timeout=REQUEST_TIMEOUT_S)
-        if response.error != pb.NONE:
-            error = pb.ErrorCode.Name(response.error)
-            raise RuntimeError(f"broker {broker.broker_id} refused UpdateMetadata: {error}")
+        self._enqueue(
+            broker,
+            "UpdateMetadata",
+            lambda stub: stub.UpdateMetadata(request, timeout=REQUEST_TIMEOUT_S).error,
+        )
 
     def send_stop_replica(
         self,
@@ -183,13 +207,92 @@ class ControllerChannel:
                 for t, p in partitions
             ],
         )
-        self._stub(broker).StopReplica(request, timeout=REQUEST_TIMEOUT_S)
+        self._enqueue(
+            broker,
+            "StopReplica",
+            lambda stub: stub.StopReplica(request, timeout=REQUEST_TIMEOUT_S).error,
+        )
 
-    def close(self) -> None:
+    def close(self, drain_s: float = 5.0) -> None:
+        """Stop taking requests, give the queued ones ``drain_s`` to go out, then stop."""
         with self._lock:
-            for channel, _ in self._channels.values():
-                channel.close()
-            self._channels.clear()
+            self._closed = True
+            senders = list(self._senders.values())
+            self._senders.clear()
+        deadline = time.monotonic() + drain_s
+        for sender in senders:
+            sender.stop(max(deadline - time.monotonic(), 0))
+
+
+# a request to one broker: returns the response's error code
+_Call = Callable[[annal_pb2_grpc.BrokerControlStub], "pb.ErrorCode.ValueType"]
+_RETRIABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+class _BrokerSender:
+    """One broker's queue and the thread that sends it in order (see ControllerChannel)."""
+
+    def __init__(self, owner: ControllerChannel, broker_id: int, endpoint: str) -> None:
+        self.owner = owner
+        self.broker_id = broker_id
+        self.endpoint = endpoint
+        self.queue: queue.Queue[tuple[str, _Call] | None] = queue.Queue()
+        self._stopping = threading.Event()
+        self._draining = False
+        self._channel = grpc.insecure_channel(endpoint)
+        self._stub = annal_pb2_grpc.BrokerControlStub(self._channel)
+        self._thread = threading.Thread(
+            target=self._run, name=f"controller-to-{broker_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, drain_s: float) -> None:
+        """Send what is queued for up to ``drain_s`` (no more retries), then give
+        up the rest."""
+        self._draining = True
+        self.queue.put(None)
+        self._thread.join(drain_s)
+        self._stopping.set()
+        self._thread.join(REQUEST_TIMEOUT_S)
+        self._channel.close()
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None or self._stopping.is_set():
+                return
+            self._send(*item)
+
+    def _send(self, what: str, call: _Call) -> None:
+        deadline = time.monotonic() + self.owner.retry_for_s
+        backoff_s = 0.05
+        while True:
+            try:
+                error = call(self._stub)
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if (
+                    code not in _RETRIABLE
+                    or self._draining
+                    or time.monotonic() + backoff_s > deadline
+                ):
+                    logger.warning(
+                        "%s to broker %d at %s failed: %s",
+                        what,
+                        self.broker_id,
+                        self.endpoint,
+                        code.name,
+                    )
+                    return
+                if self._stopping.wait(backoff_s):
+                    return
+                backoff_s = min(backoff_s * 2, self.owner.max_backoff_s)
+                continue
+            if error != pb.NONE:
+                logger.warning(
+                    "broker %d refused %s: %s", self.broker_id, what, pb.ErrorCode.Name(error)
+                )
+            return
 
 
 def _partition_state(update: PartitionUpdate) -> pb.PartitionState:

@@ -285,10 +285,10 @@ class BrokerServer:
         if self.controller is not None:
             self.controller.initiate_shutdown()
             self.controller.await_shutdown()
+        if self._channel is not None:
+            self._channel.close()  # what the controller queued goes out while we serve
         if self._grpc is not None:
             self._grpc.stop(grace_s).wait(grace_s + 1)
-        if self._channel is not None:
-            self._channel.close()
         if self._session_thread is not None:
             self._session_thread.join(5)
         self.zk.stop()

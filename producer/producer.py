@@ -147,6 +147,7 @@ class Producer:
         retry_backoff_ms: int = 100,
         max_in_flight: int = 5,
         request_timeout_ms: int = 30_000,
+        max_block_ms: int = 60_000,
         key_serializer: Serializer = _identity,
         value_serializer: Serializer = _identity,
         partitioner: Partitioner | None = None,
@@ -167,6 +168,7 @@ class Producer:
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.max_in_flight = max(1, max_in_flight)
         self.request_timeout_s = request_timeout_ms / 1000
+        self.max_block_s = max_block_ms / 1000
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._partitioner: Partitioner = partitioner or DefaultPartitioner()
@@ -201,14 +203,28 @@ class Producer:
             logger.warning("metadata refresh failed: %s", exc)
 
     def partitions_for(self, topic: str) -> int:
-        """Partition count of ``topic``; ProduceError if it does not exist."""
+        """Partition count of ``topic``.  A topic the metadata does not show yet
+        (just created: the brokers' caches catch up a moment later) is asked
+        for again, with a growing backoff, for up to ``max_block_ms``, as
+        Kafka's producer waits for it; then UNKNOWN_TOPIC_OR_PARTITION."""
         counts = self.cluster.partition_counts
-        if topic not in counts:
+        if topic in counts:
+            return counts[topic]
+        deadline = time.monotonic() + self.max_block_s
+        backoff_s = 0.05
+        while True:
             self._refresh([topic])
             counts = self.cluster.partition_counts
-        if topic not in counts:
-            raise ProduceError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {topic!r} does not exist")
-        return counts[topic]
+            if topic in counts:
+                return counts[topic]
+            if time.monotonic() + backoff_s > deadline:
+                raise ProduceError(
+                    "UNKNOWN_TOPIC_OR_PARTITION",
+                    f"topic {topic!r} not present in metadata after "
+                    f"{int(self.max_block_s * 1000)} ms",
+                )
+            time.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, 1.0)
 
     # -- send -------------------------------------------------------------------------
 

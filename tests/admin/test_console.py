@@ -35,5 +35,7 @@ def test_console_round_trip(broker: BrokerProcess) -> None:
     assert all(line.startswith("Offset:") for line in one.stdout.splitlines())
     bad = annal("console-consumer", *bs, "--topic", "lines", "--offset", "5")
     assert bad.returncode == 2 and "--offset needs --partition" in bad.stderr
-    missing = annal("console-producer", *bs, "--topic", "nope", stdin="x\n")
+    missing = annal(
+        "console-producer", *bs, "--topic", "nope", "--max-block-ms", "500", stdin="x\n"
+    )
     assert missing.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr

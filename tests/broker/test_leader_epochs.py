@@ -60,16 +60,17 @@ def test_epoch_ends_across_a_leader_change(
     leader.kill()
     with AdminClient(other.endpoint) as admin:
 
-        def epoch() -> int:
+        def state() -> tuple[int, int]:
             try:
                 (p,) = admin.describe_topics(["epochs"])[0].partitions
             except AdminError:
-                return -1
-            return p.leader_epoch if p.leader == 1 else -1
+                return (-2, -2)
+            return p.leader, p.leader_epoch
 
+        wait_until(lambda: state() == (-1, 1), 60, "the partition offline at epoch 1")
         leader.start()
         wait_until(lambda: metadata_lists(leader.endpoint, [1, 2]), 60, "broker 1 back")
-        wait_until(lambda: epoch() == 2, 60, "broker 1 leading again at epoch 2")
+        wait_until(lambda: state() == (1, 2), 60, "broker 1 leading again at epoch 2")
     produce(leader, "epochs", 2)
     assert epoch_end(leader, "epochs", 0) == ("NONE", 0, 3)
     assert epoch_end(leader, "epochs", 1) == ("NONE", 0, 3)  # the largest epoch <= 1

@@ -50,7 +50,7 @@ def test_keyed_records_land_where_murmur2_says_and_read_back(broker: BrokerProce
 
 @pytest.mark.timeout(120)
 def test_acks_zero_null_keys_and_errors(broker: BrokerProcess) -> None:
-    with Producer(broker.endpoint, acks=0) as producer:
+    with Producer(broker.endpoint, acks=0, max_block_ms=500) as producer:
         meta = producer.send("plain", value=b"fire and forget").result(30)
         assert meta.offset == -1 and meta.partition == 0
         with pytest.raises(ProduceError, match="UNKNOWN_TOPIC_OR_PARTITION"):
