@@ -49,9 +49,12 @@ DEFAULT_ZOOKEEPER_TIMEOUT_S = 15.0
 def parse_zookeeper_connect(connect: str) -> tuple[str, str]:
     """``"h1:2181,h2:2181/annal"`` → (``"h1:2181,h2:2181"``, ``"/annal"``);
     ValueError naming a malformed part."""
-    hosts, slash, chroot = connect.strip().partition("/")
-    if not hosts:
-        raise ValueError(f"zookeeper connect string {connect!r} names no host:port")
+    from annal.zk.client import ZkError, split_connect_string
+
+    try:
+        hosts, chroot = split_connect_string(connect.strip())
+    except ZkError as exc:
+        raise ValueError(str(exc)) from None
     for server in hosts.split(","):
         host, _, port = server.strip().rpartition(":")
         if not host or not port.isdigit():
@@ -59,7 +62,6 @@ def parse_zookeeper_connect(connect: str) -> tuple[str, str]:
                 f"ZooKeeper server {server!r} in {connect!r} is not host:port "
                 "(expected host:port[,host:port][/chroot])"
             )
-    chroot = (slash + chroot).rstrip("/")
     if "//" in chroot:
         raise ValueError(f"chroot {chroot!r} in {connect!r} has an empty path element")
     return hosts, chroot

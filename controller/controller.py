@@ -292,23 +292,23 @@ class Controller:
             logger.info("deleted topic %s", topic)
 
     def handle_controlled_shutdown(self) -> None:
+        self._answer_shutdown_requests(self._move_leaderships)
+
+    def _refuse_shutdown_requests(self) -> None:
+        self._answer_shutdown_requests(lambda broker_id: None)
+
+    def _answer_shutdown_requests(
+        self, answer: Callable[[int], list[tuple[str, int]] | None]
+    ) -> None:
         while True:
             try:
                 broker_id, reply = self._shutdown_requests.get_nowait()
             except queue.Empty:
                 return
             try:
-                reply.set_result(self._move_leaderships(broker_id))
+                reply.set_result(answer(broker_id))
             except Exception as exc:
                 reply.set_exception(exc)
-
-    def _refuse_shutdown_requests(self) -> None:
-        while True:
-            try:
-                _, reply = self._shutdown_requests.get_nowait()
-            except queue.Empty:
-                return
-            reply.set_result(None)
 
     def _move_leaderships(self, broker_id: int) -> list[tuple[str, int]]:
         """Hand ``broker_id``'s leaderships to other live ISR replicas and take it
