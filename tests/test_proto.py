@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,16 @@ def test_wire_contract_imports_as_annal_v1() -> None:
     assert annal_pb2.ProduceRequest.FromString(request.SerializeToString()).acks == -1
     assert annal_pb2.ErrorCode.Name(6) == "NOT_LEADER_OR_FOLLOWER"
     assert hasattr(annal_pb2_grpc, "AnnalStub") and hasattr(annal_pb2_grpc, "BrokerControlStub")
+
+
+def test_every_rpc_field_and_error_code_is_commented() -> None:
+    lines = (ROOT / "proto" / "annal" / "v1" / "annal.proto").read_text("utf-8").splitlines()
+    declaration = re.compile(
+        r"(rpc \w+|(repeated |map<[^>]+> )?[\w.]+ \w+ = \d+;|[A-Z_]+ = -?\d+;)"
+    )
+    bare = [
+        f"line {n + 1}: {line.strip()}"
+        for n, line in enumerate(lines)
+        if declaration.match(line.strip()) and not lines[n - 1].strip().startswith("//")
+    ]
+    assert bare == [], "uncommented declarations in annal.proto:\n" + "\n".join(bare)
