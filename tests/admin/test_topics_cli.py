@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from annal.admin.client import AdminClient, AdminError
 from annal.deploy.runner import BrokerProcess
 from annal.deploy.zookeeper import free_port
 from annal.producer.producer import Producer
@@ -46,6 +47,12 @@ def test_topics_commands(broker: BrokerProcess, capsys: pytest.CaptureFixture[st
         assert producer.send("users", value=b"new", key=b"k", partition=4).result(30).offset == 0
     assert main(["topics", "alter", *bs, "--topic", "users", "--partitions", "2"]) == 1
     assert "INVALID_PARTITIONS" in capsys.readouterr().err
+    with AdminClient(broker.endpoint) as admin:
+        with pytest.raises(AdminError, match=r"INVALID_REPLICA_ASSIGNMENT.*brokers \[9\]"):
+            admin.create_partitions("users", 7, [[1], [9]])
+        with pytest.raises(AdminError, match="1 replica lists given for 2 new partitions"):
+            admin.create_partitions("users", 7, [[1]])
+        assert len(admin.describe_topics(["users"])[0].partitions) == 5  # nothing changed
     assert main(["topics", "alter", *bs, "--topic", "nope", "--partitions", "2"]) == 1
     assert "UNKNOWN_TOPIC_OR_PARTITION" in capsys.readouterr().err
     assert main(["topics", "delete", *bs, "--topic", "users"]) == 0
