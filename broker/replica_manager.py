@@ -55,7 +55,7 @@ class AppendResult:
 @dataclass(frozen=True, slots=True)
 class ReadResult:
     error: str
-    records: bytes | memoryview = b""
+    records: bytes = b""
     high_watermark: int = -1
     log_start_offset: int = -1
     log_end_offset: int = -1

@@ -157,7 +157,7 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                     max(limit, 1),
                     p.current_leader_epoch if p.HasField("current_leader_epoch") else -1,
                 )
-                records = bytes(result.records)
+                records = result.records
                 budget = max(budget - len(records), 0)
                 out.partitions.append(
                     pb.PartitionFetchResponse(

@@ -55,6 +55,7 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
 _PREFIX = struct.Struct(">qi")
+_LENGTH = struct.Struct(">i")  # batchLength, 8 bytes into a batch
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
@@ -230,13 +231,14 @@ def last_header(buf: bytes | bytearray | memoryview) -> BatchHeader | None:
     position = 0
     last = -1
     end = len(buf)
-    unpack = _PREFIX.unpack_from
-    while position + RECORD_BATCH_OVERHEAD <= end:
-        length = unpack(buf, position)[1] + LOG_OVERHEAD
-        if position + length > end:
+    limit = end - RECORD_BATCH_OVERHEAD
+    unpack = _LENGTH.unpack_from
+    while position <= limit:
+        following = position + LOG_OVERHEAD + unpack(buf, position + 8)[0]
+        if following > end:
             break
         last = position
-        position += length
+        position = following
     return None if last < 0 else read_header(buf, last)
 
 

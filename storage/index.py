@@ -43,7 +43,6 @@ import mmap
 import os
 import struct
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, NamedTuple
 
@@ -51,6 +50,8 @@ from . import files
 from .errors import CorruptIndexError
 
 INT32_MAX = 2**31 - 1
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
 
 
 class OffsetPosition(NamedTuple):
@@ -97,6 +98,7 @@ class _Index:
         finally:
             os.close(fd)
         self._size = length
+        self.max_entries = length // self.entry_size  # follows _size; read on every append
         self._entries = 0 if self.created else length // self.entry_size
         self._fd: int | None = None
         self._mmap: mmap.mmap | None = None
@@ -112,10 +114,6 @@ class _Index:
     @property
     def entries(self) -> int:
         return self._entries
-
-    @property
-    def max_entries(self) -> int:
-        return self._size // self.entry_size
 
     @property
     def is_full(self) -> bool:
@@ -174,6 +172,7 @@ class _Index:
         else:
             os.truncate(self.path, length)
         self._size = length
+        self.max_entries = length // self.entry_size
         self._entries = min(self._entries, length // self.entry_size)
         self._last = None
 
@@ -205,13 +204,17 @@ class _Index:
         self._last = (self._entries, fields)
         return fields
 
-    def _slot_locked(self, target: int, key_of: Callable[[int], int]) -> int:
-        """Largest entry number whose key is <= ``target`` (keys non-decreasing); -1 if none."""
+    def _slot_locked(self, mm: mmap.mmap, target: int, key: struct.Struct, at: int) -> int:
+        """Largest entry number whose key (``key`` unpacked at byte ``at`` of the entry)
+        is <= ``target``, keys being non-decreasing; -1 if none.  Runs once per
+        read, so the loop stays on locals."""
+        unpack = key.unpack_from
+        stride = self.entry_size
         lo, hi = 0, self._entries - 1
         found = -1
         while lo <= hi:
-            mid = (lo + hi) // 2
-            if key_of(mid) <= target:
+            mid = (lo + hi) >> 1
+            if unpack(mm, mid * stride + at)[0] <= target:
                 found = mid
                 lo = mid + 1
             else:
@@ -346,14 +349,21 @@ class OffsetIndex(_Index):
             if self._entries == 0 or self.closed:
                 return OffsetPosition(self.base_offset, 0)
             mm = self._map_locked()
-            unpack = self._ENTRY.unpack_from
-            slot = self._slot_locked(
-                target_offset - self.base_offset, lambda n: int(unpack(mm, n * 8)[0])
-            )
+            slot = self._slot_locked(mm, target_offset - self.base_offset, _INT32, 0)
             if slot < 0:
                 return OffsetPosition(self.base_offset, 0)
-            relative, position = unpack(mm, slot * 8)
+            relative, position = self._ENTRY.unpack_from(mm, slot * 8)
         return OffsetPosition(self.base_offset + relative, position)
+
+    def floor_position(self, position: int) -> int:
+        """The largest indexed batch position <= ``position`` (0 when none is): a
+        batch boundary from which a reader can walk forward."""
+        with self._lock:
+            if self._entries == 0 or self.closed:
+                return 0
+            mm = self._map_locked()
+            slot = self._slot_locked(mm, position, _INT32, 4)
+            return 0 if slot < 0 else int(_INT32.unpack_from(mm, slot * 8 + 4)[0])
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry whose offset is >= ``offset``."""
@@ -361,13 +371,7 @@ class OffsetIndex(_Index):
             if self._entries == 0 or self.closed:
                 return
             mm = self._map_locked()
-            unpack = self._ENTRY.unpack_from
-            self._entries = (
-                self._slot_locked(
-                    offset - 1 - self.base_offset, lambda n: int(unpack(mm, n * 8)[0])
-                )
-                + 1
-            )
+            self._entries = self._slot_locked(mm, offset - 1 - self.base_offset, _INT32, 0) + 1
             self._last = None
 
     def sanity_check(self) -> None:
@@ -462,11 +466,10 @@ class TimeIndex(_Index):
             if self._entries == 0 or self.closed:
                 return TimestampOffset(-1, self.base_offset)
             mm = self._map_locked()
-            unpack = self._ENTRY.unpack_from
-            slot = self._slot_locked(target_timestamp, lambda n: int(unpack(mm, n * 12)[0]))
+            slot = self._slot_locked(mm, target_timestamp, _INT64, 0)
             if slot < 0:
                 return TimestampOffset(-1, self.base_offset)
-            timestamp, relative = unpack(mm, slot * 12)
+            timestamp, relative = self._ENTRY.unpack_from(mm, slot * 12)
         return TimestampOffset(timestamp, self.base_offset + relative)
 
     def truncate_to(self, offset: int) -> None:

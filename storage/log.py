@@ -301,8 +301,13 @@ class Log:
 
     def _cache_config(self) -> None:
         """Flags the append path reads on every call, computed once per config."""
-        self._compact = self._config.compact
-        self._log_append_time = self._config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
+        config = self._config
+        self._compact = config.compact
+        self._log_append_time = config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
+        self._segment_bytes = config.segment_bytes
+        self._segment_ms = config.segment_ms
+        self._max_message_bytes = config.max_message_bytes
+        self._flush_messages = config.flush_messages
 
     @property
     def log_end_offset(self) -> int:
@@ -352,9 +357,11 @@ class Log:
         size = len(buf)
         if size == 0:
             raise CorruptRecordError("empty append: no record batch", 0)
-        first_header = check_batch(buf, 0, size, self._config.max_message_bytes)
+        first_header = check_batch(buf, 0, size, self._max_message_bytes)
         if first_header.batch_length + LOG_OVERHEAD == size:
-            headers: Sequence[BatchHeader] = (first_header,)  # one batch: the usual request
+            if not (self._compact or self._log_append_time):
+                return self._append_one(buf, first_header, leader_epoch)
+            headers: Sequence[BatchHeader] = (first_header,)
         else:
             headers = self._validate(buf)
         for header in headers:
@@ -370,7 +377,7 @@ class Log:
         with self._lock:
             if self._closed:
                 raise StorageError(f"log {self.name} is closed")
-            now = self._time_ms()
+            now = self._time_ms() if append_time else NO_TIMESTAMP
             first = offset = self._log_end_offset
             max_timestamp, offset_of_max = NO_TIMESTAMP, first
             records = 0
@@ -401,19 +408,51 @@ class Log:
             if leader_epoch >= 0 and leader_epoch != self._epoch_hint:
                 self._assign_epoch(leader_epoch, first)
                 self._epoch_hint = leader_epoch
-            self._append_locked(
-                parts, size, first, offset - 1, max_timestamp, offset_of_max, records, now
-            )
+            last = offset - 1
+            self._append_locked(parts, size, first, last, max_timestamp, offset_of_max, records)
             return LogAppendInfo(
                 first,
-                offset - 1,
+                last,
                 max_timestamp,
                 offset_of_max,
-                now if append_time else NO_TIMESTAMP,
+                now,
                 len(headers),
                 records,
                 size,
             )
+
+    def _append_one(
+        self, buf: bytes | bytearray | memoryview, header: BatchHeader, leader_epoch: int
+    ) -> LogAppendInfo:
+        """``append_as_leader`` for one validated batch with its own timestamps: the
+        usual produce request, so it does only what that case needs."""
+        count = header.record_count
+        delta = header.last_offset_delta
+        if count != delta + 1:
+            raise CorruptRecordError(
+                f"record count {count} does not match lastOffsetDelta {delta} + 1", 0
+            )
+        size = header.batch_length + LOG_OVERHEAD
+        max_timestamp = header.max_timestamp
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"log {self.name} is closed")
+            first = self._log_end_offset
+            last = first + delta
+            offset_of_max = last if max_timestamp > NO_TIMESTAMP else first
+            # baseOffset, batchLength and partitionLeaderEpoch lie outside the CRC:
+            # write a new 16-byte prefix and the rest of the batch as it came.
+            parts = (
+                _PREFIX16.pack(first, header.batch_length, leader_epoch),
+                memoryview(buf)[16:size],
+            )
+            if leader_epoch >= 0 and leader_epoch != self._epoch_hint:
+                self._assign_epoch(leader_epoch, first)
+                self._epoch_hint = leader_epoch
+            self._append_locked(parts, size, first, last, max_timestamp, offset_of_max, count)
+        return LogAppendInfo(
+            first, last, max_timestamp, offset_of_max, NO_TIMESTAMP, 1, count, size
+        )
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Store batches copied from the leader, keeping their offsets and epochs.
@@ -437,7 +476,6 @@ class Log:
                     f"{self._log_end_offset} of {self.name}",
                     headers[0].position,
                 )
-            now = self._time_ms()
             max_timestamp, offset_of_max = NO_TIMESTAMP, headers[0].base_offset
             for header in headers:
                 if header.max_timestamp > max_timestamp:
@@ -454,7 +492,6 @@ class Log:
                 max_timestamp,
                 offset_of_max,
                 records,
-                now,
             )
             return LogAppendInfo(
                 headers[0].base_offset,
@@ -486,31 +523,22 @@ class Log:
         max_timestamp: int,
         offset_of_max_timestamp: int,
         records: int,
-        now: int,
     ) -> None:
-        segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now)
+        segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp)
         segment.append(last_offset, max_timestamp, offset_of_max_timestamp, parts, size)
         self._log_end_offset = last_offset + 1
         self._unflushed_records += records
-        if self._unflushed_records >= self._config.flush_messages:
+        if self._unflushed_records >= self._flush_messages:
             self.flush()
 
     def _maybe_roll(
-        self, size: int, first_offset: int, last_offset: int, max_timestamp: int, now: int
+        self, size: int, first_offset: int, last_offset: int, max_timestamp: int
     ) -> LogSegment:
         segment = self._view.segments[-1]
         config = self._config
-        current = segment.size
-        if (
-            current + size <= config.segment_bytes
-            and last_offset - segment.base_offset <= INT32_MAX
-            and not segment.is_full
-            and (
-                current == 0
-                or segment.time_waited_for_roll(now, max_timestamp) <= config.segment_ms
-            )
-        ):
+        if segment.accepts(size, last_offset, max_timestamp, self._segment_bytes, self._segment_ms):
             return segment
+        now = self._time_ms()
         reason = None
         if segment.size > 0 and segment.size + size > config.segment_bytes:
             reason = f"{segment.size} + {size} bytes would exceed segment.bytes"
@@ -557,9 +585,9 @@ class Log:
         max_bytes: int,
         max_offset: int | None = None,
         min_one_message: bool = True,
-    ) -> bytes | memoryview:
-        """Whole batches starting with the one that holds ``offset`` (a memoryview
-        when the tail of a read had to be dropped without copying).
+    ) -> bytes:
+        """Whole batches starting with the one that holds ``offset``, read from the
+        segment in one piece (nothing is trimmed or copied afterwards).
 
         At most ``max_bytes`` unless the first batch alone is larger (then it
         is returned whole when ``min_one_message``); ``max_offset`` (exclusive,

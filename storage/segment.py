@@ -23,6 +23,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from . import files
 from .batch import (
@@ -41,14 +42,16 @@ log = logging.getLogger(__name__)
 _PREFIX = struct.Struct(">qi")
 _LAST_DELTA = struct.Struct(">i")
 _LAST_DELTA_OFFSET = 23
+_LENGTH = struct.Struct(">i")
+_WALK_WINDOW_BYTES = 4608  # batch starts a read's end walk finds without another pread
 _SCAN_HEADER_BYTES = 27  # enough for baseOffset, length and lastOffsetDelta
 RECOVERY_CHUNK_BYTES = 8 * 1024 * 1024
 INT32_MAX = 2**31 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class LogOffsetPosition:
-    """Where the batch holding an offset starts, and how large it is."""
+class LogOffsetPosition(NamedTuple):
+    """Where the batch holding an offset starts, and how large it is (a tuple:
+    built on every read)."""
 
     offset: int  # last offset of that batch
     position: int
@@ -131,7 +134,7 @@ class LogSegment:
         max_size: int,
         max_position: int | None = None,
         min_one_message: bool = True,
-    ) -> bytes | memoryview | None:
+    ) -> bytes | None:
         """Whole batches from the one holding ``start_offset``, at most ``max_size``
         bytes (the first batch whole when ``min_one_message``), never past
         ``max_position``.  None when no batch holds an offset >= ``start_offset``."""
@@ -144,10 +147,30 @@ class LogSegment:
             return b""
         if min_one_message and start.size > max_size:
             return self._pread(min(start.size, available), start.position)
-        chunk = self._pread(min(max_size, available), start.position)
-        whole = whole_batches_length(chunk)
-        # A view, not a slice: the tail of a partial batch is dropped without a copy.
-        return chunk if whole == len(chunk) else memoryview(chunk)[:whole]
+        end = self._whole_batches_end(start.position, start.position + min(max_size, available))
+        # One read of exactly the whole batches: no scan of the data, no copy to trim it.
+        return self._pread(end - start.position, start.position) if end > start.position else b""
+
+    def _whole_batches_end(self, first: int, end: int) -> int:
+        """End of the last whole batch in ``[first, end)``, ``first`` being a batch start.
+
+        The walk over batch lengths starts at the last indexed batch before
+        ``end``, so it covers about ``index.interval.bytes``, not the whole read.
+        """
+        position = max(first, self.offset_index.floor_position(end))
+        window_start = position
+        window = self._pread(min(end - position, _WALK_WINDOW_BYTES), position)
+        window_end = window_start + len(window)
+        while position + LOG_OVERHEAD <= end:
+            if position + LOG_OVERHEAD <= window_end:
+                (length,) = _LENGTH.unpack_from(window, position - window_start + 8)
+            else:
+                (length,) = _LENGTH.unpack(self._pread(4, position + 8))
+            following = position + LOG_OVERHEAD + length
+            if following > end:
+                break
+            position = following
+        return position
 
     def iter_headers(self, start_position: int = 0) -> list[BatchHeader]:
         """Headers of every batch from ``start_position`` to the end (unvalidated)."""
@@ -207,6 +230,27 @@ class LogSegment:
             if first.max_timestamp >= 0:
                 self._rolling_based_timestamp = first.max_timestamp
         return self._rolling_based_timestamp
+
+    def accepts(
+        self, size: int, last_offset: int, max_timestamp: int, segment_bytes: int, segment_ms: int
+    ) -> bool:
+        """True when an append of ``size`` bytes ending at ``last_offset`` meets none of
+        the four roll conditions; the owning log names the one that holds otherwise.
+        Runs on every append, so the usual case reads cached fields only."""
+        current = self.size
+        if (
+            current + size > segment_bytes
+            or last_offset - self.base_offset > INT32_MAX
+            or self.offset_index.is_full
+            or self.time_index.is_full
+        ):
+            return False
+        if current == 0:
+            return True
+        first = self._rolling_based_timestamp
+        if first is not None and max_timestamp >= 0:
+            return max_timestamp - first <= segment_ms
+        return self.time_waited_for_roll(self._time_ms(), max_timestamp) <= segment_ms
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
         first = self.rolling_based_timestamp()
@@ -417,18 +461,6 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path}, size={self.size})"
-
-
-def whole_batches_length(buf: bytes | bytearray | memoryview) -> int:
-    """Length of the longest prefix of ``buf`` made of whole batches."""
-    position = 0
-    end = len(buf)
-    while position + LOG_OVERHEAD <= end:
-        _, length = _PREFIX.unpack_from(buf, position)
-        if position + LOG_OVERHEAD + length > end:
-            break
-        position += LOG_OVERHEAD + length
-    return position
 
 
 def _at(header: BatchHeader, position: int) -> BatchHeader:

@@ -21,6 +21,8 @@ from annal.storage.errors import (
 )
 from annal.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from annal.storage.records import Record, encode_batch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from logutil import FakeClock, batch, open_log, read_all, values_of
 
 
@@ -66,6 +68,44 @@ def test_read_returns_whole_batches_and_oversized_first_batch(tmp_path: Path) ->
         log.read(-1, 1000)
     # max_offset (e.g. a high watermark) stops before the batch holding it
     assert [r.offset for r in read_all_upto(log, 0, 2)] == [0, 1]
+    log.close()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    sizes=st.lists(
+        st.one_of(st.integers(0, 300), st.integers(4_000, 12_000)), min_size=1, max_size=25
+    ),
+    interval=st.sampled_from([1, 100, 4096, 1 << 20]),
+    reads=st.lists(
+        st.tuples(st.integers(0, 1000), st.integers(1, 60_000)), min_size=1, max_size=8
+    ),
+)
+def test_a_read_is_every_whole_batch_that_fits(
+    tmp_path_factory: pytest.TempPathFactory,
+    sizes: list[int],
+    interval: int,
+    reads: list[tuple[int, int]],
+) -> None:
+    """A read ends at the last whole batch within ``max_bytes``, wherever the
+    index entries fall and however large the batches are."""
+    log = open_log(tmp_path_factory.mktemp("log") / "t-0", index_interval_bytes=interval)
+    encoded = [batch([b"v" * size]) for size in sizes] + [batch([b"v" * 12_000])] * 3
+    for data in encoded:
+        log.append_as_leader(data, 0)
+    for offset, max_bytes in reads:
+        offset %= len(sizes)
+        want, total = [], 0
+        for data in encoded[offset:]:
+            if total + len(data) > max_bytes and want:
+                break
+            want.append(data)
+            total += len(data)
+            if total > max_bytes:  # an oversized first batch comes whole
+                break
+        got = log.read(offset, max_bytes)
+        assert [h.base_offset for h in iter_batches(got)] == list(range(offset, offset + len(want)))
+        assert len(got) == total
     log.close()
 
 
