@@ -144,6 +144,8 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "replica.fetch.wait.max.ms": (_int(0), "500"),
     "replica.fetch.min.bytes": (_int(1), "1"),
     "num.replica.fetchers": (_int(1), "1"),
+    "replica.fetch.backoff.ms": (_int(0), "1000"),
+    "replica.fetch.response.max.bytes": (_int(1), "10485760"),
     "controlled.shutdown.enable": (_bool, "true"),
     "controlled.shutdown.max.retries": (_int(0), "3"),
     "controlled.shutdown.retry.backoff.ms": (_int(0), "5000"),
@@ -177,6 +179,8 @@ class BrokerConfig:
     replica_fetch_wait_max_ms: int
     replica_fetch_min_bytes: int
     num_replica_fetchers: int
+    replica_fetch_backoff_ms: int
+    replica_fetch_response_max_bytes: int
     controlled_shutdown_enable: bool
     controlled_shutdown_max_retries: int
     controlled_shutdown_retry_backoff_ms: int
@@ -250,6 +254,8 @@ class BrokerConfig:
             replica_fetch_wait_max_ms=values["replica.fetch.wait.max.ms"],
             replica_fetch_min_bytes=values["replica.fetch.min.bytes"],
             num_replica_fetchers=values["num.replica.fetchers"],
+            replica_fetch_backoff_ms=values["replica.fetch.backoff.ms"],
+            replica_fetch_response_max_bytes=values["replica.fetch.response.max.bytes"],
             controlled_shutdown_enable=values["controlled.shutdown.enable"],
             controlled_shutdown_max_retries=values["controlled.shutdown.max.retries"],
             controlled_shutdown_retry_backoff_ms=values["controlled.shutdown.retry.backoff.ms"],

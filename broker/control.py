@@ -59,7 +59,8 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
             )
             for s in request.partition_states
         ]
-        results = self._replicas.become_leader_or_follower(states)
+        leaders = {b.id: f"{b.host}:{b.port}" for b in request.live_leaders}
+        results = self._replicas.become_leader_or_follower(states, leaders)
         return pb.LeaderAndIsrResponse(
             partition_errors=[
                 pb.PartitionError(

@@ -2,9 +2,11 @@
 
 The controller decides who leads what (LeaderAndIsr); the replica manager
 applies those decisions, fenced by controller epoch and leader epoch, opens
-the logs, and serves produce, fetch and list-offsets for the partitions this
-broker leads.  Consumers see only records below the high watermark; with a
-single in-sync replica the high watermark follows the log end.
+the logs, serves produce, fetch and list-offsets for the partitions this
+broker leads, and hands the partitions it follows to the replica fetchers
+(``replica_fetcher.py``).  Consumers see only records below the high
+watermark, followers read up to the log end; with a single in-sync replica
+(followers do not join the ISR yet) the high watermark follows the log end.
 
 Thread safety: ``self._lock`` guards the partition map and the controller
 epoch; each ``Partition`` guards its leader state with its own lock; logs
@@ -20,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from annal.broker.replica_fetcher import ReplicaFetcherManager
 from annal.storage.config import LogConfig
 from annal.storage.errors import StorageError
 from annal.storage.files import TopicPartition
@@ -97,8 +100,10 @@ class ReplicaManager:
         logs: LogManager,
         topic_config: Callable[[str], Mapping[str, str]],
         partition_exists: Callable[[TopicPartition], bool] = lambda tp: False,
+        fetchers: ReplicaFetcherManager | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.fetchers = fetchers
         self.logs = logs
         self._topic_config = topic_config
         self._partition_exists = partition_exists
@@ -118,9 +123,12 @@ class ReplicaManager:
             return True
 
     def become_leader_or_follower(
-        self, states: Sequence[LeaderAndIsrState]
+        self, states: Sequence[LeaderAndIsrState], leaders: Mapping[int, str] | None = None
     ) -> dict[TopicPartition, str]:
-        """Apply each partition's new state; a result (error name) per partition."""
+        """Apply each partition's new state; a result (error name) per partition.
+
+        ``leaders`` maps the leaders' broker ids to their endpoints: a follower
+        starts copying from its leader, a new leader stops copying."""
         results: dict[TopicPartition, str] = {}
         for state in states:
             tp = TopicPartition(state.topic, state.partition)
@@ -134,14 +142,37 @@ class ReplicaManager:
                 results[tp] = "FENCED_LEADER_EPOCH"
                 continue
             if state.leader == self.broker_id:
+                if self.fetchers is not None:
+                    self.fetchers.unfollow([tp])
                 partition.log.update_high_watermark(partition.log.log_end_offset)
                 logger.info("leader of %s at epoch %d", tp, state.leader_epoch)
             else:
-                logger.info(
-                    "follower of %s (leader %d, epoch %d)", tp, state.leader, state.leader_epoch
-                )
+                self._follow(tp, partition, state, leaders or {})
             results[tp] = "NONE"
         return results
+
+    def _follow(
+        self,
+        tp: TopicPartition,
+        partition: Partition,
+        state: LeaderAndIsrState,
+        leaders: Mapping[int, str],
+    ) -> None:
+        endpoint = leaders.get(state.leader)
+        if self.fetchers is None:
+            return
+        if state.leader < 0 or endpoint is None:
+            self.fetchers.unfollow([tp])  # offline, or a leader we cannot reach yet
+            logger.info("replica of %s with no reachable leader (epoch %d)", tp, state.leader_epoch)
+            return
+        self.fetchers.follow(tp, state.leader, endpoint, partition.log, state.leader_epoch)
+        logger.info(
+            "follower of %s (leader %d at %s, epoch %d)",
+            tp,
+            state.leader,
+            endpoint,
+            state.leader_epoch,
+        )
 
     def _get_or_create(self, tp: TopicPartition) -> Partition:
         with self._lock:
@@ -156,6 +187,8 @@ class ReplicaManager:
         return partition
 
     def stop_replica(self, tp: TopicPartition, delete: bool) -> str:
+        if self.fetchers is not None:
+            self.fetchers.unfollow([tp])
         with self._lock:
             self._partitions.pop(tp, None)
         if delete:
@@ -195,8 +228,15 @@ class ReplicaManager:
     # -- fetch -----------------------------------------------------------------------
 
     def read(
-        self, tp: TopicPartition, offset: int, max_bytes: int, leader_epoch: int = -1
+        self,
+        tp: TopicPartition,
+        offset: int,
+        max_bytes: int,
+        leader_epoch: int = -1,
+        replica_id: int = -1,
     ) -> ReadResult:
+        """Batches from ``offset``: below the high watermark for consumers, up to the
+        log end for a follower (``replica_id`` >= 0) copying the log."""
         partition = self.partition(tp)
         if partition is None or partition.leader != self.broker_id:
             error = self._not_leader_error(tp, partition)
@@ -213,7 +253,9 @@ class ReplicaManager:
         log = partition.log
         high_watermark = log.high_watermark
         try:
-            records = log.read(offset, max_bytes, max_offset=high_watermark)
+            records = log.read(
+                offset, max_bytes, max_offset=high_watermark if replica_id < 0 else None
+            )
         except StorageError as exc:
             return ReadResult(
                 exc.code,

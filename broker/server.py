@@ -33,6 +33,7 @@ import grpc
 from annal.broker.config import BrokerConfig
 from annal.broker.control import ControllerChannel, ControlService
 from annal.broker.metadata_cache import MetadataCache
+from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from annal.broker.replica_manager import ReplicaManager
 from annal.broker.service import AnnalService
 from annal.controller.controller import Controller
@@ -70,6 +71,7 @@ class BrokerServer:
         self.port: int | None = None
         self._grpc: grpc.Server | None = None
         self.replicas: ReplicaManager
+        self.fetchers: ReplicaFetcherManager | None = None
         self.controller: Controller | None = None
         self.metadata = MetadataCache()
         self._channel: ControllerChannel | None = None
@@ -118,8 +120,23 @@ class BrokerServer:
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
             ],
         )
+        self.fetchers = ReplicaFetcherManager(
+            config.broker_id,
+            FetcherSettings(
+                max_bytes=config.replica_fetch_max_bytes,
+                response_max_bytes=config.replica_fetch_response_max_bytes,
+                wait_max_ms=config.replica_fetch_wait_max_ms,
+                min_bytes=config.replica_fetch_min_bytes,
+                backoff_ms=config.replica_fetch_backoff_ms,
+                fetchers_per_leader=config.num_replica_fetchers,
+            ),
+        )
         self.replicas = ReplicaManager(
-            config.broker_id, logs, self.zk.get_topic_config, self._partition_exists
+            config.broker_id,
+            logs,
+            self.zk.get_topic_config,
+            self._partition_exists,
+            self.fetchers,
         )
         service = AnnalService(self)
         control = ControlService(self.replicas, self.metadata, self._controlled_shutdown_request)
@@ -188,6 +205,8 @@ class BrokerServer:
         return found is not None and tp.partition in found[0].partitions
 
     def _abort(self) -> None:
+        if self.fetchers is not None:
+            self.fetchers.shutdown()
         if self.logs is not None:
             self.logs.shutdown()
             self.logs = None
@@ -287,6 +306,8 @@ class BrokerServer:
             self.controller.await_shutdown()
         if self._channel is not None:
             self._channel.close()  # what the controller queued goes out while we serve
+        if self.fetchers is not None:
+            self.fetchers.shutdown()
         if self._grpc is not None:
             self._grpc.stop(grace_s).wait(grace_s + 1)
         if self._session_thread is not None:

@@ -156,6 +156,7 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                     p.fetch_offset,
                     max(limit, 1),
                     p.current_leader_epoch if p.HasField("current_leader_epoch") else -1,
+                    request.replica_id,
                 )
                 records = result.records
                 budget = max(budget - len(records), 0)
@@ -181,8 +182,10 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                 partition = self._broker.replicas.partition(TopicPartition(topic.name, p.partition))
                 if partition is None:
                     return 1 << 30  # an error to report: answer now
-                if partition.log.high_watermark > p.fetch_offset:
-                    total += partition.log.size  # an upper bound is enough to wake up
+                log = partition.log
+                end = log.log_end_offset if request.replica_id >= 0 else log.high_watermark
+                if end > p.fetch_offset:
+                    total += log.size  # an upper bound is enough to wake up
         return total
 
     def ListOffsets(

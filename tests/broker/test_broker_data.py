@@ -103,8 +103,8 @@ def test_auto_create_on_metadata(broker: BrokerProcess) -> None:
 def test_a_replica_without_data_never_becomes_leader(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
-    """Followers do not copy data yet: the ISR is the leader alone, so losing the
-    leader takes the partition offline instead of electing an empty replica."""
+    """Followers do not join the ISR yet: the ISR is the leader alone, so losing the
+    leader takes the partition offline instead of electing a replica that may lag."""
     brokers = {b.broker_id: b for b in (broker_factory(1), broker_factory(2))}
     with AdminClient(brokers[1].endpoint) as admin:
         admin.create_topic("pair", partitions=1, replication_factor=2)

@@ -1,0 +1,393 @@
+"""The follower's side of replication: fetcher threads that copy leaders' logs.
+
+A broker that follows a partition asks the partition's leader for everything
+past its own log end, with its broker id as ``replica_id``, and stores what
+comes back with ``append_as_follower``: the leader's offsets, leader epochs and
+bytes, unchanged.  Its high watermark is the leader's, capped at its own log
+end.  One fetcher thread serves every partition this broker follows from one
+leader (``num.replica.fetchers`` of them per leader when set higher), so a
+round trip carries many partitions, as in Kafka's ReplicaFetcherThread.
+
+Truncation by leader epoch (KIP-101/279).  Before the first fetch from a new
+leader a partition may hold records the new leader never had (it followed an
+older leader that lost them).  The fetcher asks the leader where the
+follower's latest epoch ends (OffsetsForLeaderEpoch) and cuts the log there;
+when the leader answers with an older epoch, the cut is at the earlier of the
+two logs' ends for that epoch; when the leader knows no epoch at or below it,
+the cut falls back to the high watermark.  A fetch the leader finds out of
+range restarts the copy at the leader's log start (the follower fell behind
+retention) or cuts back to the leader's log end.
+
+Errors.  A partition whose leader answers NOT_LEADER_OR_FOLLOWER, a fenced
+epoch or another error waits ``replica.fetch.backoff.ms`` before it is fetched
+again (the controller's next LeaderAndIsr usually replaces it first); a leader
+that cannot be reached holds up its whole thread for that backoff.
+
+Thread safety: ``self._cond`` guards each fetcher's partition map, and
+fetched data is stored while holding it, so ``remove`` returns only once no
+append to a removed partition is under way: a broker that becomes a
+partition's leader never races its own fetcher.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import grpc
+from annal.storage.batch import read_header
+from annal.storage.errors import NonMonotonicOffsetError, StorageError
+from annal.storage.files import TopicPartition
+from annal.storage.log import Log
+from annal.v1 import annal_pb2 as pb
+from annal.v1 import annal_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+REQUEST_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherSettings:
+    """The ``replica.fetch.*`` broker settings."""
+
+    max_bytes: int = 1024 * 1024  # per partition
+    response_max_bytes: int = 10 * 1024 * 1024
+    wait_max_ms: int = 500
+    min_bytes: int = 1
+    backoff_ms: int = 1000
+    fetchers_per_leader: int = 1
+
+
+@dataclass(eq=False, slots=True)
+class _Follow:
+    """One followed partition; replaced (not mutated) when its leader epoch changes."""
+
+    log: Log
+    leader_epoch: int
+    truncated: bool = False  # epoch truncation done for this leader epoch
+    delayed_until: float = 0.0
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+class ReplicaFetcherManager:
+    """Which fetcher thread copies which partition.  Thread-safe."""
+
+    def __init__(self, broker_id: int, settings: FetcherSettings) -> None:
+        self.broker_id = broker_id
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._fetchers: dict[tuple[int, int], _FetcherThread] = {}
+        self._owner: dict[TopicPartition, tuple[int, int]] = {}
+        self._closed = False
+
+    def follow(
+        self, tp: TopicPartition, leader: int, endpoint: str, log: Log, leader_epoch: int
+    ) -> None:
+        """Copy ``tp`` from ``leader`` at ``endpoint`` from now on (truncating first)."""
+        key = (leader, hash(tp) % self.settings.fetchers_per_leader)
+        with self._lock:
+            if self._closed:
+                return
+            previous = self._owner.get(tp)
+            if previous is not None and previous != key:
+                self._fetchers[previous].remove([tp])
+            fetcher = self._fetchers.get(key)
+            moved: dict[TopicPartition, _Follow] = {}
+            if fetcher is not None and fetcher.endpoint != endpoint:
+                moved = fetcher.stop()  # the leader came back at another address
+                fetcher = None
+            if fetcher is None:
+                fetcher = _FetcherThread(self.broker_id, leader, key[1], endpoint, self.settings)
+                self._fetchers[key] = fetcher
+            for other, follow in moved.items():
+                fetcher.add(other, follow)
+            fetcher.add(tp, _Follow(log, leader_epoch))
+            self._owner[tp] = key
+
+    def unfollow(self, tps: Iterable[TopicPartition]) -> None:
+        """Stop copying ``tps``; returns once no fetched data for them is being stored."""
+        with self._lock:
+            for tp in tps:
+                key = self._owner.pop(tp, None)
+                if key is not None:
+                    self._fetchers[key].remove([tp])
+
+    def followed(self) -> dict[TopicPartition, int]:
+        """Each followed partition and the leader it is copied from."""
+        with self._lock:
+            return {tp: key[0] for tp, key in self._owner.items()}
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            fetchers = list(self._fetchers.values())
+            self._fetchers.clear()
+            self._owner.clear()
+        for fetcher in fetchers:
+            fetcher.stop()
+
+
+class _FetcherThread:
+    """Copies partitions from one leader; see the module docstring."""
+
+    def __init__(
+        self, broker_id: int, leader: int, index: int, endpoint: str, settings: FetcherSettings
+    ) -> None:
+        self.broker_id = broker_id
+        self.leader = leader
+        self.endpoint = endpoint
+        self.settings = settings
+        self._cond = threading.Condition()
+        self._partitions: dict[TopicPartition, _Follow] = {}
+        self._stopped = False
+        self._channel = grpc.insecure_channel(
+            endpoint,
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ],
+        )
+        self._stub = annal_pb2_grpc.AnnalStub(self._channel)
+        self._unreachable_since: float | None = None
+        self._thread = threading.Thread(
+            target=self._run,
+            name=f"replica-fetcher-{broker_id}-from-{leader}-{index}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def add(self, tp: TopicPartition, follow: _Follow) -> None:
+        with self._cond:
+            self._partitions[tp] = follow
+            self._cond.notify_all()
+
+    def remove(self, tps: Iterable[TopicPartition]) -> None:
+        with self._cond:
+            for tp in tps:
+                self._partitions.pop(tp, None)
+
+    def stop(self) -> dict[TopicPartition, _Follow]:
+        """End the thread; returns the partitions it was copying."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+            partitions = dict(self._partitions)
+            self._partitions.clear()
+        self._channel.close()  # ends a long poll in flight
+        if threading.current_thread() is not self._thread:
+            self._thread.join(REQUEST_TIMEOUT_S)
+        return partitions
+
+    # -- the loop ----------------------------------------------------------
+
+    def _ready(self) -> dict[TopicPartition, _Follow] | None:
+        """Partitions due for work, waiting until there are some; None once stopped."""
+        with self._cond:
+            while not self._stopped:
+                now = time.monotonic()
+                due = {tp: f for tp, f in self._partitions.items() if f.delayed_until <= now}
+                if due:
+                    return due
+                waits = [f.delayed_until - now for f in self._partitions.values()]
+                self._cond.wait(min(waits) if waits else None)
+            return None
+
+    def _run(self) -> None:
+        while (due := self._ready()) is not None:
+            try:
+                self._truncate({tp: f for tp, f in due.items() if not f.truncated})
+                self._fetch({tp: f for tp, f in due.items() if f.truncated})
+            except grpc.RpcError as exc:
+                if self._stopped:
+                    return
+                self._unreachable(exc)
+                with self._cond:
+                    self._cond.wait(self.settings.backoff_ms / 1000)
+            except Exception:  # a bug must not end replication silently
+                logger.exception("replica fetcher from broker %d failed", self.leader)
+                with self._cond:
+                    self._cond.wait(self.settings.backoff_ms / 1000)
+
+    def _unreachable(self, exc: grpc.RpcError) -> None:
+        now = time.monotonic()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+            detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+            logger.warning(
+                "cannot fetch from leader %d at %s: %s; retrying every %d ms",
+                self.leader,
+                self.endpoint,
+                detail,
+                self.settings.backoff_ms,
+            )
+
+    def _current(self, tp: TopicPartition, follow: _Follow) -> bool:
+        """True while ``follow`` is still how this thread follows ``tp`` (caller holds
+        ``self._cond``)."""
+        return self._partitions.get(tp) is follow
+
+    def _delay(self, tp: TopicPartition, follow: _Follow, error: str, detail: str) -> None:
+        follow.delayed_until = time.monotonic() + self.settings.backoff_ms / 1000
+        follow.errors[error] = follow.errors.get(error, 0) + 1
+        if follow.errors[error] == 1:
+            logger.warning("fetch of %s from leader %d: %s %s", tp, self.leader, error, detail)
+
+    # -- truncation by leader epoch ------------------------------------------
+
+    def _truncate(self, pending: dict[TopicPartition, _Follow]) -> None:
+        if not pending:
+            return
+        asked: dict[TopicPartition, int] = {}
+        for tp, follow in pending.items():
+            latest = follow.log.leader_epoch_cache.latest_epoch
+            if latest is None:
+                self._cut(tp, follow, follow.log.high_watermark, "no leader epochs of its own")
+            else:
+                asked[tp] = latest
+        if not asked:
+            return
+        request = pb.OffsetsForLeaderEpochRequest(replica_id=self.broker_id)
+        for topic in sorted({tp.topic for tp in asked}):
+            request.topics.append(
+                pb.TopicEpochs(
+                    name=topic,
+                    partitions=[
+                        pb.PartitionEpoch(
+                            partition=tp.partition,
+                            current_leader_epoch=pending[tp].leader_epoch,
+                            leader_epoch=epoch,
+                        )
+                        for tp, epoch in asked.items()
+                        if tp.topic == topic
+                    ],
+                )
+            )
+        response = self._stub.OffsetsForLeaderEpoch(request, timeout=REQUEST_TIMEOUT_S)
+        self._unreachable_since = None
+        for topic_result in response.topics:
+            for result in topic_result.partitions:
+                tp = TopicPartition(topic_result.name, result.partition)
+                asked_for = pending.get(tp)
+                if asked_for is None:
+                    continue
+                error = pb.ErrorCode.Name(result.error)
+                if error != "NONE":
+                    with self._cond:
+                        if self._current(tp, asked_for):
+                            self._delay(tp, asked_for, error, "(OffsetsForLeaderEpoch)")
+                    continue
+                log = asked_for.log
+                if result.leader_epoch < 0:
+                    target, why = log.high_watermark, "the leader has no epoch at or below ours"
+                else:
+                    _, ours = log.leader_epoch_cache.end_offset_for(
+                        result.leader_epoch, log.log_end_offset
+                    )
+                    target = min(result.end_offset, ours)
+                    why = f"epoch {result.leader_epoch} ends at {result.end_offset} on the leader"
+                self._cut(tp, asked_for, target, why)
+
+    def _cut(self, tp: TopicPartition, follow: _Follow, offset: int, why: str) -> None:
+        with self._cond:
+            if not self._current(tp, follow):
+                return
+            log = follow.log
+            if offset < log.log_end_offset:
+                logger.info("truncating %s from %d to %d: %s", tp, log.log_end_offset, offset, why)
+                log.truncate_to(max(offset, 0))
+            follow.truncated = True
+
+    # -- fetching --------------------------------------------------------------
+
+    def _fetch(self, due: dict[TopicPartition, _Follow]) -> None:
+        if not due:
+            return
+        settings = self.settings
+        request = pb.FetchRequest(
+            replica_id=self.broker_id,
+            max_wait_ms=settings.wait_max_ms,
+            min_bytes=settings.min_bytes,
+            max_bytes=settings.response_max_bytes,
+        )
+        for topic in sorted({tp.topic for tp in due}):
+            request.topics.append(
+                pb.TopicFetchData(
+                    name=topic,
+                    partitions=[
+                        pb.PartitionFetchData(
+                            partition=tp.partition,
+                            fetch_offset=f.log.log_end_offset,
+                            partition_max_bytes=settings.max_bytes,
+                            current_leader_epoch=f.leader_epoch,
+                            log_start_offset=f.log.log_start_offset,
+                        )
+                        for tp, f in due.items()
+                        if tp.topic == topic
+                    ],
+                )
+            )
+        response = self._stub.Fetch(
+            request, timeout=settings.wait_max_ms / 1000 + REQUEST_TIMEOUT_S
+        )
+        self._unreachable_since = None
+        with self._cond:
+            for topic_result in response.topics:
+                for result in topic_result.partitions:
+                    tp = TopicPartition(topic_result.name, result.partition)
+                    follow = due.get(tp)
+                    if follow is not None and self._current(tp, follow):
+                        self._store(tp, follow, result)
+
+    def _store(
+        self, tp: TopicPartition, follow: _Follow, result: pb.PartitionFetchResponse
+    ) -> None:
+        """Apply one partition's answer (the caller holds ``self._cond``)."""
+        log = follow.log
+        error = pb.ErrorCode.Name(result.error)
+        if error == "OFFSET_OUT_OF_RANGE":
+            self._out_of_range(tp, log, result)
+            return
+        if error != "NONE":
+            self._delay(tp, follow, error, result.error_message)
+            return
+        if result.records:
+            try:
+                log.append_as_follower(result.records)
+            except NonMonotonicOffsetError:
+                # The leader's batch starts below our end: our last batch ended
+                # inside one of its batches.  Cut back to where its batch starts.
+                base = read_header(result.records).base_offset
+                logger.info("truncating %s to %d to line up with the leader's batches", tp, base)
+                log.truncate_to(base)
+                return
+            except StorageError as exc:
+                self._delay(tp, follow, exc.code, str(exc))
+                return
+        log.update_high_watermark(min(result.high_watermark, log.log_end_offset))
+        follow.errors.clear()
+
+    def _out_of_range(
+        self, tp: TopicPartition, log: Log, result: pb.PartitionFetchResponse
+    ) -> None:
+        ours = log.log_end_offset
+        if result.log_end_offset >= 0 and ours > result.log_end_offset:
+            logger.warning(
+                "truncating %s from %d to the leader's log end %d",
+                tp,
+                ours,
+                result.log_end_offset,
+            )
+            log.truncate_to(result.log_end_offset)
+        else:
+            logger.warning(
+                "%s at %d fell behind the leader's log start %d: starting over there",
+                tp,
+                ours,
+                result.log_start_offset,
+            )
+            log.truncate_fully_and_start_at(result.log_start_offset)
