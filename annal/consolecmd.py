@@ -63,7 +63,13 @@ def add_parsers(commands: Any) -> None:
     )
     _add_cluster_options(producer)
     producer.add_argument("--topic", required=True)
-    producer.add_argument("--acks", type=int, default=1, choices=[-1, 0, 1])
+    producer.add_argument(
+        "--acks",
+        default="1",
+        choices=["all", "-1", "0", "1"],
+        help="all (-1): the whole ISR has each record; 1: the leader; 0: no answer "
+        "(default 1)",
+    )
     producer.add_argument(
         "--compression-codec", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"]
     )

@@ -40,7 +40,7 @@ def add_parser(commands: Any) -> None:
 
 
 PRODUCER_PROPS = {
-    "acks": ("acks", int),
+    "acks": ("acks", str),  # all, -1, 0 or 1
     "batch.size": ("batch_size", int),
     "linger.ms": ("linger_ms", int),
     "compression.type": ("compression", str),

@@ -33,7 +33,13 @@ def add_parsers(commands: Any) -> None:
     producer.add_argument("--topic", required=True)
     producer.add_argument("--max-messages", type=int, default=-1, help="-1: until interrupted")
     producer.add_argument("--throughput", type=int, default=-1, help="records/s; -1: no limit")
-    producer.add_argument("--acks", type=int, default=-1, choices=[-1, 0, 1])
+    producer.add_argument(
+        "--acks",
+        default="all",
+        choices=["all", "-1", "0", "1"],
+        help="all (-1): the whole ISR has each record; 1: the leader; 0: no answer "
+        "(default all)",
+    )
     producer.add_argument("--value-prefix", type=int, help="values become PREFIX.N")
     producer.add_argument("--keyed", action="store_true", help="key each record with its value")
     producer.set_defaults(run=run_producer)

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 
 import grpc
 from annal.broker.metadata_cache import LiveBroker, MetadataCache, PartitionView
-from annal.broker.replica_manager import LeaderAndIsrState, ReplicaManager
+from annal.broker.partition import LeaderAndIsrState
+from annal.broker.replica_manager import ReplicaManager
 from annal.controller.controller import MetadataUpdate, PartitionUpdate
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
@@ -199,12 +200,13 @@ class ControllerChannel:
         broker: BrokerRegistration,
         controller_epoch: int,
         partitions: Sequence[tuple[str, int]],
+        delete: bool = True,
     ) -> None:
         request = pb.StopReplicaRequest(
             controller_id=self.controller_id,
             controller_epoch=controller_epoch,
             partitions=[
-                pb.StopReplicaPartition(topic=t, partition=p, delete_partition=True)
+                pb.StopReplicaPartition(topic=t, partition=p, delete_partition=delete)
                 for t, p in partitions
             ],
         )

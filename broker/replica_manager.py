@@ -22,34 +22,22 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from annal.broker.partition import Applied, IsrWriter, LeaderAndIsrState, Partition
 from annal.broker.replica_fetcher import ReplicaFetcherManager
 from annal.storage.config import LogConfig
 from annal.storage.errors import StorageError
 from annal.storage.files import TopicPartition
-from annal.storage.log import Log
 from annal.storage.manager import LogManager
+from annal.zk.client import StaleVersionError
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderAndIsrState:
-    """One partition of a LeaderAndIsr request, free of protobuf types."""
-
-    topic: str
-    partition: int
-    controller_epoch: int
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
-    replicas: tuple[int, ...]
-    zk_version: int
 
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     error: str  # Kafka error name; "NONE" on success
     base_offset: int = -1
+    last_offset: int = -1
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     message: str = ""
@@ -65,32 +53,6 @@ class ReadResult:
     message: str = ""
 
 
-class Partition:
-    """A hosted partition.  ``self._lock`` guards leader, epochs and ISR."""
-
-    def __init__(self, tp: TopicPartition, log: Log) -> None:
-        self.tp = tp
-        self.log = log
-        self._lock = threading.Lock()
-        self.leader = -1
-        self.leader_epoch = -1
-        self.isr: tuple[int, ...] = ()
-        self.replicas: tuple[int, ...] = ()
-        self.zk_version = -1
-
-    def apply(self, state: LeaderAndIsrState) -> bool:
-        """Take a newer leader epoch; False (fenced) for an older one."""
-        with self._lock:
-            if state.leader_epoch < self.leader_epoch:
-                return False
-            self.leader = state.leader
-            self.leader_epoch = state.leader_epoch
-            self.isr = state.isr
-            self.replicas = state.replicas
-            self.zk_version = state.zk_version
-            return True
-
-
 class ReplicaManager:
     """See the module docstring."""
 
@@ -101,9 +63,15 @@ class ReplicaManager:
         topic_config: Callable[[str], Mapping[str, str]],
         partition_exists: Callable[[TopicPartition], bool] = lambda tp: False,
         fetchers: ReplicaFetcherManager | None = None,
+        write_isr: IsrWriter | None = None,
+        replica_lag_time_max_ms: int = 30_000,
     ) -> None:
         self.broker_id = broker_id
         self.fetchers = fetchers
+        self._write_isr = write_isr or _no_isr_writes
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self._expiry_stop = threading.Event()
+        self._expiry: threading.Thread | None = None
         self.logs = logs
         self._topic_config = topic_config
         self._partition_exists = partition_exists
@@ -138,14 +106,16 @@ class ReplicaManager:
                 logger.error("cannot open log of %s: %s", tp, exc)
                 results[tp] = "KAFKA_STORAGE_ERROR"
                 continue
-            if not partition.apply(state):
-                results[tp] = "FENCED_LEADER_EPOCH"
+            applied = partition.apply(state)
+            if applied is not Applied.NEW:
+                results[tp] = "FENCED_LEADER_EPOCH" if applied is Applied.FENCED else "NONE"
                 continue
             if state.leader == self.broker_id:
                 if self.fetchers is not None:
                     self.fetchers.unfollow([tp])
-                partition.log.update_high_watermark(partition.log.log_end_offset)
-                logger.info("leader of %s at epoch %d", tp, state.leader_epoch)
+                logger.info(
+                    "leader of %s at epoch %d, isr %s", tp, state.leader_epoch, list(state.isr)
+                )
             else:
                 self._follow(tp, partition, state, leaders or {})
             results[tp] = "NONE"
@@ -183,7 +153,7 @@ class ReplicaManager:
         config = LogConfig.from_properties(overrides, self.logs.default_config)
         log = self.logs.get_or_create_log(tp, config)
         with self._lock:
-            partition = self._partitions.setdefault(tp, Partition(tp, log))
+            partition = self._partitions.setdefault(tp, Partition(tp, log, self.broker_id))
         return partition
 
     def stop_replica(self, tp: TopicPartition, delete: bool) -> str:
@@ -208,22 +178,103 @@ class ReplicaManager:
 
     # -- produce -------------------------------------------------------------------
 
-    def append(self, tp: TopicPartition, records: bytes) -> AppendResult:
+    def append(self, tp: TopicPartition, records: bytes, acks: int = 1) -> AppendResult:
+        """Append as leader.  With ``acks`` -1 the ISR must hold at least the
+        topic's ``min.insync.replicas`` first (NOT_ENOUGH_REPLICAS, nothing
+        stored); ``await_replication`` then waits for the high watermark."""
         partition = self.partition(tp)
-        if partition is None or partition.leader != self.broker_id:
+        if partition is None or not partition.is_leader:
             error = self._not_leader_error(tp, partition)
             return AppendResult(error, message=f"broker {self.broker_id} does not lead {tp}")
+        log = partition.log
+        if acks == -1:
+            isr, needed = partition.isr, log.config.min_insync_replicas
+            if len(isr) < needed:
+                return AppendResult(
+                    "NOT_ENOUGH_REPLICAS",
+                    message=f"the ISR of {tp} is {list(isr)}, fewer than min.insync.replicas "
+                    f"{needed}",
+                )
         try:
-            info = partition.log.append_as_leader(records, partition.leader_epoch)
+            info = log.append_as_leader(records, partition.leader_epoch)
         except StorageError as exc:
             return AppendResult(exc.code, message=str(exc))
-        log = partition.log
-        log.update_high_watermark(log.log_end_offset)  # the ISR is the leader alone for now
-        with self._appended:
+        partition.after_leader_append()
+        with self._appended:  # consumers and followers waiting for data
             self._appended.notify_all()
         return AppendResult(
-            "NONE", info.first_offset, info.log_append_time_ms, log.log_start_offset
+            "NONE",
+            info.first_offset,
+            info.last_offset,
+            info.log_append_time_ms,
+            log.log_start_offset,
         )
+
+    def await_replication(
+        self, appended: Mapping[TopicPartition, int], timeout_ms: int
+    ) -> dict[TopicPartition, tuple[str, str]]:
+        """For acks=-1: wait until each partition's high watermark passes its
+        appended last offset, at most ``timeout_ms``.  (error, message) per partition:
+        NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND (replicated, but by fewer than
+        ``min.insync.replicas``), NOT_LEADER_OR_FOLLOWER, or REQUEST_TIMED_OUT."""
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        done: dict[TopicPartition, tuple[str, str]] = {}
+        with self._appended:
+            while True:
+                for tp, last_offset in appended.items():
+                    if tp not in done:
+                        outcome = self._replicated(tp, last_offset)
+                        if outcome is not None:
+                            done[tp] = outcome
+                remaining = deadline - time.monotonic()
+                if len(done) == len(appended) or remaining <= 0:
+                    break
+                self._appended.wait(remaining)
+        for tp in appended:
+            done.setdefault(
+                tp, ("REQUEST_TIMED_OUT", f"{tp} not replicated to the ISR within {timeout_ms} ms")
+            )
+        return done
+
+    def _replicated(self, tp: TopicPartition, last_offset: int) -> tuple[str, str] | None:
+        partition = self.partition(tp)
+        if partition is None or not partition.is_leader:
+            return "NOT_LEADER_OR_FOLLOWER", f"broker {self.broker_id} no longer leads {tp}"
+        if partition.log.high_watermark <= last_offset:
+            return None
+        isr, needed = partition.isr, partition.log.config.min_insync_replicas
+        if len(isr) < needed:
+            return (
+                "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+                f"written, but the ISR of {tp} is {list(isr)}, fewer than min.insync.replicas "
+                f"{needed}",
+            )
+        return "NONE", ""
+
+    # -- the ISR ---------------------------------------------------------------------
+
+    def start_isr_expiration(self) -> None:
+        """Check every half ``replica.lag.time.max.ms`` for followers that fell
+        behind (Kafka's isr-expiration task)."""
+        self._expiry = threading.Thread(target=self._expire_isr, name="isr-expiration", daemon=True)
+        self._expiry.start()
+
+    def _expire_isr(self) -> None:
+        interval_s = max(self.replica_lag_time_max_ms / 2, 50) / 1000
+        while not self._expiry_stop.wait(interval_s):
+            with self._lock:
+                led = [p for p in self._partitions.values() if p.is_leader]
+            moved = False
+            for partition in led:
+                moved |= partition.maybe_shrink_isr(self.replica_lag_time_max_ms, self._write_isr)
+            if moved:
+                with self._appended:
+                    self._appended.notify_all()
+
+    def shutdown(self) -> None:
+        self._expiry_stop.set()
+        if self._expiry is not None:
+            self._expiry.join(5)
 
     # -- fetch -----------------------------------------------------------------------
 
@@ -238,7 +289,7 @@ class ReplicaManager:
         """Batches from ``offset``: below the high watermark for consumers, up to the
         log end for a follower (``replica_id`` >= 0) copying the log."""
         partition = self.partition(tp)
-        if partition is None or partition.leader != self.broker_id:
+        if partition is None or not partition.is_leader:
             error = self._not_leader_error(tp, partition)
             return ReadResult(error, message=f"broker {self.broker_id} does not lead {tp}")
         if leader_epoch >= 0 and leader_epoch != partition.leader_epoch:
@@ -252,6 +303,7 @@ class ReplicaManager:
             )
         log = partition.log
         high_watermark = log.high_watermark
+        log_end = log.log_end_offset
         try:
             records = log.read(
                 offset, max_bytes, max_offset=high_watermark if replica_id < 0 else None
@@ -261,10 +313,16 @@ class ReplicaManager:
                 exc.code,
                 high_watermark=high_watermark,
                 log_start_offset=log.log_start_offset,
-                log_end_offset=log.log_end_offset,
+                log_end_offset=log_end,
                 message=str(exc),
             )
-        return ReadResult("NONE", records, high_watermark, log.log_start_offset, log.log_end_offset)
+        if replica_id >= 0 and partition.record_follower_fetch(
+            replica_id, offset, log_end, self._write_isr
+        ):
+            high_watermark = log.high_watermark
+            with self._appended:  # acks=all producers and consumers waiting for it
+                self._appended.notify_all()
+        return ReadResult("NONE", records, high_watermark, log.log_start_offset, log_end)
 
     def wait_for_data(self, ready: Callable[[], bool], max_wait_ms: int) -> None:
         """Block until ``ready()`` or ``max_wait_ms`` passes; woken by appends."""
@@ -283,7 +341,7 @@ class ReplicaManager:
         or below ``epoch`` and where it ends; a stale or future
         ``current_leader_epoch`` (when given) is fenced."""
         partition = self.partition(tp)
-        if partition is None or partition.leader != self.broker_id:
+        if partition is None or not partition.is_leader:
             return self._not_leader_error(tp, partition), -1, -1
         if current_leader_epoch >= 0 and current_leader_epoch != partition.leader_epoch:
             stale = current_leader_epoch < partition.leader_epoch
@@ -295,7 +353,7 @@ class ReplicaManager:
     def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[str, int, int, int]:
         """(error, timestamp, offset, leader epoch) for ListOffsets."""
         partition = self.partition(tp)
-        if partition is None or partition.leader != self.broker_id:
+        if partition is None or not partition.is_leader:
             error = self._not_leader_error(tp, partition)
             return error, -1, -1, -1
         log = partition.log
@@ -308,3 +366,7 @@ class ReplicaManager:
         if found is None:
             return "NONE", -1, -1, partition.leader_epoch
         return "NONE", found.timestamp, found.offset, partition.leader_epoch
+
+
+def _no_isr_writes(tp: TopicPartition, state: object, version: int) -> int:
+    raise StaleVersionError(f"this broker cannot write the ISR of {tp}")

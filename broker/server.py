@@ -43,7 +43,7 @@ from annal.storage.manager import LogManager, LogManagerConfig
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 from annal.zk.client import BrokerIdTakenError, SessionEvent, ZkClient, ZkError
-from annal.zk.layout import BrokerRegistration
+from annal.zk.layout import BrokerRegistration, PartitionState
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from kazoo.exceptions import KazooException
 
@@ -137,6 +137,8 @@ class BrokerServer:
             self.zk.get_topic_config,
             self._partition_exists,
             self.fetchers,
+            self._write_isr,
+            config.replica_lag_time_max_ms,
         )
         service = AnnalService(self)
         control = ControlService(self.replicas, self.metadata, self._controlled_shutdown_request)
@@ -169,6 +171,7 @@ class BrokerServer:
             config.unclean_leader_election_enable,
         )
         self.controller.start()
+        self.replicas.start_isr_expiration()
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._session_thread = threading.Thread(
@@ -199,6 +202,13 @@ class BrokerServer:
                     raise
                 logger.info("waiting for the session of this broker's previous process to expire")
                 time.sleep(0.2)
+
+    def _write_isr(self, tp: TopicPartition, state: PartitionState, version: int) -> int:
+        """A leader's ISR change: the state znode (conditional), then a notification
+        for the controller, which tells every broker's metadata cache."""
+        new_version = self.zk.update_partition_state(tp.topic, tp.partition, state, version)
+        self.zk.notify_isr_change([(tp.topic, tp.partition)])
+        return new_version
 
     def _partition_exists(self, tp: TopicPartition) -> bool:
         found = self.zk.get_topic_assignment(tp.topic)
@@ -308,6 +318,8 @@ class BrokerServer:
             self._channel.close()  # what the controller queued goes out while we serve
         if self.fetchers is not None:
             self.fetchers.shutdown()
+        if self.logs is not None:  # replicas exist once the logs do
+            self.replicas.shutdown()
         if self._grpc is not None:
             self._grpc.stop(grace_s).wait(grace_s + 1)
         if self._session_thread is not None:

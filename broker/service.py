@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from annal.broker.server import BrokerServer
 
 
+# acks=-1: (last offset appended, the topic's response, the partition's slot in it)
+_Awaited = tuple[int, pb.TopicProduceResponse, int]
+
+
 class AnnalService(annal_pb2_grpc.AnnalServicer):
     """Thread-safe: handlers share nothing but the broker's ZooKeeper client."""
 
@@ -102,6 +106,7 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     ) -> pb.ProduceResponse:
         replicas = self._broker.replicas
         response = pb.ProduceResponse()
+        waiting: dict[TopicPartition, _Awaited] = {}  # acks=-1: last offset, where to answer
         for topic in request.topics:
             out = pb.TopicProduceResponse(name=topic.name)
             for data in topic.partitions:
@@ -115,7 +120,10 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                         )
                     )
                     continue
-                result = replicas.append(TopicPartition(topic.name, data.partition), data.records)
+                tp = TopicPartition(topic.name, data.partition)
+                result = replicas.append(tp, data.records, request.acks)
+                if request.acks == -1 and result.error == "NONE":
+                    waiting[tp] = (result.last_offset, out, len(out.partitions))
                 out.partitions.append(
                     pb.PartitionProduceResponse(
                         partition=data.partition,
@@ -127,7 +135,27 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                     )
                 )
             response.topics.append(out)
+        if waiting:
+            self._await_replication(request, response, waiting)
         return response
+
+    def _await_replication(
+        self,
+        request: pb.ProduceRequest,
+        response: pb.ProduceResponse,
+        waiting: dict[TopicPartition, _Awaited],
+    ) -> None:
+        """acks=-1: answer each appended partition once the ISR holds it, or with
+        the reason it does not (the records stay appended, as in Kafka)."""
+        outcomes = self._broker.replicas.await_replication(
+            {tp: last for tp, (last, _, _) in waiting.items()}, request.timeout_ms or 30_000
+        )
+        for tp, (_, topic, slot) in waiting.items():
+            error, message = outcomes[tp]
+            if error != "NONE":
+                answer = topic.partitions[slot]
+                answer.error = pb.ErrorCode.Value(error)
+                answer.error_message = message
 
     def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> pb.FetchResponse:
         if request.max_bytes < 0 or request.min_bytes < 0 or request.max_wait_ms < 0:

@@ -13,12 +13,17 @@ queue; one event-loop thread handles them in order:
   topics (a data watch on each ``/brokers/topics/<t>``), go NewPartition →
   OnlinePartition.
 * ``TopicDeletion``: replicas are stopped and deleted, then the znodes.
+* ``IsrChange``: leaders changed ISRs themselves (``/isr_change_notification``):
+  every broker's metadata cache is told.
 * ``ControlledShutdown``: a stopping broker asked to hand over its
   leaderships: each partition it leads moves to another live ISR replica
-  (bumped leader epoch), it leaves the ISR of the partitions it follows, and
-  the answer lists the replicated partitions it still leads (Kafka's
-  semantics: the broker retries, then stops anyway).  Until it is gone, no
-  election picks it.
+  (bumped leader epoch), it leaves the ISR of the partitions it follows and
+  stops copying them (StopReplica, logs kept), and the answer lists the
+  replicated partitions it still leads (Kafka's semantics: the broker
+  retries, then stops anyway).  Until it is gone, no election picks it.
+
+A new partition's ISR is its live replicas; a replica whose broker dies leaves
+the ISR at once (bumped leader epoch), a lagging one is dropped by its leader.
 
 After each event every live broker gets an UpdateMetadata for its metadata
 cache: the whole view when the controller takes office or brokers come and
@@ -59,6 +64,7 @@ class Event(enum.Enum):
     BROKER_CHANGE = "broker-change"
     TOPIC_CHANGE = "topic-change"
     TOPIC_DELETION = "topic-deletion"
+    ISR_CHANGE = "isr-change"
     CONTROLLED_SHUTDOWN = "controlled-shutdown"
     SHUTDOWN = "shutdown"
 
@@ -78,7 +84,8 @@ class PartitionUpdate:
 SendLeaderAndIsr = Callable[
     [BrokerRegistration, int, Sequence[PartitionUpdate], Sequence[BrokerRegistration]], None
 ]
-SendStopReplica = Callable[[BrokerRegistration, int, Sequence[tuple[str, int]]], None]
+# (broker, controller epoch, partitions, delete the logs) -> None
+SendStopReplica = Callable[[BrokerRegistration, int, Sequence[tuple[str, int]], bool], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +180,10 @@ class Controller:
         if children:
             self._events.put(Event.TOPIC_DELETION)
 
+    def _on_isr_changes(self, children: list[str]) -> None:
+        if children:
+            self._events.put(Event.ISR_CHANGE)
+
     def _on_topic_data(self, topic: str, data: bytes | None, stat: object) -> None:
         if topic not in self._armed:  # the call made when the watch is set
             self._armed.add(topic)
@@ -204,6 +215,8 @@ class Controller:
             self.handle_topic_change()
         elif event is Event.TOPIC_DELETION:
             self.handle_topic_deletion()
+        elif event is Event.ISR_CHANGE:
+            self.handle_isr_change()
         elif event is Event.CONTROLLED_SHUTDOWN:
             self.handle_controlled_shutdown()
 
@@ -228,6 +241,11 @@ class Controller:
             )
             self._watches.append(
                 ChildrenWatch(self.zk.kazoo, layout.DELETE_TOPICS, self._on_deletions)
+            )
+            self._watches.append(
+                ChildrenWatch(
+                    self.zk.kazoo, layout.ISR_CHANGE_NOTIFICATION, self._on_isr_changes
+                )
             )
         topics = self.zk.get_topics()
         self._watch_topics(topics)
@@ -283,13 +301,31 @@ class Controller:
                 for broker_id, partitions in by_broker.items():
                     broker = self._live.get(broker_id)
                     if broker is not None:
-                        self._send(partial(self._send_stop_replica, broker, self.epoch, partitions))
+                        self._send(
+                            partial(self._send_stop_replica, broker, self.epoch, partitions, True)
+                        )
             self.zk.delete_recursive(layout.topic_path(topic))
             self.zk.delete_recursive(layout.topic_config_path(topic))
             self.zk.delete_recursive(layout.delete_topic_path(topic))
             self._view = {k: v for k, v in self._view.items() if k[0] != topic}
             self._publish(MetadataUpdate((), list(self._live.values()), deleted_topics=[topic]))
             logger.info("deleted topic %s", topic)
+
+    def handle_isr_change(self) -> None:
+        """Leaders changed ISRs in ZooKeeper: every broker's cache hears of it
+        (the replicas already know; Kafka sends no LeaderAndIsr for this)."""
+        updates: list[PartitionUpdate] = []
+        for topic, partition in self.zk.take_isr_changes():
+            known = self._view.get((topic, partition))
+            current = self.zk.get_partition_state(topic, partition)
+            if known is None or current is None:
+                continue
+            state, version = current
+            update = PartitionUpdate(topic, partition, state, known.replicas, version)
+            self._view[(topic, partition)] = update
+            updates.append(update)
+        if updates:
+            self._publish(MetadataUpdate(updates, list(self._live.values())))
 
     def handle_controlled_shutdown(self) -> None:
         self._answer_shutdown_requests(self._move_leaderships)
@@ -319,6 +355,7 @@ class Controller:
         candidates = set(self._live) - self._shutting_down
         updates: list[PartitionUpdate] = []
         remaining: list[tuple[str, int]] = []
+        followed: list[tuple[str, int]] = []  # it stops copying these (StopReplica, kept)
         for (topic, partition), known in sorted(self._view.items()):
             if broker_id not in known.replicas or len(known.replicas) < 2:
                 continue
@@ -349,6 +386,7 @@ class Controller:
             update = PartitionUpdate(topic, partition, new, known.replicas, version)
             self._view[(topic, partition)] = update
             updates.append(update)
+            followed.append((topic, partition))
             logger.info(
                 "controlled shutdown of broker %d: %s-%d now led by %d (epoch %d), isr %s",
                 broker_id,
@@ -358,7 +396,12 @@ class Controller:
                 new.leader_epoch,
                 list(new.isr),
             )
-        self._tell_replicas(updates)
+        # As Kafka does: the stopping broker is not told it now follows; it stops
+        # copying these partitions instead, so it never rejoins their ISRs.
+        self._tell_replicas(updates, skip=broker_id)
+        if followed:
+            stopping = self._live[broker_id]
+            self._send(partial(self._send_stop_replica, stopping, self.epoch, followed, False))
         if updates:
             self._publish(MetadataUpdate(updates, list(self._live.values())))
         return remaining
@@ -412,10 +455,8 @@ class Controller:
                 topic, partition, self._states.get(key, State.NON_EXISTENT), State.NEW
             )
             election = elect_leader(replicas, replicas, live - self._shutting_down, self._unclean)
-            # Followers do not copy data yet, so only the leader is in sync: a
-            # later election never hands the partition to a replica with no data
-            # (it goes offline instead, unless unclean election is enabled).
-            isr = (election.leader,) if election.leader >= 0 else replicas
+            # Every live replica of a new partition is in sync: none holds anything.
+            isr = tuple(r for r in replicas if r in live) if election.leader >= 0 else replicas
             state = PartitionState(election.leader, 0, isr, self.epoch)
             try:
                 version = self.zk.create_partition_state(topic, partition, state)
@@ -424,6 +465,26 @@ class Controller:
         else:
             state, version = current
             if state.leader in live and state.leader not in dead:
+                in_sync = tuple(r for r in state.isr if r in live and r not in dead)
+                if in_sync != state.isr:  # followers that died leave the ISR at once
+                    changed = PartitionState(
+                        state.leader, state.leader_epoch + 1, in_sync, self.epoch
+                    )
+                    try:
+                        version = self.zk.update_partition_state(
+                            topic, partition, changed, version
+                        )
+                    except StaleVersionError as exc:
+                        logger.warning("%s; will retry on the next event", exc)
+                    else:
+                        logger.info(
+                            "partition %s-%d: isr %s -> %s (replicas gone)",
+                            topic,
+                            partition,
+                            list(state.isr),
+                            list(in_sync),
+                        )
+                        state = changed
                 self._states[key] = transition(
                     topic, partition, self._states.get(key, State.NEW), State.ONLINE
                 )
@@ -461,11 +522,12 @@ class Controller:
         self._view[key] = update
         return update
 
-    def _tell_replicas(self, updates: Sequence[PartitionUpdate]) -> None:
+    def _tell_replicas(self, updates: Sequence[PartitionUpdate], skip: int = -1) -> None:
         by_broker: dict[int, list[PartitionUpdate]] = {}
         for update in updates:
             for replica in update.replicas:
-                by_broker.setdefault(replica, []).append(update)
+                if replica != skip:
+                    by_broker.setdefault(replica, []).append(update)
         live = list(self._live.values())
         for broker_id, batch in by_broker.items():
             broker = self._live.get(broker_id)

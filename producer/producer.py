@@ -117,6 +117,10 @@ class _Batch:
     retry_at: float = 0.0
 
 
+# Kafka's spellings of acks: "all" is -1, the whole ISR.
+ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
+
+
 def _identity(value: object) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
@@ -139,7 +143,7 @@ class Producer:
         bootstrap_servers: str | None = None,
         *,
         zookeeper_connect: str | None = None,
-        acks: int = 1,
+        acks: int | str = 1,
         batch_size: int = 16384,
         linger_ms: int = 0,
         compression: str = "none",
@@ -152,15 +156,16 @@ class Producer:
         value_serializer: Serializer = _identity,
         partitioner: Partitioner | None = None,
     ) -> None:
-        if acks not in (-1, 0, 1):
-            raise ValueError(f"acks must be -1 (all), 0 or 1, not {acks}")
+        resolved = ACKS.get(acks.strip().lower(), None) if isinstance(acks, str) else acks
+        if resolved not in (-1, 0, 1):
+            raise ValueError(f"acks must be all (-1), 0 or 1, not {acks!r}")
         if compression not in CODECS:
             raise ValueError(f"compression must be one of {sorted(CODECS)}, not {compression!r}")
         bootstrap = resolve_bootstrap(
             bootstrap_servers, zookeeper_connect, request_timeout_ms / 1000
         )
         self.cluster = ClusterConnection(bootstrap, request_timeout_ms / 1000)
-        self.acks = acks
+        self.acks: int = resolved
         self.batch_size = batch_size
         self.linger_s = linger_ms / 1000
         self.compression = CODECS[compression]
@@ -422,7 +427,8 @@ class Producer:
             )
         request = pb.ProduceRequest(
             acks=self.acks,
-            timeout_ms=int(self.request_timeout_s * 1000),
+            # the broker's REQUEST_TIMED_OUT (acks=all) comes before our own deadline
+            timeout_ms=int(self.request_timeout_s * 900),
             topics=[pb.TopicProduceData(name=t, partitions=ps) for t, ps in topics.items()],
         )
         if inline:

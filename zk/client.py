@@ -18,6 +18,8 @@ beyond the queue, which is thread-safe too.
 from __future__ import annotations
 
 import enum
+import json
+import logging
 import queue
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,6 +31,8 @@ from kazoo.retry import KazooRetry
 
 from . import layout
 from .layout import BrokerRegistration, PartitionState, TopicAssignment
+
+logger = logging.getLogger(__name__)
 
 
 class ZkError(Exception):
@@ -326,10 +330,24 @@ class ZkClient:
         except NoNodeError:
             pass
 
+    def take_isr_changes(self) -> list[tuple[str, int]]:
+        """The partitions named by every pending ``isr_change_`` znode, which are
+        deleted once read (the controller's side of ``notify_isr_change``)."""
+        changed: set[tuple[str, int]] = set()
+        for child in sorted(self.children(layout.ISR_CHANGE_NOTIFICATION)):
+            path = f"{layout.ISR_CHANGE_NOTIFICATION}/{child}"
+            found = self.get(path)
+            if found is not None:
+                try:
+                    listed = json.loads(found[0])["partitions"]
+                    changed.update((str(p["topic"]), int(p["partition"])) for p in listed)
+                except (ValueError, KeyError, TypeError) as exc:
+                    logger.warning("ignoring malformed ISR change notification %s: %s", path, exc)
+            self.delete_recursive(path)
+        return sorted(changed)
+
     def notify_isr_change(self, partitions: Sequence[tuple[str, int]]) -> None:
         """A sequential ``isr_change_`` znode listing partitions whose ISR changed."""
-        import json
-
         data = json.dumps(
             {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]}
         ).encode("utf-8")

@@ -39,11 +39,13 @@ def test_leaderships_move_before_the_broker_stops(
             admin.create_topic("stuck", partitions=1, assignment={0: [controller, other]})
             admin.create_topic("single", partitions=1, assignment={0: [other]})
         found = zk.get_partition_state("moving", 0)
-        assert found is not None and found[0].isr == (other,)
-        # as if the follower had caught up: both replicas in sync
+        assert found is not None and sorted(found[0].isr) == sorted((other, controller))
+        # as if the follower of "stuck" had fallen behind: its leader alone in sync
+        stuck = zk.get_partition_state("stuck", 0)
+        assert stuck is not None
         zk.update_partition_state(
-            "moving", 0, PartitionState(other, 0, (other, controller), found[0].controller_epoch),
-            found[1],
+            "stuck", 0, PartitionState(controller, 0, (controller,), stuck[0].controller_epoch),
+            stuck[1],
         )  # fmt: skip
 
         # the stopping broker leads "moving" (replicated, in sync elsewhere) and

@@ -1,13 +1,24 @@
-"""ReplicaManager fencing: controller epochs and leader epochs."""
+"""ReplicaManager and Partition: fencing by epochs, the ISR and high watermark rules,
+acks=all."""
 
 from __future__ import annotations
 
+import sys
+import threading
 from pathlib import Path
 
-from annal.broker.replica_manager import LeaderAndIsrState, ReplicaManager
+from annal.broker.partition import Applied, LeaderAndIsrState, Partition
+from annal.broker.replica_manager import ReplicaManager
+from annal.storage.config import LogConfig
 from annal.storage.files import TopicPartition
+from annal.storage.log import Log
 from annal.storage.manager import LogManager, LogManagerConfig
 from annal.storage.records import Record, encode_batch
+from annal.zk.client import StaleVersionError
+from annal.zk.layout import PartitionState
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "storage"))
+from logutil import FakeClock
 
 TP = TopicPartition("t", 0)
 
@@ -32,5 +43,107 @@ def test_fencing(tmp_path: Path) -> None:
         other = replicas.append(TopicPartition("zzz", 0), b"")
         assert other.error == "UNKNOWN_TOPIC_OR_PARTITION"
         assert replicas.read(TP, 0, 100).error == "NOT_LEADER_OR_FOLLOWER"
+    finally:
+        logs.shutdown()
+
+
+class IsrLog:
+    """Stands in for ZooKeeper's partition state znode: versioned ISR writes."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.writes: list[tuple[int, ...]] = []
+        self.refuse = False
+
+    def __call__(self, tp: TopicPartition, written: PartitionState, expected: int) -> int:
+        if self.refuse or expected != self.version:
+            raise StaleVersionError(f"version {expected} is not {self.version}")
+        self.version += 1
+        self.writes.append(written.isr)
+        return self.version
+
+
+def three_replicas(leader_epoch: int, isr: tuple[int, ...]) -> LeaderAndIsrState:
+    return LeaderAndIsrState("t", 0, 1, 1, leader_epoch, isr, (1, 2, 3), 0)
+
+
+def one(value: bytes) -> bytes:
+    return encode_batch([Record(0, 0, None, value)])
+
+
+def test_the_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    isr_log = IsrLog()
+    partition = Partition(TP, log, 1, clock)
+    assert partition.apply(three_replicas(0, (1, 2, 3))) is Applied.NEW
+    for value in (b"a", b"b", b"c"):
+        log.append_as_leader(one(value), 0)
+        partition.after_leader_append()
+    assert log.high_watermark == 0  # followers not heard from yet
+    assert not partition.record_follower_fetch(2, 3, 3, isr_log)  # 3 not heard from
+    assert log.high_watermark == 0
+    assert partition.record_follower_fetch(3, 2, 3, isr_log)
+    assert log.high_watermark == 2  # the smallest log end in the ISR
+    assert partition.apply(three_replicas(0, (1, 2, 3))) is Applied.SAME
+
+    # 3 stops fetching: after replica.lag.time.max.ms it leaves the ISR and the
+    # high watermark moves past it.
+    clock.advance(5_000)
+    partition.record_follower_fetch(2, 3, 3, isr_log)
+    assert not partition.maybe_shrink_isr(10_000, isr_log)
+    clock.advance(6_000)
+    assert partition.maybe_shrink_isr(10_000, isr_log)
+    assert partition.isr == (1, 2) and isr_log.writes == [(1, 2)]
+    assert log.high_watermark == 3
+
+    # 3 comes back: it rejoins once it reaches the high watermark.
+    log.append_as_leader(one(b"d"), 0)
+    partition.after_leader_append()
+    partition.record_follower_fetch(3, 2, 4, isr_log)
+    assert partition.isr == (1, 2)  # below the high watermark (3)
+    partition.record_follower_fetch(3, 3, 4, isr_log)
+    assert partition.isr == (1, 2, 3) and isr_log.writes[-1] == (1, 2, 3)
+
+    # A write the controller overtook keeps the ISR as it is.
+    isr_log.refuse = True
+    clock.advance(20_000)
+    partition.record_follower_fetch(2, 4, 4, isr_log)
+    assert not partition.maybe_shrink_isr(10_000, isr_log)
+    assert partition.isr == (1, 2, 3)
+    log.close()
+
+
+def test_acks_all_waits_for_the_isr(tmp_path: Path) -> None:
+    logs = LogManager(
+        [tmp_path],
+        LogConfig(min_insync_replicas=2),
+        broker_id=1,
+        settings=LogManagerConfig(cleaner_enable=False),
+    )
+    logs.startup()
+    isr_log = IsrLog()
+    try:
+        replicas = ReplicaManager(1, logs, lambda topic: {}, lambda tp: tp == TP, None, isr_log)
+        replicas.become_leader_or_follower([three_replicas(0, (1,))])
+        refused = replicas.append(TP, one(b"a"), acks=-1)
+        assert refused.error == "NOT_ENOUGH_REPLICAS" and "min.insync.replicas 2" in refused.message
+        assert replicas.partition(TP) is not None
+        assert replicas.partition(TP).log.log_end_offset == 0  # type: ignore[union-attr]
+
+        replicas.become_leader_or_follower([three_replicas(1, (1, 2))])
+        appended = replicas.append(TP, one(b"b"), acks=-1)
+        assert (appended.error, appended.last_offset) == ("NONE", 0)
+        timed_out = replicas.await_replication({TP: 0}, 50)
+        assert timed_out[TP][0] == "REQUEST_TIMED_OUT"
+
+        def follower_fetches() -> None:
+            replicas.read(TP, 1, 1 << 20, replica_id=2)
+
+        fetching = threading.Timer(0.05, follower_fetches)
+        fetching.start()
+        assert replicas.await_replication({TP: 0}, 10_000) == {TP: ("NONE", "")}
+        fetching.join()
+        assert replicas.read(TP, 0, 1 << 20).high_watermark == 1
     finally:
         logs.shutdown()

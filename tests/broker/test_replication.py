@@ -1,15 +1,23 @@
-"""Followers copy their leaders' logs: real brokers, byte for byte, across a restart."""
+"""Replication on real brokers: followers copy their leaders' logs byte for byte, and
+the ISR and high watermark follow them."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import pytest
 from annal.admin.client import AdminClient
+from annal.consumer.simple import SimpleConsumer
 from annal.deploy.runner import BrokerProcess, wait_until
 from annal.producer.producer import Producer
 from annal.storage.files import partition_dir_name
+from annal.storage.records import Record, encode_batch
+from annal.v1 import annal_pb2 as pb
+from annal.v1 import annal_pb2_grpc
 
 
 def segment_bytes(broker: BrokerProcess, topic: str, partition: int) -> bytes:
@@ -65,3 +73,60 @@ def test_followers_copy_the_leaders_log_byte_for_byte(
         return segment_bytes(follower_of_0, "copied", 0) == segment_bytes(leader_of_0, "copied", 0)
 
     wait_until(caught_up, 60, "the follower caught up")
+
+
+@pytest.mark.timeout(240)
+def test_a_stalled_follower_leaves_the_isr_and_rejoins(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    """Consumers see only what the whole ISR holds; a follower that stops fetching
+    leaves the ISR after replica.lag.time.max.ms (and acks=all with
+    min.insync.replicas=2 is refused meanwhile); caught up again, it rejoins."""
+    lag = {"replica.lag.time.max.ms": "3000"}
+    leader, follower = broker_factory(1, lag), broker_factory(2, lag)
+    with AdminClient(leader.endpoint) as admin:
+        admin.create_topic(
+            "isr", partitions=1, assignment={0: [1, 2]}, config={"min.insync.replicas": "2"}
+        )
+
+        def isr() -> list[int]:
+            return sorted(admin.describe_topics(["isr"])[0].partitions[0].isr)
+
+        assert isr() == [1, 2]
+        with Producer(leader.endpoint, acks=-1) as producer:
+            for i in range(10):
+                producer.send("isr", value=b"both-%d" % i)
+            producer.flush(60)
+        assert visible(leader) == 10
+
+        os.kill(follower.pid, signal.SIGSTOP)
+        try:
+            with Producer(leader.endpoint, acks=1) as producer:
+                for i in range(10):
+                    producer.send("isr", value=b"alone-%d" % i)
+                producer.flush(60)
+            assert visible(leader) == 10  # appended, but not yet on the whole ISR
+            wait_until(lambda: isr() == [1], 60, "the stalled follower out of the ISR")
+            assert visible(leader) == 20
+            assert produce_all(leader.endpoint) == pb.NOT_ENOUGH_REPLICAS
+        finally:
+            os.kill(follower.pid, signal.SIGCONT)
+        wait_until(lambda: isr() == [1, 2], 60, "the follower back in the ISR")
+    assert produce_all(leader.endpoint) == pb.NONE
+
+
+def visible(broker: BrokerProcess) -> int:
+    """How many records of "isr" a consumer can read (those below the high watermark)."""
+    with SimpleConsumer(broker.endpoint) as consumer:
+        return sum(1 for _ in consumer.iterate("isr", 0, 0))
+
+
+def produce_all(endpoint: str) -> int:
+    """The error code of one acks=all Produce of one record to "isr"-0."""
+    data = pb.PartitionProduceData(partition=0, records=encode_batch([Record(0, 0, None, b"all")]))
+    request = pb.ProduceRequest(
+        acks=-1, timeout_ms=10_000, topics=[pb.TopicProduceData(name="isr", partitions=[data])]
+    )
+    with grpc.insecure_channel(endpoint) as channel:
+        response = annal_pb2_grpc.AnnalStub(channel).Produce(request, timeout=30)
+    return response.topics[0].partitions[0].error

@@ -61,6 +61,10 @@ def test_acks_zero_null_keys_and_errors(broker: BrokerProcess) -> None:
             producer.send("plain", value=12345)
     with pytest.raises(ValueError, match="acks must be"):
         Producer(broker.endpoint, acks=2)
+    with pytest.raises(ValueError, match="acks must be all"):
+        Producer(broker.endpoint, acks="most")
+    with Producer(broker.endpoint, acks="all") as everyone:
+        assert everyone.acks == -1
     with pytest.raises(ValueError, match="compression must be one of"):
         Producer(broker.endpoint, compression="brotli")
     big = Producer(broker.endpoint, batch_size=10)
