@@ -156,7 +156,7 @@ class Producer:
         value_serializer: Serializer = _identity,
         partitioner: Partitioner | None = None,
     ) -> None:
-        resolved = ACKS.get(acks.strip().lower(), None) if isinstance(acks, str) else acks
+        resolved = ACKS.get(acks.strip().lower()) if isinstance(acks, str) else acks
         if resolved not in (-1, 0, 1):
             raise ValueError(f"acks must be all (-1), 0 or 1, not {acks!r}")
         if compression not in CODECS:
