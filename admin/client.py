@@ -1,7 +1,8 @@
 """AdminClient: topic administration over the brokers' gRPC API.
 
-Any broker answers Metadata; CreateTopics and DeleteTopics write ZooKeeper
-through the broker that receives them and wait for the controller to act.
+Any broker answers Metadata; CreateTopics, DeleteTopics, CreatePartitions and
+ElectLeaders write ZooKeeper through the broker that receives them and wait
+for the controller to act.
 Kafka error codes come back as ``AdminError`` carrying the error name.
 
 Thread safety: as ``ClusterConnection``; gRPC stubs are thread-safe.
@@ -43,6 +44,17 @@ class TopicInfo:
     @property
     def replication_factor(self) -> int:
         return max((len(p.replicas) for p in self.partitions), default=0)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ElectionOutcome:
+    """One partition's preferred leader election: ``error`` is NONE (elected),
+    ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE, ..."""
+
+    topic: str
+    partition: int  # -1 for an unknown topic named without partitions
+    error: str
+    message: str
 
 
 class AdminClient:
@@ -141,6 +153,25 @@ class AdminClient:
                 )
             )
         return sorted(out, key=lambda t: t.name)
+
+    def elect_preferred_leaders(
+        self, partitions: Mapping[str, Sequence[int]] | None = None
+    ) -> list[ElectionOutcome]:
+        """Hand leadership back to preferred replicas: of ``partitions`` (topic →
+        partition indexes; none listed means all of the topic), or of every
+        partition.  One outcome per partition, sorted; ``error`` NONE when elected."""
+        request = pb.ElectLeadersRequest(
+            topic_partitions=[
+                pb.TopicPartitions(topic=t, partitions=list(ps))
+                for t, ps in (partitions or {}).items()
+            ],
+            timeout_ms=int(self.timeout_s * 1000),
+        )
+        response = self._call("ElectLeaders", request)
+        return sorted(
+            ElectionOutcome(r.topic, r.partition, pb.ErrorCode.Name(r.error), r.error_message)
+            for r in response.results
+        )
 
     def close(self) -> None:
         self.cluster.close()

@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         clustercmd,
         consolecmd,
         dumplog,
+        electioncmd,
         perfcmd,
         topicscmd,
         verifiablecmd,
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     brokercmd.add_parser(commands)
     clustercmd.add_parser(commands)
     topicscmd.add_parser(commands)
+    electioncmd.add_parser(commands)
     consolecmd.add_parsers(commands)
     verifiablecmd.add_parsers(commands)
     perfcmd.add_parser(commands)

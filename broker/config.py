@@ -139,6 +139,9 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "log.message.timestamp.type": (_timestamp_type, "CreateTime"),
     "min.insync.replicas": (_int(1), "1"),
     "unclean.leader.election.enable": (_bool, "false"),
+    "auto.leader.rebalance.enable": (_bool, "true"),
+    "leader.imbalance.check.interval.seconds": (_int(1), "300"),
+    "leader.imbalance.per.broker.percentage": (_int(0), "10"),
     "replica.lag.time.max.ms": (_int(1), "30000"),
     "replica.fetch.max.bytes": (_int(1), "1048576"),
     "replica.fetch.wait.max.ms": (_int(0), "500"),
@@ -174,6 +177,9 @@ class BrokerConfig:
     delete_topic_enable: bool
     min_insync_replicas: int
     unclean_leader_election_enable: bool
+    auto_leader_rebalance_enable: bool
+    leader_imbalance_check_interval_seconds: int
+    leader_imbalance_per_broker_percentage: int
     replica_lag_time_max_ms: int
     replica_fetch_max_bytes: int
     replica_fetch_wait_max_ms: int
@@ -249,6 +255,11 @@ class BrokerConfig:
             delete_topic_enable=values["delete.topic.enable"],
             min_insync_replicas=values["min.insync.replicas"],
             unclean_leader_election_enable=values["unclean.leader.election.enable"],
+            auto_leader_rebalance_enable=values["auto.leader.rebalance.enable"],
+            leader_imbalance_check_interval_seconds=values[
+                "leader.imbalance.check.interval.seconds"
+            ],
+            leader_imbalance_per_broker_percentage=values["leader.imbalance.per.broker.percentage"],
             replica_lag_time_max_ms=values["replica.lag.time.max.ms"],
             replica_fetch_max_bytes=values["replica.fetch.max.bytes"],
             replica_fetch_wait_max_ms=values["replica.fetch.wait.max.ms"],

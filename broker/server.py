@@ -36,7 +36,7 @@ from annal.broker.metadata_cache import MetadataCache
 from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from annal.broker.replica_manager import ReplicaManager
 from annal.broker.service import AnnalService
-from annal.controller.controller import Controller
+from annal.controller.controller import Controller, RebalanceSettings
 from annal.storage.errors import LogDirError
 from annal.storage.files import TopicPartition
 from annal.storage.manager import LogManager, LogManagerConfig
@@ -169,6 +169,11 @@ class BrokerServer:
             self._channel.send_stop_replica,
             self._channel.send_update_metadata,
             config.unclean_leader_election_enable,
+            RebalanceSettings(
+                config.auto_leader_rebalance_enable,
+                config.leader_imbalance_check_interval_seconds,
+                config.leader_imbalance_per_broker_percentage,
+            ),
         )
         self.controller.start()
         self.replicas.start_isr_expiration()

@@ -10,6 +10,7 @@ in the response.  Record data passes through as raw batch bytes.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import grpc
@@ -333,6 +334,67 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
             return pb.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists", 0
         return pb.NONE, "", len(assignment)
 
+    def ElectLeaders(
+        self, request: pb.ElectLeadersRequest, context: grpc.ServicerContext
+    ) -> pb.ElectLeadersResponse:
+        """Preferred leader election: asks the controller through
+        ``/admin/preferred_replica_election`` (as kafka-preferred-replica-election.sh
+        did) and answers once this broker's cache shows the new leaders."""
+        deadline = time.monotonic() + (request.timeout_ms or 30_000) / 1000
+        cache = self._broker.metadata.snapshot()
+        outcome: dict[tuple[str, int], tuple[pb.ErrorCode.ValueType, str]] = {}
+        asked: list[tuple[str, int]] = []
+        if request.topic_partitions:
+            for entry in request.topic_partitions:
+                known = cache.topics.get(entry.topic, {})
+                for partition in list(entry.partitions) or sorted(known):
+                    asked.append((entry.topic, partition))
+                if not known and not entry.partitions:
+                    outcome[(entry.topic, -1)] = (
+                        pb.UNKNOWN_TOPIC_OR_PARTITION,
+                        f"unknown topic {entry.topic}",
+                    )
+        else:
+            asked = [(t, p) for t, ps in sorted(cache.topics.items()) for p in sorted(ps)]
+        pending = []
+        for key in asked:
+            verdict = _preferred_verdict(cache, *key)
+            if verdict is None:
+                pending.append(key)
+            else:
+                outcome[key] = verdict
+        if pending:
+            self._request_preferred_election(pending, deadline)
+
+            def settled(snapshot: MetadataSnapshot) -> bool:
+                return all(
+                    _preferred_verdict(snapshot, *key, after=True) is not None for key in pending
+                )
+
+            self._broker.metadata.wait_until(settled, max(deadline - time.monotonic(), 0))
+            final = self._broker.metadata.snapshot()
+            for key in pending:
+                outcome[key] = _preferred_verdict(final, *key, after=True) or (
+                    pb.REQUEST_TIMED_OUT,
+                    f"the controller did not move {key[0]}-{key[1]} in time",
+                )
+        return pb.ElectLeadersResponse(
+            results=[
+                pb.ElectionResult(topic=t, partition=p, error=error, error_message=message)
+                for (t, p), (error, message) in outcome.items()
+            ]
+        )
+
+    def _request_preferred_election(
+        self, partitions: list[tuple[str, int]], deadline: float
+    ) -> None:
+        """Write the request znode, waiting (bounded) for an earlier one to be taken."""
+        zk = self._broker.zk
+        while not zk.request_preferred_election(partitions):
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)  # another election is being handled; it takes milliseconds
+
     def CreatePartitions(
         self, request: pb.CreatePartitionsRequest, context: grpc.ServicerContext
     ) -> pb.CreatePartitionsResponse:
@@ -438,3 +500,27 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
 
 def _size(response: pb.FetchResponse) -> int:
     return sum(len(p.records) for t in response.topics for p in t.partitions)
+
+
+def _preferred_verdict(
+    cache: MetadataSnapshot, topic: str, partition: int, after: bool = False
+) -> tuple[pb.ErrorCode.ValueType, str] | None:
+    """How a preferred election of one partition ends, judged from ``cache``: None
+    while it can still happen.  ``after`` the request, the preferred replica leading
+    is a success rather than an election not needed."""
+    view = cache.topics.get(topic, {}).get(partition)
+    if view is None:
+        return pb.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{partition}"
+    preferred = view.replicas[0] if view.replicas else -1
+    if view.leader == preferred:
+        if after:
+            return pb.NONE, ""
+        return pb.ELECTION_NOT_NEEDED, f"the preferred replica {preferred} leads already"
+    if preferred not in cache.brokers:
+        return pb.PREFERRED_LEADER_NOT_AVAILABLE, f"the preferred replica {preferred} is down"
+    if preferred not in view.isr:
+        return (
+            pb.PREFERRED_LEADER_NOT_AVAILABLE,
+            f"the preferred replica {preferred} is not in the ISR {list(view.isr)}",
+        )
+    return None

@@ -15,6 +15,10 @@ queue; one event-loop thread handles them in order:
 * ``TopicDeletion``: replicas are stopped and deleted, then the znodes.
 * ``IsrChange``: leaders changed ISRs themselves (``/isr_change_notification``):
   every broker's metadata cache is told.
+* ``PreferredElection`` (``/admin/preferred_replica_election``) and
+  ``AutoRebalance`` (every ``leader.imbalance.check.interval.seconds`` when
+  ``auto.leader.rebalance.enable``): partitions go back to their preferred
+  replica, the first of the assignment, when it is alive and in the ISR.
 * ``ControlledShutdown``: a stopping broker asked to hand over its
   leaderships: each partition it leads moves to another live ISR replica
   (bumped leader epoch), it leaves the ISR of the partitions it follows and
@@ -65,8 +69,19 @@ class Event(enum.Enum):
     TOPIC_CHANGE = "topic-change"
     TOPIC_DELETION = "topic-deletion"
     ISR_CHANGE = "isr-change"
+    PREFERRED_ELECTION = "preferred-election"
+    AUTO_REBALANCE = "auto-rebalance"
     CONTROLLED_SHUTDOWN = "controlled-shutdown"
     SHUTDOWN = "shutdown"
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceSettings:
+    """Kafka's auto.leader.rebalance.enable and leader.imbalance.* settings."""
+
+    enabled: bool = True
+    check_interval_s: float = 300.0
+    per_broker_percentage: int = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +128,7 @@ class Controller:
         send_stop_replica: SendStopReplica,
         send_update_metadata: SendUpdateMetadata,
         unclean_leader_election: bool = False,
+        rebalance: RebalanceSettings | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.zk = zk
@@ -120,6 +136,8 @@ class Controller:
         self._send_stop_replica = send_stop_replica
         self._send_update_metadata = send_update_metadata
         self._unclean = unclean_leader_election
+        self._rebalance = rebalance or RebalanceSettings()
+        self._stopped = threading.Event()
         self._events: queue.Queue[Event] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
         self.epoch = 0
@@ -139,13 +157,22 @@ class Controller:
 
     def start(self) -> None:
         self._thread.start()
+        if self._rebalance.enabled:
+            threading.Thread(
+                target=self._rebalance_timer, name="controller-rebalance", daemon=True
+            ).start()
         self._watches.append(
             DataWatch(self.zk.kazoo, layout.CONTROLLER, self._on_controller_change)
         )
         self._events.put(Event.ELECT)
 
     def initiate_shutdown(self) -> None:
+        self._stopped.set()
         self._events.put(Event.SHUTDOWN)
+
+    def _rebalance_timer(self) -> None:
+        while not self._stopped.wait(self._rebalance.check_interval_s):
+            self._events.put(Event.AUTO_REBALANCE)
 
     def await_shutdown(self, timeout_s: float = 10.0) -> None:
         if self._thread.is_alive():
@@ -184,6 +211,10 @@ class Controller:
         if children:
             self._events.put(Event.ISR_CHANGE)
 
+    def _on_preferred_election(self, data: bytes | None, stat: object) -> None:
+        if data is not None:
+            self._events.put(Event.PREFERRED_ELECTION)
+
     def _on_topic_data(self, topic: str, data: bytes | None, stat: object) -> None:
         if topic not in self._armed:  # the call made when the watch is set
             self._armed.add(topic)
@@ -217,6 +248,10 @@ class Controller:
             self.handle_topic_deletion()
         elif event is Event.ISR_CHANGE:
             self.handle_isr_change()
+        elif event is Event.PREFERRED_ELECTION:
+            self.handle_preferred_election()
+        elif event is Event.AUTO_REBALANCE:
+            self.handle_auto_rebalance()
         elif event is Event.CONTROLLED_SHUTDOWN:
             self.handle_controlled_shutdown()
 
@@ -245,6 +280,11 @@ class Controller:
             self._watches.append(
                 ChildrenWatch(
                     self.zk.kazoo, layout.ISR_CHANGE_NOTIFICATION, self._on_isr_changes
+                )
+            )
+            self._watches.append(
+                DataWatch(
+                    self.zk.kazoo, layout.PREFERRED_REPLICA_ELECTION, self._on_preferred_election
                 )
             )
         topics = self.zk.get_topics()
@@ -324,6 +364,71 @@ class Controller:
             update = PartitionUpdate(topic, partition, state, known.replicas, version)
             self._view[(topic, partition)] = update
             updates.append(update)
+        if updates:
+            self._publish(MetadataUpdate(updates, list(self._live.values())))
+
+    def handle_preferred_election(self) -> None:
+        """An admin asked (``/admin/preferred_replica_election``)."""
+        partitions = self.zk.take_preferred_election()
+        if partitions:
+            self._elect_preferred(partitions, "requested")
+
+    def handle_auto_rebalance(self) -> None:
+        """Kafka's leader rebalance: a broker that is the preferred replica of more
+        than ``leader.imbalance.per.broker.percentage`` percent of partitions it
+        does not lead gets them back (when it is alive and in their ISR)."""
+        preferred_of: dict[int, list[tuple[str, int]]] = {}
+        not_leading: dict[int, list[tuple[str, int]]] = {}
+        for key, update in sorted(self._view.items()):
+            if update.replicas:
+                preferred = update.replicas[0]
+                preferred_of.setdefault(preferred, []).append(key)
+                if update.state.leader != preferred:
+                    not_leading.setdefault(preferred, []).append(key)
+        limit = self._rebalance.per_broker_percentage / 100
+        chosen = [
+            key
+            for broker, keys in not_leading.items()
+            if len(keys) / len(preferred_of[broker]) > limit
+            for key in keys
+        ]
+        if chosen:
+            self._elect_preferred(chosen, "leader imbalance")
+
+    def _elect_preferred(self, partitions: Sequence[tuple[str, int]], why: str) -> None:
+        """Each partition whose first assigned replica is alive, in the ISR and not
+        leading takes it as leader (bumped leader epoch)."""
+        candidates = set(self._live) - self._shutting_down
+        updates: list[PartitionUpdate] = []
+        for topic, partition in partitions:
+            known = self._view.get((topic, partition))
+            current = self.zk.get_partition_state(topic, partition)
+            if known is None or not known.replicas or current is None:
+                continue
+            state, version = current
+            preferred = known.replicas[0]
+            if state.leader == preferred or preferred not in candidates:
+                continue
+            if preferred not in state.isr:
+                continue
+            new = PartitionState(preferred, state.leader_epoch + 1, state.isr, self.epoch)
+            try:
+                version = self.zk.update_partition_state(topic, partition, new, version)
+            except StaleVersionError as exc:
+                logger.warning("%s; %s-%d keeps its leader", exc, topic, partition)
+                continue
+            update = PartitionUpdate(topic, partition, new, known.replicas, version)
+            self._view[(topic, partition)] = update
+            updates.append(update)
+            logger.info(
+                "preferred replica %d leads %s-%d again (epoch %d; %s)",
+                preferred,
+                topic,
+                partition,
+                new.leader_epoch,
+                why,
+            )
+        self._tell_replicas(updates)
         if updates:
             self._publish(MetadataUpdate(updates, list(self._live.values())))
 

@@ -18,7 +18,6 @@ beyond the queue, which is thread-safe too.
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import queue
 from collections.abc import Callable, Mapping, Sequence
@@ -339,16 +338,35 @@ class ZkClient:
             found = self.get(path)
             if found is not None:
                 try:
-                    listed = json.loads(found[0])["partitions"]
-                    changed.update((str(p["topic"]), int(p["partition"])) for p in listed)
-                except (ValueError, KeyError, TypeError) as exc:
-                    logger.warning("ignoring malformed ISR change notification %s: %s", path, exc)
+                    changed.update(layout.decode_partition_list(path, found[0]))
+                except layout.LayoutError as exc:
+                    logger.warning("ignoring an ISR change notification: %s", exc)
             self.delete_recursive(path)
         return sorted(changed)
 
     def notify_isr_change(self, partitions: Sequence[tuple[str, int]]) -> None:
         """A sequential ``isr_change_`` znode listing partitions whose ISR changed."""
-        data = json.dumps(
-            {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]}
-        ).encode("utf-8")
+        data = layout.encode_partition_list(partitions)
         self._call(self._kazoo.create, layout.ISR_CHANGE_PREFIX, data, sequence=True, makepath=True)
+
+    # -- /admin/preferred_replica_election ------------------------------------------
+
+    def request_preferred_election(self, partitions: Sequence[tuple[str, int]]) -> bool:
+        """Ask the controller to hand these partitions to their preferred replicas;
+        False while an earlier request is still pending."""
+        return self._create(
+            layout.PREFERRED_REPLICA_ELECTION, layout.encode_partition_list(partitions)
+        )
+
+    def take_preferred_election(self) -> list[tuple[str, int]] | None:
+        """The pending request's partitions (the znode is then deleted), or None."""
+        path = layout.PREFERRED_REPLICA_ELECTION
+        found = self.get(path)
+        if found is None:
+            return None
+        self.delete_recursive(path)
+        try:
+            return layout.decode_partition_list(path, found[0])
+        except layout.LayoutError as exc:
+            logger.warning("ignoring a preferred replica election request: %s", exc)
+            return []

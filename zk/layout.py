@@ -304,6 +304,23 @@ def decode_controller_epoch(raw: bytes) -> int:
         raise LayoutError(f"znode {CONTROLLER_EPOCH} holds {raw!r}, not a number") from None
 
 
+# -- partition lists: /admin/preferred_replica_election, isr_change_<seq> ---------
+
+
+def encode_partition_list(partitions: Sequence[tuple[str, int]]) -> bytes:
+    return _dump(
+        {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]}
+    )
+
+
+def decode_partition_list(path: str, raw: bytes) -> list[tuple[str, int]]:
+    listed = _field(path, _load(path, raw), "partitions")
+    try:
+        return [(str(p["topic"]), int(p["partition"])) for p in listed]
+    except (KeyError, TypeError, ValueError):
+        raise LayoutError(f"znode {path} lists partitions without topic and partition") from None
+
+
 # -- /config/topics/<topic> ---------------------------------------------------
 
 

@@ -95,6 +95,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The request's leader epoch is older than the broker's."""
     UNKNOWN_LEADER_EPOCH: _ErrorCode.ValueType  # 75
     """The request's leader epoch is newer than the broker's."""
+    PREFERRED_LEADER_NOT_AVAILABLE: _ErrorCode.ValueType  # 80
+    """The preferred replica cannot lead now (not alive, or not in the ISR)."""
+    ELECTION_NOT_NEEDED: _ErrorCode.ValueType  # 84
+    """The preferred replica leads already: nothing to elect."""
     INVALID_RECORD: _ErrorCode.ValueType  # 87
     """A record failed validation (e.g. a null key for a compacted topic)."""
 
@@ -159,6 +163,10 @@ FENCED_LEADER_EPOCH: ErrorCode.ValueType  # 74
 """The request's leader epoch is older than the broker's."""
 UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 75
 """The request's leader epoch is newer than the broker's."""
+PREFERRED_LEADER_NOT_AVAILABLE: ErrorCode.ValueType  # 80
+"""The preferred replica cannot lead now (not alive, or not in the ISR)."""
+ELECTION_NOT_NEEDED: ErrorCode.ValueType  # 84
+"""The preferred replica leads already: nothing to elect."""
 INVALID_RECORD: ErrorCode.ValueType  # 87
 """A record failed validation (e.g. a null key for a compacted topic)."""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
@@ -1200,6 +1208,118 @@ class CreatePartitionsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreatePartitionsResponse: _TypeAlias = CreatePartitionsResponse  # noqa: Y015
+
+@_typing.final
+class ElectLeadersRequest(_message.Message):
+    """Hand leadership back to each partition's preferred replica, the first of its
+    assignment (kafka-leader-election.sh --election-type preferred).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_PARTITIONS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    timeout_ms: _builtins.int
+    """How long to wait for the elections, in milliseconds."""
+    @_builtins.property
+    def topic_partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
+        """Partitions to elect for; none means every partition of every topic."""
+
+    def __init__(
+        self,
+        *,
+        topic_partitions: _abc.Iterable[Global___TopicPartitions] | None = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["timeout_ms", b"timeout_ms", "topic_partitions", b"topic_partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ElectLeadersRequest: _TypeAlias = ElectLeadersRequest  # noqa: Y015
+
+@_typing.final
+class TopicPartitions(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """Topic name."""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Partition indexes; none means every partition of the topic."""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicPartitions: _TypeAlias = TopicPartitions  # noqa: Y015
+
+@_typing.final
+class ElectLeadersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ElectionResult]:
+        """One result per partition asked about."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___ElectionResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ElectLeadersResponse: _TypeAlias = ElectLeadersResponse  # noqa: Y015
+
+@_typing.final
+class ElectionResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """Topic name."""
+    partition: _builtins.int
+    """Partition index."""
+    error: Global___ErrorCode.ValueType
+    """NONE (elected), ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE,
+    UNKNOWN_TOPIC_OR_PARTITION or REQUEST_TIMED_OUT.
+    """
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ElectionResult: _TypeAlias = ElectionResult  # noqa: Y015
 
 @_typing.final
 class OffsetsForLeaderEpochRequest(_message.Message):

@@ -75,6 +75,11 @@ class AnnalStub:
                 request_serializer=annal_dot_v1_dot_annal__pb2.OffsetsForLeaderEpochRequest.SerializeToString,
                 response_deserializer=annal_dot_v1_dot_annal__pb2.OffsetsForLeaderEpochResponse.FromString,
                 _registered_method=True)
+        self.ElectLeaders = channel.unary_unary(
+                '/annal.v1.Annal/ElectLeaders',
+                request_serializer=annal_dot_v1_dot_annal__pb2.ElectLeadersRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.ElectLeadersResponse.FromString,
+                _registered_method=True)
 
 
 class AnnalServicer:
@@ -137,6 +142,13 @@ class AnnalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ElectLeaders(self, request, context):
+        """Move leaderships back to preferred replicas.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnnalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -179,6 +191,11 @@ def add_AnnalServicer_to_server(servicer, server):
                     servicer.OffsetsForLeaderEpoch,
                     request_deserializer=annal_dot_v1_dot_annal__pb2.OffsetsForLeaderEpochRequest.FromString,
                     response_serializer=annal_dot_v1_dot_annal__pb2.OffsetsForLeaderEpochResponse.SerializeToString,
+            ),
+            'ElectLeaders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ElectLeaders,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.ElectLeadersRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.ElectLeadersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -398,6 +415,33 @@ class Annal:
             '/annal.v1.Annal/OffsetsForLeaderEpoch',
             annal_dot_v1_dot_annal__pb2.OffsetsForLeaderEpochRequest.SerializeToString,
             annal_dot_v1_dot_annal__pb2.OffsetsForLeaderEpochResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ElectLeaders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/ElectLeaders',
+            annal_dot_v1_dot_annal__pb2.ElectLeadersRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.ElectLeadersResponse.FromString,
             options,
             channel_credentials,
             insecure,

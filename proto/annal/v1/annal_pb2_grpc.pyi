@@ -61,6 +61,8 @@ class AnnalStub:
     """Add partitions to topics."""
     OffsetsForLeaderEpoch: _grpc.UnaryUnaryMultiCallable[_annal_pb2.OffsetsForLeaderEpochRequest, _annal_pb2.OffsetsForLeaderEpochResponse]
     """End offsets of leader epochs, for follower truncation."""
+    ElectLeaders: _grpc.UnaryUnaryMultiCallable[_annal_pb2.ElectLeadersRequest, _annal_pb2.ElectLeadersResponse]
+    """Move leaderships back to preferred replicas."""
 
 @_typing.type_check_only
 class AnnalAsyncStub(AnnalStub):
@@ -83,6 +85,8 @@ class AnnalAsyncStub(AnnalStub):
     """Add partitions to topics."""
     OffsetsForLeaderEpoch: _aio.UnaryUnaryMultiCallable[_annal_pb2.OffsetsForLeaderEpochRequest, _annal_pb2.OffsetsForLeaderEpochResponse]  # type: ignore[assignment]
     """End offsets of leader epochs, for follower truncation."""
+    ElectLeaders: _aio.UnaryUnaryMultiCallable[_annal_pb2.ElectLeadersRequest, _annal_pb2.ElectLeadersResponse]  # type: ignore[assignment]
+    """Move leaderships back to preferred replicas."""
 
 class AnnalServicer(metaclass=_abc_1.ABCMeta):
     """What clients call."""
@@ -150,6 +154,14 @@ class AnnalServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_annal_pb2.OffsetsForLeaderEpochResponse, _abc.Awaitable[_annal_pb2.OffsetsForLeaderEpochResponse]]:
         """End offsets of leader epochs, for follower truncation."""
+
+    @_abc_1.abstractmethod
+    def ElectLeaders(
+        self,
+        request: _annal_pb2.ElectLeadersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.ElectLeadersResponse, _abc.Awaitable[_annal_pb2.ElectLeadersResponse]]:
+        """Move leaderships back to preferred replicas."""
 
 def add_AnnalServicer_to_server(servicer: AnnalServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
