@@ -47,9 +47,10 @@ class TopicInfo:
 
 
 @dataclass(frozen=True, slots=True, order=True)
-class ElectionOutcome:
-    """One partition's preferred leader election: ``error`` is NONE (elected),
-    ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE, ..."""
+class PartitionOutcome:
+    """One partition's answer to an election or a reassignment: ``error`` is NONE
+    (elected, or started) or Kafka's error name (ELECTION_NOT_NEEDED,
+    PREFERRED_LEADER_NOT_AVAILABLE, INVALID_REPLICA_ASSIGNMENT, ...)."""
 
     topic: str
     partition: int  # -1 for an unknown topic named without partitions
@@ -156,7 +157,7 @@ class AdminClient:
 
     def elect_preferred_leaders(
         self, partitions: Mapping[str, Sequence[int]] | None = None
-    ) -> list[ElectionOutcome]:
+    ) -> list[PartitionOutcome]:
         """Hand leadership back to preferred replicas: of ``partitions`` (topic →
         partition indexes; none listed means all of the topic), or of every
         partition.  One outcome per partition, sorted; ``error`` NONE when elected."""
@@ -169,7 +170,24 @@ class AdminClient:
         )
         response = self._call("ElectLeaders", request)
         return sorted(
-            ElectionOutcome(r.topic, r.partition, pb.ErrorCode.Name(r.error), r.error_message)
+            PartitionOutcome(r.topic, r.partition, pb.ErrorCode.Name(r.error), r.error_message)
+            for r in response.results
+        )
+
+    def reassign_partitions(
+        self, targets: Mapping[tuple[str, int], Sequence[int]]
+    ) -> list[PartitionOutcome]:
+        """Start moving each (topic, partition) to its target replicas (preferred
+        leader first); one outcome per partition, ``error`` NONE when started."""
+        request = pb.AlterPartitionReassignmentsRequest(
+            partitions=[
+                pb.ReassignablePartition(topic=t, partition=p, replicas=list(r))
+                for (t, p), r in sorted(targets.items())
+            ]
+        )
+        response = self._call("AlterPartitionReassignments", request)
+        return sorted(
+            PartitionOutcome(r.topic, r.partition, pb.ErrorCode.Name(r.error), r.error_message)
             for r in response.results
         )
 

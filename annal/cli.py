@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         dumplog,
         electioncmd,
         perfcmd,
+        reassigncmd,
         topicscmd,
         verifiablecmd,
     )
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     clustercmd.add_parser(commands)
     topicscmd.add_parser(commands)
     electioncmd.add_parser(commands)
+    reassigncmd.add_parser(commands)
     consolecmd.add_parsers(commands)
     verifiablecmd.add_parsers(commands)
     perfcmd.add_parser(commands)

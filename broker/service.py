@@ -385,6 +385,33 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
             ]
         )
 
+    def AlterPartitionReassignments(
+        self, request: pb.AlterPartitionReassignmentsRequest, context: grpc.ServicerContext
+    ) -> pb.AlterPartitionReassignmentsResponse:
+        """Checks each target and writes ``/admin/reassign_partitions`` for the
+        controller; answers at once (a move takes as long as copying the data)."""
+        cache = self._broker.metadata.snapshot()
+        results: list[pb.ReassignmentResult] = []
+        targets: dict[tuple[str, int], tuple[int, ...]] = {}
+        for wanted in request.partitions:
+            error, message = _check_reassignment(cache, wanted)
+            if error == pb.NONE:
+                targets[(wanted.topic, wanted.partition)] = tuple(wanted.replicas)
+            results.append(
+                pb.ReassignmentResult(
+                    topic=wanted.topic,
+                    partition=wanted.partition,
+                    error=error,
+                    error_message=message,
+                )
+            )
+        if targets and not self._broker.zk.request_reassignments(targets):
+            for result in results:
+                if result.error == pb.NONE:
+                    result.error = pb.REASSIGNMENT_IN_PROGRESS
+                    result.error_message = "another reassignment is still running"
+        return pb.AlterPartitionReassignmentsResponse(results=results)
+
     def _request_preferred_election(
         self, partitions: list[tuple[str, int]], deadline: float
     ) -> None:
@@ -524,3 +551,20 @@ def _preferred_verdict(
             f"the preferred replica {preferred} is not in the ISR {list(view.isr)}",
         )
     return None
+
+
+def _check_reassignment(
+    cache: MetadataSnapshot, wanted: pb.ReassignablePartition
+) -> tuple[pb.ErrorCode.ValueType, str]:
+    name = f"{wanted.topic}-{wanted.partition}"
+    if cache.topics.get(wanted.topic, {}).get(wanted.partition) is None:
+        return pb.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {name}"
+    replicas = list(wanted.replicas)
+    if not replicas:
+        return pb.INVALID_REPLICA_ASSIGNMENT, f"no replicas given for {name}"
+    if len(set(replicas)) != len(replicas):
+        return pb.INVALID_REPLICA_ASSIGNMENT, f"replicas {replicas} of {name} repeat a broker"
+    absent = sorted(set(replicas) - set(cache.brokers))
+    if absent:
+        return pb.INVALID_REPLICA_ASSIGNMENT, f"brokers {absent} for {name} are not alive"
+    return pb.NONE, ""

@@ -47,14 +47,14 @@ import enum
 import logging
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 
 from annal.zk import layout
 from annal.zk.client import StaleVersionError, ZkClient, ZkError
-from annal.zk.layout import BrokerRegistration, PartitionState
+from annal.zk.layout import BrokerRegistration, PartitionState, TopicAssignment
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from .election import PartitionState as State
@@ -70,6 +70,7 @@ class Event(enum.Enum):
     TOPIC_DELETION = "topic-deletion"
     ISR_CHANGE = "isr-change"
     PREFERRED_ELECTION = "preferred-election"
+    REASSIGNMENT = "reassignment"
     AUTO_REBALANCE = "auto-rebalance"
     CONTROLLED_SHUTDOWN = "controlled-shutdown"
     SHUTDOWN = "shutdown"
@@ -215,6 +216,10 @@ class Controller:
         if data is not None:
             self._events.put(Event.PREFERRED_ELECTION)
 
+    def _on_reassignment(self, data: bytes | None, stat: object) -> None:
+        if data is not None:
+            self._events.put(Event.REASSIGNMENT)
+
     def _on_topic_data(self, topic: str, data: bytes | None, stat: object) -> None:
         if topic not in self._armed:  # the call made when the watch is set
             self._armed.add(topic)
@@ -252,6 +257,8 @@ class Controller:
             self.handle_preferred_election()
         elif event is Event.AUTO_REBALANCE:
             self.handle_auto_rebalance()
+        elif event is Event.REASSIGNMENT:
+            self.handle_reassignment()
         elif event is Event.CONTROLLED_SHUTDOWN:
             self.handle_controlled_shutdown()
 
@@ -287,9 +294,13 @@ class Controller:
                     self.zk.kazoo, layout.PREFERRED_REPLICA_ELECTION, self._on_preferred_election
                 )
             )
+            self._watches.append(
+                DataWatch(self.zk.kazoo, layout.REASSIGN_PARTITIONS, self._on_reassignment)
+            )
         topics = self.zk.get_topics()
         self._watch_topics(topics)
         self._bring_online(topics, resend=True, full=True)
+        self.handle_reassignment()
 
     def _watch_topics(self, topics: Sequence[str]) -> None:
         for topic in topics:
@@ -366,6 +377,98 @@ class Controller:
             updates.append(update)
         if updates:
             self._publish(MetadataUpdate(updates, list(self._live.values())))
+        self.handle_reassignment()  # new replicas joining an ISR move reassignments on
+
+    def handle_reassignment(self) -> None:
+        """Move each requested partition one step further (Kafka's ZooKeeper-era
+        reassignment): first the replica list becomes old + new and the new
+        replicas start copying; once every target replica is in the ISR the
+        leader moves if it must, the list becomes the target, the replicas
+        dropped stop and delete their logs, and the request forgets the
+        partition.  Runs on the request, on ISR changes, and on taking office."""
+        found = self.zk.get_reassignments()
+        if found is None:
+            return
+        targets, _ = found
+        done = []
+        for (topic, partition), target in targets.items():
+            try:
+                if self._reassign(topic, partition, target):
+                    done.append((topic, partition))
+            except StaleVersionError as exc:  # a leader wrote meanwhile: its notice retries
+                logger.info("reassignment of %s-%d waits: %s", topic, partition, exc)
+        if done:
+            self.zk.finish_reassignments(done)
+
+    def _reassign(self, topic: str, partition: int, target: tuple[int, ...]) -> bool:
+        """One step for one partition; True once it is finished (or cannot start)."""
+        found = self.zk.get_topic_assignment(topic)
+        current = self.zk.get_partition_state(topic, partition)
+        if found is None or partition not in found[0].partitions or not target:
+            logger.warning("reassignment of %s-%d dropped: no such partition", topic, partition)
+            return True
+        if current is None:
+            return False  # not online yet
+        assignment, assignment_version = found
+        replicas = tuple(assignment.partitions[partition])
+        adding = tuple(assignment.adding_replicas.get(partition, ()))
+        original = tuple(r for r in replicas if r not in adding)
+        state, version = current
+        if replicas == target and not adding:
+            return True
+        expanded = (*target, *(r for r in original if r not in target))
+        if replicas != expanded:
+            # The leader epoch moves first, so the replicas hear of the new list;
+            # a failure in between repeats both writes on the next step.
+            new = PartitionState(state.leader, state.leader_epoch + 1, state.isr, self.epoch)
+            version = self.zk.update_partition_state(topic, partition, new, version)
+            assignment = _with_partition(
+                assignment,
+                partition,
+                expanded,
+                tuple(r for r in target if r not in original),
+                tuple(r for r in original if r not in target),
+            )
+            self.zk.update_topic_assignment(topic, assignment, assignment_version)
+            logger.info(
+                "reassigning %s-%d: %s -> %s; new replicas copying", topic, partition,
+                list(original), list(target),
+            )  # fmt: skip
+            self._announce(PartitionUpdate(topic, partition, new, expanded, version))
+            return False
+        if not set(target) <= set(state.isr):
+            return False  # the new replicas are still catching up
+        candidates = set(self._live) - self._shutting_down
+        leader = state.leader
+        if leader not in target or leader not in candidates:
+            leader = next((r for r in target if r in candidates and r in state.isr), -1)
+            if leader < 0:
+                return False
+        isr = tuple(r for r in state.isr if r in target)
+        new = PartitionState(leader, state.leader_epoch + 1, isr, self.epoch)
+        version = self.zk.update_partition_state(topic, partition, new, version)
+        self.zk.update_topic_assignment(
+            topic, _with_partition(assignment, partition, target, (), ()), assignment_version
+        )
+        logger.info(
+            "reassigned %s-%d to %s (leader %d, epoch %d)", topic, partition, list(target),
+            leader, new.leader_epoch,
+        )  # fmt: skip
+        self._announce(PartitionUpdate(topic, partition, new, target, version))
+        dropped = [r for r in original if r not in target]
+        for broker_id in dropped:
+            broker = self._live.get(broker_id)
+            if broker is not None:
+                self._send(
+                    partial(self._send_stop_replica, broker, self.epoch, [(topic, partition)], True)
+                )
+        return True
+
+    def _announce(self, update: PartitionUpdate) -> None:
+        """A partition changed: its replicas, then every broker's cache, are told."""
+        self._view[(update.topic, update.partition)] = update
+        self._tell_replicas([update])
+        self._publish(MetadataUpdate([update], list(self._live.values())))
 
     def handle_preferred_election(self) -> None:
         """An admin asked (``/admin/preferred_replica_election``)."""
@@ -644,3 +747,26 @@ class Controller:
             call()
         except Exception as exc:  # one unreachable broker must not stop the loop
             logger.warning("controller request failed: %s", exc)
+
+
+def _with_partition(
+    assignment: TopicAssignment,
+    partition: int,
+    replicas: Sequence[int],
+    adding: Sequence[int],
+    removing: Sequence[int],
+) -> TopicAssignment:
+    """``assignment`` with one partition's replicas (and its adding/removing lists,
+    dropped when empty) replaced."""
+
+    def put(m: Mapping[int, Sequence[int]], value: Sequence[int]) -> dict[int, Sequence[int]]:
+        out = {p: r for p, r in m.items() if p != partition}
+        if value:
+            out[partition] = tuple(value)
+        return out
+
+    return TopicAssignment(
+        put(assignment.partitions, replicas),
+        put(assignment.adding_replicas, adding),
+        put(assignment.removing_replicas, removing),
+    )

@@ -370,3 +370,40 @@ class ZkClient:
         except layout.LayoutError as exc:
             logger.warning("ignoring a preferred replica election request: %s", exc)
             return []
+
+    # -- /admin/reassign_partitions -------------------------------------------------
+
+    def request_reassignments(self, targets: Mapping[tuple[str, int], Sequence[int]]) -> bool:
+        """Ask the controller to move partitions; False while a reassignment runs."""
+        return self._create(layout.REASSIGN_PARTITIONS, layout.encode_reassignments(targets))
+
+    def get_reassignments(self) -> tuple[dict[tuple[str, int], tuple[int, ...]], int] | None:
+        """The reassignments still running (partition → target replicas) and the
+        znode version, or None when none is."""
+        found = self.get(layout.REASSIGN_PARTITIONS)
+        if found is None:
+            return None
+        try:
+            return layout.decode_reassignments(found[0]), found[1]
+        except layout.LayoutError as exc:
+            logger.warning("ignoring a partition reassignment request: %s", exc)
+            return {}, found[1]
+
+    def finish_reassignments(self, done: Sequence[tuple[str, int]]) -> None:
+        """Drop finished partitions from the request; delete it once empty."""
+        while True:
+            found = self.get_reassignments()
+            if found is None:
+                return
+            targets, version = found
+            remaining = {k: v for k, v in targets.items() if k not in done}
+            if not remaining:
+                self.delete_recursive(layout.REASSIGN_PARTITIONS)
+                return
+            try:
+                self._set_versioned(
+                    layout.REASSIGN_PARTITIONS, layout.encode_reassignments(remaining), version
+                )
+                return
+            except StaleVersionError:
+                continue  # rewritten meanwhile: read again

@@ -321,6 +321,35 @@ def decode_partition_list(path: str, raw: bytes) -> list[tuple[str, int]]:
         raise LayoutError(f"znode {path} lists partitions without topic and partition") from None
 
 
+# -- /admin/reassign_partitions --------------------------------------------------
+
+
+def encode_reassignments(targets: Mapping[tuple[str, int], Sequence[int]]) -> bytes:
+    return _dump(
+        {
+            "version": 1,
+            "partitions": [
+                {"topic": t, "partition": p, "replicas": list(r)}
+                for (t, p), r in sorted(targets.items())
+            ],
+        }
+    )
+
+
+def decode_reassignments(raw: bytes) -> dict[tuple[str, int], tuple[int, ...]]:
+    path = REASSIGN_PARTITIONS
+    listed = _field(path, _load(path, raw), "partitions")
+    try:
+        return {
+            (str(p["topic"]), int(p["partition"])): tuple(int(b) for b in p["replicas"])
+            for p in listed
+        }
+    except (KeyError, TypeError, ValueError):
+        raise LayoutError(
+            f"znode {path} lists partitions without topic, partition and replicas"
+        ) from None
+
+
 # -- /config/topics/<topic> ---------------------------------------------------
 
 

@@ -95,6 +95,8 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The request's leader epoch is older than the broker's."""
     UNKNOWN_LEADER_EPOCH: _ErrorCode.ValueType  # 75
     """The request's leader epoch is newer than the broker's."""
+    REASSIGNMENT_IN_PROGRESS: _ErrorCode.ValueType  # 60
+    """A partition reassignment is running already; wait for it to finish."""
     PREFERRED_LEADER_NOT_AVAILABLE: _ErrorCode.ValueType  # 80
     """The preferred replica cannot lead now (not alive, or not in the ISR)."""
     ELECTION_NOT_NEEDED: _ErrorCode.ValueType  # 84
@@ -163,6 +165,8 @@ FENCED_LEADER_EPOCH: ErrorCode.ValueType  # 74
 """The request's leader epoch is older than the broker's."""
 UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 75
 """The request's leader epoch is newer than the broker's."""
+REASSIGNMENT_IN_PROGRESS: ErrorCode.ValueType  # 60
+"""A partition reassignment is running already; wait for it to finish."""
 PREFERRED_LEADER_NOT_AVAILABLE: ErrorCode.ValueType  # 80
 """The preferred replica cannot lead now (not alive, or not in the ISR)."""
 ELECTION_NOT_NEEDED: ErrorCode.ValueType  # 84
@@ -1320,6 +1324,118 @@ class ElectionResult(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ElectionResult: _TypeAlias = ElectionResult  # noqa: Y015
+
+@_typing.final
+class AlterPartitionReassignmentsRequest(_message.Message):
+    """Move partitions to other brokers (kafka-reassign-partitions.sh --execute): the new
+    replicas copy the log, join the ISR, then the old ones are dropped.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReassignablePartition]:
+        """Each partition's new replica list, preferred leader first."""
+
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[Global___ReassignablePartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterPartitionReassignmentsRequest: _TypeAlias = AlterPartitionReassignmentsRequest  # noqa: Y015
+
+@_typing.final
+class ReassignablePartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """Topic name."""
+    partition: _builtins.int
+    """Partition index."""
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The replicas the partition should end up on."""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        replicas: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "replicas", b"replicas", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReassignablePartition: _TypeAlias = ReassignablePartition  # noqa: Y015
+
+@_typing.final
+class AlterPartitionReassignmentsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReassignmentResult]:
+        """One result per partition asked about."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___ReassignmentResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterPartitionReassignmentsResponse: _TypeAlias = AlterPartitionReassignmentsResponse  # noqa: Y015
+
+@_typing.final
+class ReassignmentResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """Topic name."""
+    partition: _builtins.int
+    """Partition index."""
+    error: Global___ErrorCode.ValueType
+    """NONE (started), UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT or
+    REASSIGNMENT_IN_PROGRESS.
+    """
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReassignmentResult: _TypeAlias = ReassignmentResult  # noqa: Y015
 
 @_typing.final
 class OffsetsForLeaderEpochRequest(_message.Message):

@@ -80,6 +80,11 @@ class AnnalStub:
                 request_serializer=annal_dot_v1_dot_annal__pb2.ElectLeadersRequest.SerializeToString,
                 response_deserializer=annal_dot_v1_dot_annal__pb2.ElectLeadersResponse.FromString,
                 _registered_method=True)
+        self.AlterPartitionReassignments = channel.unary_unary(
+                '/annal.v1.Annal/AlterPartitionReassignments',
+                request_serializer=annal_dot_v1_dot_annal__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.AlterPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
 
 
 class AnnalServicer:
@@ -149,6 +154,13 @@ class AnnalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterPartitionReassignments(self, request, context):
+        """Start moving partitions to other brokers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnnalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -196,6 +208,11 @@ def add_AnnalServicer_to_server(servicer, server):
                     servicer.ElectLeaders,
                     request_deserializer=annal_dot_v1_dot_annal__pb2.ElectLeadersRequest.FromString,
                     response_serializer=annal_dot_v1_dot_annal__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'AlterPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartitionReassignments,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.AlterPartitionReassignmentsRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.AlterPartitionReassignmentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -442,6 +459,33 @@ class Annal:
             '/annal.v1.Annal/ElectLeaders',
             annal_dot_v1_dot_annal__pb2.ElectLeadersRequest.SerializeToString,
             annal_dot_v1_dot_annal__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/AlterPartitionReassignments',
+            annal_dot_v1_dot_annal__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.AlterPartitionReassignmentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -63,6 +63,8 @@ class AnnalStub:
     """End offsets of leader epochs, for follower truncation."""
     ElectLeaders: _grpc.UnaryUnaryMultiCallable[_annal_pb2.ElectLeadersRequest, _annal_pb2.ElectLeadersResponse]
     """Move leaderships back to preferred replicas."""
+    AlterPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_annal_pb2.AlterPartitionReassignmentsRequest, _annal_pb2.AlterPartitionReassignmentsResponse]
+    """Start moving partitions to other brokers."""
 
 @_typing.type_check_only
 class AnnalAsyncStub(AnnalStub):
@@ -87,6 +89,8 @@ class AnnalAsyncStub(AnnalStub):
     """End offsets of leader epochs, for follower truncation."""
     ElectLeaders: _aio.UnaryUnaryMultiCallable[_annal_pb2.ElectLeadersRequest, _annal_pb2.ElectLeadersResponse]  # type: ignore[assignment]
     """Move leaderships back to preferred replicas."""
+    AlterPartitionReassignments: _aio.UnaryUnaryMultiCallable[_annal_pb2.AlterPartitionReassignmentsRequest, _annal_pb2.AlterPartitionReassignmentsResponse]  # type: ignore[assignment]
+    """Start moving partitions to other brokers."""
 
 class AnnalServicer(metaclass=_abc_1.ABCMeta):
     """What clients call."""
@@ -162,6 +166,14 @@ class AnnalServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_annal_pb2.ElectLeadersResponse, _abc.Awaitable[_annal_pb2.ElectLeadersResponse]]:
         """Move leaderships back to preferred replicas."""
+
+    @_abc_1.abstractmethod
+    def AlterPartitionReassignments(
+        self,
+        request: _annal_pb2.AlterPartitionReassignmentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.AlterPartitionReassignmentsResponse, _abc.Awaitable[_annal_pb2.AlterPartitionReassignmentsResponse]]:
+        """Start moving partitions to other brokers."""
 
 def add_AnnalServicer_to_server(servicer: AnnalServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
