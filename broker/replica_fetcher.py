@@ -19,9 +19,11 @@ range restarts the copy at the leader's log start (the follower fell behind
 retention) or cuts back to the leader's log end.
 
 Errors.  A partition whose leader answers NOT_LEADER_OR_FOLLOWER, a fenced
-epoch or another error waits ``replica.fetch.backoff.ms`` before it is fetched
-again (the controller's next LeaderAndIsr usually replaces it first); a leader
-that cannot be reached holds up its whole thread for that backoff.
+epoch or another error is asked again after 50 ms the first time (the leader
+may not have had its own LeaderAndIsr yet), then every
+``replica.fetch.backoff.ms`` (the controller's next LeaderAndIsr usually
+replaces it first); a leader that cannot be reached holds up its whole thread
+for that backoff.
 
 Thread safety: ``self._cond`` guards each fetcher's partition map, and
 fetched data is stored while holding it, so ``remove`` returns only once no
@@ -232,8 +234,12 @@ class _FetcherThread:
         return self._partitions.get(tp) is follow
 
     def _delay(self, tp: TopicPartition, follow: _Follow, error: str, detail: str) -> None:
-        follow.delayed_until = time.monotonic() + self.settings.backoff_ms / 1000
-        follow.errors[error] = follow.errors.get(error, 0) + 1
+        seen = follow.errors.get(error, 0)
+        # A first refusal is usually the leader not having its own LeaderAndIsr
+        # yet (the controller tells brokers one by one): ask again soon.
+        backoff_ms = self.settings.backoff_ms if seen else min(self.settings.backoff_ms, 50)
+        follow.delayed_until = time.monotonic() + backoff_ms / 1000
+        follow.errors[error] = seen + 1
         if follow.errors[error] == 1:
             logger.warning("fetch of %s from leader %d: %s %s", tp, self.leader, error, detail)
 

@@ -19,6 +19,7 @@ def test_cluster_demo(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verified: every record read back once, byte for byte" in result.stdout
+    assert "verified after the crash: every record still there" in result.stdout
     assert "cluster down" in result.stdout
 
 
