@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
 from annal.v1 import annal_pb2 as pb
@@ -54,6 +55,17 @@ class PartitionOutcome:
 
     topic: str
     partition: int  # -1 for an unknown topic named without partitions
+    error: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DeletedRecords:
+    """One partition's DeleteRecords answer."""
+
+    topic: str
+    partition: int
+    low_watermark: int  # the log start offset afterwards; -1 on an error
     error: str
     message: str
 
@@ -190,6 +202,60 @@ class AdminClient:
             PartitionOutcome(r.topic, r.partition, pb.ErrorCode.Name(r.error), r.error_message)
             for r in response.results
         )
+
+    def delete_records(self, offsets: Mapping[tuple[str, int], int]) -> list[DeletedRecords]:
+        """Delete the records of each (topic, partition) before its offset (-1: the
+        high watermark), through each partition's leader.  One result per
+        partition, sorted; ``error`` NONE with the new ``low_watermark``."""
+        self._refresh(sorted({t for t, _ in offsets}))
+        results: list[DeletedRecords] = []
+        retry: dict[tuple[str, int], int] = {}
+        for attempt in range(2):
+            by_leader: dict[str, list[pb.DeleteRecordsPartition]] = {}
+            for (topic, partition), offset in sorted((retry or offsets).items()):
+                leader = self.cluster.leaders.get((topic, partition))
+                if leader is None:
+                    results.append(
+                        DeletedRecords(
+                            topic, partition, -1, "UNKNOWN_TOPIC_OR_PARTITION",
+                            f"no live leader known for {topic}-{partition}",
+                        )
+                    )  # fmt: skip
+                    continue
+                by_leader.setdefault(leader, []).append(
+                    pb.DeleteRecordsPartition(topic=topic, partition=partition, offset=offset)
+                )
+            retry = {}
+            for leader, wanted in by_leader.items():
+                request = pb.DeleteRecordsRequest(
+                    partitions=wanted, timeout_ms=int(self.timeout_s * 1000)
+                )
+                try:
+                    response = self.cluster.stub(leader).DeleteRecords(
+                        request, timeout=self.timeout_s
+                    )
+                except grpc.RpcError as exc:
+                    raise AdminError(exc.code().name, exc.details() or "") from None
+                for r in response.results:
+                    error = pb.ErrorCode.Name(r.error)
+                    if error == "NOT_LEADER_OR_FOLLOWER" and attempt == 0:
+                        retry[(r.topic, r.partition)] = offsets[(r.topic, r.partition)]
+                    else:
+                        results.append(
+                            DeletedRecords(
+                                r.topic, r.partition, r.low_watermark, error, r.error_message
+                            )
+                        )
+            if not retry:
+                break
+            self._refresh(sorted({t for t, _ in retry}))
+        return sorted(results)
+
+    def _refresh(self, topics: Sequence[str]) -> None:
+        try:
+            self.cluster.refresh(topics)
+        except ClientError as exc:
+            raise AdminError(exc.error, exc.message) from None
 
     def close(self) -> None:
         self.cluster.close()

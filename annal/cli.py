@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         brokercmd,
         clustercmd,
         consolecmd,
+        deleterecordscmd,
         dumplog,
         electioncmd,
         perfcmd,
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     topicscmd.add_parser(commands)
     electioncmd.add_parser(commands)
     reassigncmd.add_parser(commands)
+    deleterecordscmd.add_parser(commands)
     consolecmd.add_parsers(commands)
     verifiablecmd.add_parsers(commands)
     perfcmd.add_parser(commands)

@@ -73,6 +73,7 @@ class FollowerState:
     """What the leader knows of one follower (Kafka's Replica)."""
 
     log_end_offset: int = -1  # unknown until its first fetch under this leadership
+    log_start_offset: int = -1
     last_caught_up_ms: int = 0
     last_fetch_leader_end: int = -1
     last_fetch_ms: int = 0
@@ -172,6 +173,26 @@ class Partition:
             ):
                 self._write_isr((*self.isr, replica_id), write_isr, f"{replica_id} caught up")
             return self._maybe_increment_high_watermark()
+
+    def record_follower_log_start(self, replica_id: int, log_start: int) -> bool:
+        """A follower's fetch said where its log starts; True when that moved."""
+        with self._lock:
+            follower = self._followers.get(replica_id)
+            if follower is None or log_start <= follower.log_start_offset:
+                return False
+            follower.log_start_offset = log_start
+            return True
+
+    def low_watermark(self) -> int:
+        """The smallest log start offset of the leader and its in-sync followers
+        (-1 while one of them has not said)."""
+        with self._lock:
+            starts = [self.log.log_start_offset]
+            for replica in self.isr:
+                if replica != self.broker_id:
+                    follower = self._followers.get(replica)
+                    starts.append(-1 if follower is None else follower.log_start_offset)
+            return min(starts)
 
     def maybe_shrink_isr(self, max_lag_ms: int, write_isr: IsrWriter) -> bool:
         """Drop followers not caught up for ``max_lag_ms``.  True when the high

@@ -4,7 +4,8 @@ A broker that follows a partition asks the partition's leader for everything
 past its own log end, with its broker id as ``replica_id``, and stores what
 comes back with ``append_as_follower``: the leader's offsets, leader epochs and
 bytes, unchanged.  Its high watermark is the leader's, capped at its own log
-end.  One fetcher thread serves every partition this broker follows from one
+end, and its log start offset follows the leader's (records deleted there go
+here too).  One fetcher thread serves every partition this broker follows from one
 leader (``num.replica.fetchers`` of them per leader when set higher), so a
 round trip carries many partitions, as in Kafka's ReplicaFetcherThread.
 
@@ -374,6 +375,9 @@ class _FetcherThread:
             except StorageError as exc:
                 self._delay(tp, follow, exc.code, str(exc))
                 return
+        if log.log_start_offset < result.log_start_offset <= log.log_end_offset:
+            # the leader deleted records (DeleteRecords, retention): so does the copy
+            log.delete_records_before(result.log_start_offset)
         log.update_high_watermark(min(result.high_watermark, log.log_end_offset))
         follow.errors.clear()
 

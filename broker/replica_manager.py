@@ -251,6 +251,46 @@ class ReplicaManager:
             )
         return "NONE", ""
 
+    def delete_records(
+        self, tp: TopicPartition, offset: int, timeout_ms: int = 30_000
+    ) -> tuple[str, int, str]:
+        """Kafka's DeleteRecords on the leader: (error, low watermark, message).
+        ``offset`` -1 means the high watermark; above it is OFFSET_OUT_OF_RANGE.
+        Answers once the in-sync followers, told by their next fetch, have
+        moved their log starts too (REQUEST_TIMED_OUT after ``timeout_ms``)."""
+        partition = self.partition(tp)
+        if partition is None or not partition.is_leader:
+            error = self._not_leader_error(tp, partition)
+            return error, -1, f"broker {self.broker_id} does not lead {tp}"
+        log = partition.log
+        high_watermark = log.high_watermark
+        target = high_watermark if offset == -1 else offset
+        if not 0 <= target <= high_watermark:
+            return (
+                "OFFSET_OUT_OF_RANGE",
+                log.log_start_offset,
+                f"cannot delete records of {tp} before {offset}: the high watermark is "
+                f"{high_watermark}",
+            )
+        try:
+            log.delete_records_before(target)
+        except StorageError as exc:
+            return exc.code, log.log_start_offset, str(exc)
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        with self._appended:
+            self._appended.notify_all()  # followers' long polls answer with the new start
+            while partition.low_watermark() < target:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not partition.is_leader:
+                    return (
+                        "REQUEST_TIMED_OUT",
+                        max(partition.low_watermark(), -1),
+                        f"records of {tp} before {target} deleted on the leader; in-sync "
+                        f"followers had not followed within {timeout_ms} ms",
+                    )
+                self._appended.wait(remaining)
+        return "NONE", partition.low_watermark(), ""
+
     # -- the ISR ---------------------------------------------------------------------
 
     def start_isr_expiration(self) -> None:
@@ -285,6 +325,7 @@ class ReplicaManager:
         max_bytes: int,
         leader_epoch: int = -1,
         replica_id: int = -1,
+        follower_log_start: int = -1,
     ) -> ReadResult:
         """Batches from ``offset``: below the high watermark for consumers, up to the
         log end for a follower (``replica_id`` >= 0) copying the log."""
@@ -316,12 +357,13 @@ class ReplicaManager:
                 log_end_offset=log_end,
                 message=str(exc),
             )
-        if replica_id >= 0 and partition.record_follower_fetch(
-            replica_id, offset, log_end, self._write_isr
-        ):
-            high_watermark = log.high_watermark
-            with self._appended:  # acks=all producers and consumers waiting for it
-                self._appended.notify_all()
+        if replica_id >= 0:
+            moved = partition.record_follower_fetch(replica_id, offset, log_end, self._write_isr)
+            moved |= partition.record_follower_log_start(replica_id, follower_log_start)
+            if moved:
+                high_watermark = log.high_watermark
+                with self._appended:  # acks=all, consumers and DeleteRecords waiting
+                    self._appended.notify_all()
         return ReadResult("NONE", records, high_watermark, log.log_start_offset, log_end)
 
     def wait_for_data(self, ready: Callable[[], bool], max_wait_ms: int) -> None:

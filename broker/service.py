@@ -186,6 +186,7 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                     max(limit, 1),
                     p.current_leader_epoch if p.HasField("current_leader_epoch") else -1,
                     request.replica_id,
+                    p.log_start_offset,
                 )
                 records = result.records
                 budget = max(budget - len(records), 0)
@@ -213,6 +214,8 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                     return 1 << 30  # an error to report: answer now
                 log = partition.log
                 end = log.log_end_offset if request.replica_id >= 0 else log.high_watermark
+                if request.replica_id >= 0 and 0 <= p.log_start_offset < log.log_start_offset:
+                    total += max(request.min_bytes, 1)  # the follower must delete records too
                 if end > p.fetch_offset:
                     total += log.size  # an upper bound is enough to wake up
         return total
@@ -411,6 +414,26 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                     result.error = pb.REASSIGNMENT_IN_PROGRESS
                     result.error_message = "another reassignment is still running"
         return pb.AlterPartitionReassignmentsResponse(results=results)
+
+    def DeleteRecords(
+        self, request: pb.DeleteRecordsRequest, context: grpc.ServicerContext
+    ) -> pb.DeleteRecordsResponse:
+        response = pb.DeleteRecordsResponse()
+        for wanted in request.partitions:
+            tp = TopicPartition(wanted.topic, wanted.partition)
+            error, low_watermark, message = self._broker.replicas.delete_records(
+                tp, wanted.offset, request.timeout_ms or 30_000
+            )
+            response.results.append(
+                pb.DeleteRecordsResult(
+                    topic=wanted.topic,
+                    partition=wanted.partition,
+                    low_watermark=low_watermark,
+                    error=pb.ErrorCode.Value(error),
+                    error_message=message,
+                )
+            )
+        return response
 
     def _request_preferred_election(
         self, partitions: list[tuple[str, int]], deadline: float

@@ -323,15 +323,22 @@ class SimpleConsumer:
                     )
                 ],
             )
-            response = self.cluster.stub(self.leader(topic, partition)).ListOffsets(
-                request, timeout=self.timeout_s
-            )
-            result = response.topics[0].partitions[0]
-            error = pb.ErrorCode.Name(result.error)
-            if error == "NONE":
-                return int(result.offset)
-            if error not in RETRIABLE or attempt == self.retries:
-                raise ConsumerError(error, f"list offsets of {topic}-{partition}")
+            leader = self.leader(topic, partition)
+            try:
+                response = self.cluster.stub(leader).ListOffsets(request, timeout=self.timeout_s)
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise ConsumerError(exc.code().name, exc.details() or "") from None
+                error, detail = "BROKER_NOT_AVAILABLE", f"leader {leader} of {topic}-{partition}"
+            else:
+                result = response.topics[0].partitions[0]
+                error, detail = pb.ErrorCode.Name(result.error), ""
+                if error == "NONE":
+                    return int(result.offset)
+            if (error not in RETRIABLE and error != "BROKER_NOT_AVAILABLE") or (
+                attempt == self.retries
+            ):
+                raise ConsumerError(error, detail or f"list offsets of {topic}-{partition}")
             self.cluster.forget()
             time.sleep(min(0.05 * 2**attempt, 1.0))
         raise AssertionError("unreachable")

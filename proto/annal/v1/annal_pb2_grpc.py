@@ -80,6 +80,11 @@ class AnnalStub:
                 request_serializer=annal_dot_v1_dot_annal__pb2.ElectLeadersRequest.SerializeToString,
                 response_deserializer=annal_dot_v1_dot_annal__pb2.ElectLeadersResponse.FromString,
                 _registered_method=True)
+        self.DeleteRecords = channel.unary_unary(
+                '/annal.v1.Annal/DeleteRecords',
+                request_serializer=annal_dot_v1_dot_annal__pb2.DeleteRecordsRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.DeleteRecordsResponse.FromString,
+                _registered_method=True)
         self.AlterPartitionReassignments = channel.unary_unary(
                 '/annal.v1.Annal/AlterPartitionReassignments',
                 request_serializer=annal_dot_v1_dot_annal__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
@@ -154,6 +159,13 @@ class AnnalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteRecords(self, request, context):
+        """Delete records before offsets (on the partitions' leaders).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AlterPartitionReassignments(self, request, context):
         """Start moving partitions to other brokers.
         """
@@ -208,6 +220,11 @@ def add_AnnalServicer_to_server(servicer, server):
                     servicer.ElectLeaders,
                     request_deserializer=annal_dot_v1_dot_annal__pb2.ElectLeadersRequest.FromString,
                     response_serializer=annal_dot_v1_dot_annal__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'DeleteRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRecords,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.DeleteRecordsRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.DeleteRecordsResponse.SerializeToString,
             ),
             'AlterPartitionReassignments': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterPartitionReassignments,
@@ -459,6 +476,33 @@ class Annal:
             '/annal.v1.Annal/ElectLeaders',
             annal_dot_v1_dot_annal__pb2.ElectLeadersRequest.SerializeToString,
             annal_dot_v1_dot_annal__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/DeleteRecords',
+            annal_dot_v1_dot_annal__pb2.DeleteRecordsRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.DeleteRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -63,6 +63,8 @@ class AnnalStub:
     """End offsets of leader epochs, for follower truncation."""
     ElectLeaders: _grpc.UnaryUnaryMultiCallable[_annal_pb2.ElectLeadersRequest, _annal_pb2.ElectLeadersResponse]
     """Move leaderships back to preferred replicas."""
+    DeleteRecords: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DeleteRecordsRequest, _annal_pb2.DeleteRecordsResponse]
+    """Delete records before offsets (on the partitions' leaders)."""
     AlterPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_annal_pb2.AlterPartitionReassignmentsRequest, _annal_pb2.AlterPartitionReassignmentsResponse]
     """Start moving partitions to other brokers."""
 
@@ -89,6 +91,8 @@ class AnnalAsyncStub(AnnalStub):
     """End offsets of leader epochs, for follower truncation."""
     ElectLeaders: _aio.UnaryUnaryMultiCallable[_annal_pb2.ElectLeadersRequest, _annal_pb2.ElectLeadersResponse]  # type: ignore[assignment]
     """Move leaderships back to preferred replicas."""
+    DeleteRecords: _aio.UnaryUnaryMultiCallable[_annal_pb2.DeleteRecordsRequest, _annal_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
+    """Delete records before offsets (on the partitions' leaders)."""
     AlterPartitionReassignments: _aio.UnaryUnaryMultiCallable[_annal_pb2.AlterPartitionReassignmentsRequest, _annal_pb2.AlterPartitionReassignmentsResponse]  # type: ignore[assignment]
     """Start moving partitions to other brokers."""
 
@@ -166,6 +170,14 @@ class AnnalServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_annal_pb2.ElectLeadersResponse, _abc.Awaitable[_annal_pb2.ElectLeadersResponse]]:
         """Move leaderships back to preferred replicas."""
+
+    @_abc_1.abstractmethod
+    def DeleteRecords(
+        self,
+        request: _annal_pb2.DeleteRecordsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.DeleteRecordsResponse, _abc.Awaitable[_annal_pb2.DeleteRecordsResponse]]:
+        """Delete records before offsets (on the partitions' leaders)."""
 
     @_abc_1.abstractmethod
     def AlterPartitionReassignments(
