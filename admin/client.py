@@ -257,6 +257,31 @@ class AdminClient:
         except ClientError as exc:
             raise AdminError(exc.error, exc.message) from None
 
+    def describe_configs(
+        self, topic: str, include_defaults: bool = False
+    ) -> list[tuple[str, str, bool]]:
+        """(name, value, is_default) of the topic's overrides, or of every setting
+        with ``include_defaults``; sorted by name."""
+        request = pb.DescribeConfigsRequest(topics=[topic], include_defaults=include_defaults)
+        (result,) = self._call("DescribeConfigs", request).topics
+        if result.error != pb.NONE:
+            raise AdminError(pb.ErrorCode.Name(result.error), result.error_message)
+        return [(e.name, e.value, e.is_default) for e in result.entries]
+
+    def alter_configs(
+        self,
+        topic: str,
+        set_: Mapping[str, str] | None = None,
+        delete: Sequence[str] = (),
+        validate_only: bool = False,
+    ) -> None:
+        """Set and delete overrides of a topic; the hosting brokers apply them."""
+        change = pb.TopicConfigChange(name=topic, set=dict(set_ or {}), delete=list(delete))
+        request = pb.AlterConfigsRequest(topics=[change], validate_only=validate_only)
+        (result,) = self._call("AlterConfigs", request).topics
+        if result.error != pb.NONE:
+            raise AdminError(pb.ErrorCode.Name(result.error), result.error_message)
+
     def close(self) -> None:
         self.cluster.close()
 

@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     from annal import (
         brokercmd,
         clustercmd,
+        configscmd,
         consolecmd,
         deleterecordscmd,
         dumplog,
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     electioncmd.add_parser(commands)
     reassigncmd.add_parser(commands)
     deleterecordscmd.add_parser(commands)
+    configscmd.add_parser(commands)
     consolecmd.add_parsers(commands)
     verifiablecmd.add_parsers(commands)
     perfcmd.add_parser(commands)

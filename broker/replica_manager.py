@@ -156,6 +156,18 @@ class ReplicaManager:
             partition = self._partitions.setdefault(tp, Partition(tp, log, self.broker_id))
         return partition
 
+    def update_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
+        """Reconfigure the hosted logs of ``topic`` (a dynamic config change)."""
+        try:
+            config = LogConfig.from_properties(overrides, self.logs.default_config)
+        except ValueError as exc:
+            logger.error("config of topic %s not applied: %s", topic, exc)
+            return
+        with self._lock:
+            hosted = [p for tp, p in self._partitions.items() if tp.topic == topic]
+        for partition in hosted:
+            partition.log.update_config(config)
+
     def stop_replica(self, tp: TopicPartition, delete: bool) -> str:
         if self.fetchers is not None:
             self.fetchers.unfollow([tp])

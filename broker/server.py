@@ -31,6 +31,7 @@ from concurrent import futures
 
 import grpc
 from annal.broker.config import BrokerConfig
+from annal.broker.config_changes import ConfigChangeListener
 from annal.broker.control import ControllerChannel, ControlService
 from annal.broker.metadata_cache import MetadataCache
 from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
@@ -72,6 +73,7 @@ class BrokerServer:
         self._grpc: grpc.Server | None = None
         self.replicas: ReplicaManager
         self.fetchers: ReplicaFetcherManager | None = None
+        self._config_changes: ConfigChangeListener | None = None
         self.controller: Controller | None = None
         self.metadata = MetadataCache()
         self._channel: ControllerChannel | None = None
@@ -177,6 +179,8 @@ class BrokerServer:
         )
         self.controller.start()
         self.replicas.start_isr_expiration()
+        self._config_changes = ConfigChangeListener(self.zk, self.replicas.update_topic_config)
+        self._config_changes.start()
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._session_thread = threading.Thread(
@@ -323,6 +327,8 @@ class BrokerServer:
             self._channel.close()  # what the controller queued goes out while we serve
         if self.fetchers is not None:
             self.fetchers.shutdown()
+        if self._config_changes is not None:
+            self._config_changes.stop()
         if self.logs is not None:  # replicas exist once the logs do
             self.replicas.shutdown()
         if self._grpc is not None:

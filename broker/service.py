@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from annal.broker.server import BrokerServer
 
 
-# acks=-1: (last offset appended, the topic's response, the partition's slot in it)
-_Awaited = tuple[int, pb.TopicProduceResponse, int]
+# acks=-1: (last offset appended, the topic's slot in the response, the partition's in it)
+_Awaited = tuple[int, int, int]
 
 
 class AnnalService(annal_pb2_grpc.AnnalServicer):
@@ -124,7 +124,8 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                 tp = TopicPartition(topic.name, data.partition)
                 result = replicas.append(tp, data.records, request.acks)
                 if request.acks == -1 and result.error == "NONE":
-                    waiting[tp] = (result.last_offset, out, len(out.partitions))
+                    # where its answer will be: response.topics gets a copy of ``out``
+                    waiting[tp] = (result.last_offset, len(response.topics), len(out.partitions))
                 out.partitions.append(
                     pb.PartitionProduceResponse(
                         partition=data.partition,
@@ -154,7 +155,7 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         for tp, (_, topic, slot) in waiting.items():
             error, message = outcomes[tp]
             if error != "NONE":
-                answer = topic.partitions[slot]
+                answer = response.topics[topic].partitions[slot]
                 answer.error = pb.ErrorCode.Value(error)
                 answer.error_message = message
 
@@ -433,6 +434,68 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                     error_message=message,
                 )
             )
+        return response
+
+    def DescribeConfigs(
+        self, request: pb.DescribeConfigsRequest, context: grpc.ServicerContext
+    ) -> pb.DescribeConfigsResponse:
+        zk = self._broker.zk
+        defaults = self._broker.config.log_config()
+        response = pb.DescribeConfigsResponse()
+        for name in request.topics:
+            if zk.get_topic_assignment(name) is None:
+                response.topics.append(
+                    pb.TopicConfigs(
+                        name=name,
+                        error=pb.UNKNOWN_TOPIC_OR_PARTITION,
+                        error_message=f"topic {name!r} does not exist",
+                    )
+                )
+                continue
+            overrides = zk.get_topic_config(name)
+            shown = dict(overrides)
+            if request.include_defaults:
+                effective = LogConfig.from_properties(overrides, defaults).to_properties()
+                shown = {**effective, **overrides}
+            response.topics.append(
+                pb.TopicConfigs(
+                    name=name,
+                    entries=[
+                        pb.ConfigEntry(name=k, value=v, is_default=k not in overrides)
+                        for k, v in sorted(shown.items())
+                    ],
+                )
+            )
+        return response
+
+    def AlterConfigs(
+        self, request: pb.AlterConfigsRequest, context: grpc.ServicerContext
+    ) -> pb.AlterConfigsResponse:
+        """Validate each topic's new overrides as a whole, then write them (the
+        brokers hosting it follow ``/config/changes``)."""
+        zk = self._broker.zk
+        response = pb.AlterConfigsResponse()
+        for change in request.topics:
+            result = response.topics.add(name=change.name)  # add(): append() would copy
+            if zk.get_topic_assignment(change.name) is None:
+                result.error = pb.UNKNOWN_TOPIC_OR_PARTITION
+                result.error_message = f"topic {change.name!r} does not exist"
+                continue
+            overrides = zk.get_topic_config(change.name)
+            missing = sorted(set(change.delete) - set(overrides))
+            overrides.update(change.set)
+            for key in change.delete:
+                overrides.pop(key, None)
+            try:
+                if missing:
+                    raise ValueError(f"cannot delete {missing}: not set on {change.name}")
+                LogConfig.from_properties(overrides)
+            except ValueError as exc:
+                result.error = pb.INVALID_CONFIG
+                result.error_message = str(exc)
+                continue
+            if not request.validate_only:
+                zk.set_topic_config(change.name, overrides)
         return response
 
     def _request_preferred_election(

@@ -407,3 +407,37 @@ class ZkClient:
                 return
             except StaleVersionError:
                 continue  # rewritten meanwhile: read again
+
+    # -- /config/topics and /config/changes -----------------------------------------
+
+    def set_topic_config(self, topic: str, config: Mapping[str, str]) -> None:
+        """Replace a topic's overrides, then leave a change notification for brokers."""
+        path = layout.topic_config_path(topic)
+        data = layout.encode_topic_config(config)
+        if not self._create(path, data):
+            self._call(self._kazoo.set, path, data)
+        self._call(
+            self._kazoo.create,
+            layout.CONFIG_CHANGE_PREFIX,
+            layout.encode_config_change(f"topics/{topic}"),
+            sequence=True,
+            makepath=True,
+        )
+
+    def config_changes(self, after: int) -> list[tuple[int, str]]:
+        """(sequence number, entity path such as ``topics/<t>``) of each change
+        notification numbered above ``after``, oldest first."""
+        changes = []
+        for child in self.children(layout.CONFIG_CHANGES):
+            number = layout.config_change_number(child)
+            if number is None or number <= after:
+                continue
+            found = self.get(f"{layout.CONFIG_CHANGES}/{child}")
+            if found is None:
+                continue
+            try:
+                changes.append((number, layout.decode_config_change(child, found[0])))
+            except layout.LayoutError as exc:
+                logger.warning("ignoring a config change notification: %s", exc)
+                changes.append((number, ""))
+        return sorted(changes)

@@ -362,6 +362,26 @@ def decode_topic_config(topic: str, raw: bytes) -> dict[str, str]:
     return {str(k): str(v) for k, v in _field(path, _load(path, raw), "config").items()}
 
 
+# -- /config/changes/config_change_<seq> ------------------------------------------
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    return _dump({"version": 2, "entity_path": entity_path})
+
+
+def decode_config_change(name: str, raw: bytes) -> str:
+    path = f"{CONFIG_CHANGES}/{name}"
+    return str(_field(path, _load(path, raw), "entity_path"))
+
+
+def config_change_number(name: str) -> int | None:
+    """The sequence number of a ``config_change_<seq>`` child, None for another name."""
+    prefix = CONFIG_CHANGE_PREFIX.rsplit("/", 1)[1]
+    if not name.startswith(prefix) or not name[len(prefix) :].isdigit():
+        return None
+    return int(name[len(prefix) :])
+
+
 # -- /consumers/<group>/ids/<id> ------------------------------------------------
 
 

@@ -103,13 +103,15 @@ def test_a_stalled_follower_leaves_the_isr_and_rejoins(
 
         os.kill(follower.pid, signal.SIGSTOP)
         try:
+            # in the ISR but not fetching: acks=all cannot be answered in time
+            assert produce_all(leader.endpoint, timeout_ms=300) == pb.REQUEST_TIMED_OUT
             with Producer(leader.endpoint, acks=1) as producer:
                 for i in range(10):
                     producer.send("isr", value=b"alone-%d" % i)
                 producer.flush(60)
             assert visible(leader) == 10  # appended, but not yet on the whole ISR
             wait_until(lambda: isr() == [1], 60, "the stalled follower out of the ISR")
-            assert visible(leader) == 20
+            assert visible(leader) == 21  # the timed-out record was appended: it stays
             assert produce_all(leader.endpoint) == pb.NOT_ENOUGH_REPLICAS
         finally:
             os.kill(follower.pid, signal.SIGCONT)
@@ -123,11 +125,11 @@ def visible(broker: BrokerProcess) -> int:
         return sum(1 for _ in consumer.iterate("isr", 0, 0))
 
 
-def produce_all(endpoint: str) -> int:
+def produce_all(endpoint: str, timeout_ms: int = 10_000) -> int:
     """The error code of one acks=all Produce of one record to "isr"-0."""
     data = pb.PartitionProduceData(partition=0, records=encode_batch([Record(0, 0, None, b"all")]))
     request = pb.ProduceRequest(
-        acks=-1, timeout_ms=10_000, topics=[pb.TopicProduceData(name="isr", partitions=[data])]
+        acks=-1, timeout_ms=timeout_ms, topics=[pb.TopicProduceData(name="isr", partitions=[data])]
     )
     with grpc.insecure_channel(endpoint) as channel:
         response = annal_pb2_grpc.AnnalStub(channel).Produce(request, timeout=30)

@@ -1556,6 +1556,222 @@ class DeleteRecordsResult(_message.Message):
 Global___DeleteRecordsResult: _TypeAlias = DeleteRecordsResult  # noqa: Y015
 
 @_typing.final
+class DescribeConfigsRequest(_message.Message):
+    """Topics' configurations (kafka-configs.sh --describe)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    INCLUDE_DEFAULTS_FIELD_NUMBER: _builtins.int
+    include_defaults: _builtins.bool
+    """Every setting with its effective value, not only the topic's overrides."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Topic names."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        include_defaults: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_defaults", b"include_defaults", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeConfigsRequest: _TypeAlias = DescribeConfigsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeConfigsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicConfigs]:
+        """One entry per topic asked about."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___TopicConfigs] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeConfigsResponse: _TypeAlias = DescribeConfigsResponse  # noqa: Y015
+
+@_typing.final
+class TopicConfigs(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Topic name."""
+    error: Global___ErrorCode.ValueType
+    """NONE or UNKNOWN_TOPIC_OR_PARTITION."""
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigEntry]:
+        """The settings, sorted by name."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        entries: _abc.Iterable[Global___ConfigEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "error", b"error", "error_message", b"error_message", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicConfigs: _TypeAlias = TopicConfigs  # noqa: Y015
+
+@_typing.final
+class ConfigEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    IS_DEFAULT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Kafka's setting name, e.g. retention.ms."""
+    value: _builtins.str
+    """Its value, as text."""
+    is_default: _builtins.bool
+    """True when the topic does not override it (the broker's default applies)."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str = ...,
+        is_default: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_default", b"is_default", "name", b"name", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConfigEntry: _TypeAlias = ConfigEntry  # noqa: Y015
+
+@_typing.final
+class AlterConfigsRequest(_message.Message):
+    """Change topics' configurations (kafka-configs.sh --alter): set and delete overrides.
+    Brokers hosting the topics apply the change at once.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    validate_only: _builtins.bool
+    """Only validate, change nothing."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicConfigChange]:
+        """Changes per topic."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___TopicConfigChange] | None = ...,
+        validate_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics", "validate_only", b"validate_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterConfigsRequest: _TypeAlias = AlterConfigsRequest  # noqa: Y015
+
+@_typing.final
+class TopicConfigChange(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SetEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SET_FIELD_NUMBER: _builtins.int
+    DELETE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Topic name."""
+    @_builtins.property
+    def set(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Overrides to set."""
+
+    @_builtins.property
+    def delete(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Overrides to remove (back to the broker's default)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        set: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        delete: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete", b"delete", "name", b"name", "set", b"set"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicConfigChange: _TypeAlias = TopicConfigChange  # noqa: Y015
+
+@_typing.final
+class AlterConfigsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicResult]:
+        """One result per topic: NONE, UNKNOWN_TOPIC_OR_PARTITION or INVALID_CONFIG."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___TopicResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterConfigsResponse: _TypeAlias = AlterConfigsResponse  # noqa: Y015
+
+@_typing.final
 class OffsetsForLeaderEpochRequest(_message.Message):
     """Where a leader epoch ends on the leader (KIP-101/279), for follower truncation."""
 

@@ -85,6 +85,16 @@ class AnnalStub:
                 request_serializer=annal_dot_v1_dot_annal__pb2.DeleteRecordsRequest.SerializeToString,
                 response_deserializer=annal_dot_v1_dot_annal__pb2.DeleteRecordsResponse.FromString,
                 _registered_method=True)
+        self.DescribeConfigs = channel.unary_unary(
+                '/annal.v1.Annal/DescribeConfigs',
+                request_serializer=annal_dot_v1_dot_annal__pb2.DescribeConfigsRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.DescribeConfigsResponse.FromString,
+                _registered_method=True)
+        self.AlterConfigs = channel.unary_unary(
+                '/annal.v1.Annal/AlterConfigs',
+                request_serializer=annal_dot_v1_dot_annal__pb2.AlterConfigsRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.AlterConfigsResponse.FromString,
+                _registered_method=True)
         self.AlterPartitionReassignments = channel.unary_unary(
                 '/annal.v1.Annal/AlterPartitionReassignments',
                 request_serializer=annal_dot_v1_dot_annal__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
@@ -166,6 +176,20 @@ class AnnalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeConfigs(self, request, context):
+        """Topics' configurations.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterConfigs(self, request, context):
+        """Change topics' configurations.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AlterPartitionReassignments(self, request, context):
         """Start moving partitions to other brokers.
         """
@@ -225,6 +249,16 @@ def add_AnnalServicer_to_server(servicer, server):
                     servicer.DeleteRecords,
                     request_deserializer=annal_dot_v1_dot_annal__pb2.DeleteRecordsRequest.FromString,
                     response_serializer=annal_dot_v1_dot_annal__pb2.DeleteRecordsResponse.SerializeToString,
+            ),
+            'DescribeConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeConfigs,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.DescribeConfigsRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.DescribeConfigsResponse.SerializeToString,
+            ),
+            'AlterConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterConfigs,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.AlterConfigsRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.AlterConfigsResponse.SerializeToString,
             ),
             'AlterPartitionReassignments': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterPartitionReassignments,
@@ -503,6 +537,60 @@ class Annal:
             '/annal.v1.Annal/DeleteRecords',
             annal_dot_v1_dot_annal__pb2.DeleteRecordsRequest.SerializeToString,
             annal_dot_v1_dot_annal__pb2.DeleteRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/DescribeConfigs',
+            annal_dot_v1_dot_annal__pb2.DescribeConfigsRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.DescribeConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/AlterConfigs',
+            annal_dot_v1_dot_annal__pb2.AlterConfigsRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.AlterConfigsResponse.FromString,
             options,
             channel_credentials,
             insecure,

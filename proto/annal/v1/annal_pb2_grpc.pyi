@@ -65,6 +65,10 @@ class AnnalStub:
     """Move leaderships back to preferred replicas."""
     DeleteRecords: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DeleteRecordsRequest, _annal_pb2.DeleteRecordsResponse]
     """Delete records before offsets (on the partitions' leaders)."""
+    DescribeConfigs: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DescribeConfigsRequest, _annal_pb2.DescribeConfigsResponse]
+    """Topics' configurations."""
+    AlterConfigs: _grpc.UnaryUnaryMultiCallable[_annal_pb2.AlterConfigsRequest, _annal_pb2.AlterConfigsResponse]
+    """Change topics' configurations."""
     AlterPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_annal_pb2.AlterPartitionReassignmentsRequest, _annal_pb2.AlterPartitionReassignmentsResponse]
     """Start moving partitions to other brokers."""
 
@@ -93,6 +97,10 @@ class AnnalAsyncStub(AnnalStub):
     """Move leaderships back to preferred replicas."""
     DeleteRecords: _aio.UnaryUnaryMultiCallable[_annal_pb2.DeleteRecordsRequest, _annal_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
     """Delete records before offsets (on the partitions' leaders)."""
+    DescribeConfigs: _aio.UnaryUnaryMultiCallable[_annal_pb2.DescribeConfigsRequest, _annal_pb2.DescribeConfigsResponse]  # type: ignore[assignment]
+    """Topics' configurations."""
+    AlterConfigs: _aio.UnaryUnaryMultiCallable[_annal_pb2.AlterConfigsRequest, _annal_pb2.AlterConfigsResponse]  # type: ignore[assignment]
+    """Change topics' configurations."""
     AlterPartitionReassignments: _aio.UnaryUnaryMultiCallable[_annal_pb2.AlterPartitionReassignmentsRequest, _annal_pb2.AlterPartitionReassignmentsResponse]  # type: ignore[assignment]
     """Start moving partitions to other brokers."""
 
@@ -178,6 +186,22 @@ class AnnalServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_annal_pb2.DeleteRecordsResponse, _abc.Awaitable[_annal_pb2.DeleteRecordsResponse]]:
         """Delete records before offsets (on the partitions' leaders)."""
+
+    @_abc_1.abstractmethod
+    def DescribeConfigs(
+        self,
+        request: _annal_pb2.DescribeConfigsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.DescribeConfigsResponse, _abc.Awaitable[_annal_pb2.DescribeConfigsResponse]]:
+        """Topics' configurations."""
+
+    @_abc_1.abstractmethod
+    def AlterConfigs(
+        self,
+        request: _annal_pb2.AlterConfigsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.AlterConfigsResponse, _abc.Awaitable[_annal_pb2.AlterConfigsResponse]]:
+        """Change topics' configurations."""
 
     @_abc_1.abstractmethod
     def AlterPartitionReassignments(

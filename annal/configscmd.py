@@ -1,0 +1,95 @@
+"""``annal configs``: show and change topic configs, as kafka-configs.sh does."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def add_parser(commands: Any) -> None:
+    configs = commands.add_parser(
+        "configs",
+        help="show and change topic configs",
+        description="Show a topic's config overrides (--describe; --all for every setting "
+        "with its effective value) or change them (--alter): the brokers hosting the "
+        "topic apply the change at once, as Kafka's dynamic topic configs do.",
+    )
+    configs.add_argument(
+        "--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]",
+        help="brokers to contact",
+    )  # fmt: skip
+    configs.add_argument("--entity-type", choices=["topics"], default="topics")
+    configs.add_argument("--entity-name", required=True, metavar="TOPIC")
+    action = configs.add_mutually_exclusive_group(required=True)
+    action.add_argument("--describe", action="store_true", help="show the config")
+    action.add_argument("--alter", action="store_true", help="change it")
+    configs.add_argument("--all", action="store_true", help="with --describe: every setting")
+    configs.add_argument(
+        "--add-config", default="", metavar="K=V[,K=V]",
+        help="settings to set; a value holding commas goes in brackets: "
+        "cleanup.policy=[compact,delete]",
+    )  # fmt: skip
+    configs.add_argument(
+        "--delete-config", default="", metavar="K[,K]", help="overrides to remove"
+    )
+    configs.set_defaults(run=run)
+
+
+def parse_assignments(text: str) -> dict[str, str]:
+    """``k1=v1,k2=[a,b]`` → {"k1": "v1", "k2": "a,b"}; ValueError naming the bad part."""
+    out: dict[str, str] = {}
+    depth, start = 0, 0
+    parts: list[str] = []
+    for i, char in enumerate(text):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    for part in (p.strip() for p in parts):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--add-config expects KEY=VALUE pairs, got {part!r}")
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from annal.admin.client import AdminClient, AdminError
+
+    try:
+        if args.alter:
+            settings = parse_assignments(args.add_config)
+            deletions = [k.strip() for k in args.delete_config.split(",") if k.strip()]
+            if not settings and not deletions:
+                raise ValueError("--alter needs --add-config or --delete-config")
+        elif args.add_config or args.delete_config:
+            raise ValueError("--add-config and --delete-config go with --alter")
+        client = AdminClient(args.bootstrap_server)
+    except ValueError as exc:
+        print(f"annal configs: {exc}", file=sys.stderr)
+        return 2
+    with client:
+        try:
+            if args.alter:
+                client.alter_configs(args.entity_name, settings, deletions)
+                print(f"Completed updating config for topic {args.entity_name}.")
+                return 0
+            entries = client.describe_configs(args.entity_name, args.all)
+        except AdminError as exc:
+            print(f"annal configs: {exc}", file=sys.stderr)
+            return 1
+    kind = "All" if args.all else "Dynamic"
+    print(f"{kind} configs for topic {args.entity_name} are:")
+    for name, value, is_default in entries:
+        print(f"  {name}={value}" + ("  (default)" if is_default else ""))
+    return 0
