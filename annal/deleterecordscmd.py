@@ -4,10 +4,11 @@ records before, as kafka-delete-records.sh does."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from annal.planfiles import read_partition_file
 
 EXAMPLE = '{"version": 1, "partitions": [{"topic": "events", "partition": 0, "offset": 1000}]}'
 
@@ -39,30 +40,14 @@ below it are removed by the leader and, at their next fetch, the followers.""",
 
 def read_offsets(path: Path) -> dict[tuple[str, int], int]:
     """The file's (topic, partition) → offset; ValueError naming what is wrong."""
-    try:
-        raw = json.loads(path.read_text())
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not JSON: {exc}") from None
-    entries = raw.get("partitions") if isinstance(raw, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise ValueError(f'{path} has no "partitions" list; expected e.g. {EXAMPLE}')
-    offsets: dict[tuple[str, int], int] = {}
-    for n, entry in enumerate(entries):
-        try:
-            key = (str(entry["topic"]), int(entry["partition"]))
-            offset = int(entry["offset"])
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(
-                f"{path}: partitions[{n}] needs topic, partition and offset"
-            ) from None
-        if offset < -1:
-            raise ValueError(f"{path}: partitions[{n}] has offset {offset}; use -1 or more")
-        if key in offsets:
-            raise ValueError(f"{path}: partition {key[0]}-{key[1]} is listed twice")
-        offsets[key] = offset
-    return offsets
+    return read_partition_file(path, EXAMPLE, "offset", _offset)
+
+
+def _offset(value: Any) -> int:
+    offset = int(value)
+    if offset < -1:
+        raise ValueError(f"offset {offset} is below -1")
+    return offset
 
 
 def run(args: argparse.Namespace) -> int:

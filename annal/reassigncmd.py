@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from annal.planfiles import read_partition_file
+
 EXAMPLE = '{"version": 1, "partitions": [{"topic": "events", "partition": 0, "replicas": [2, 3]}]}'
 
 
@@ -44,28 +46,7 @@ is complete (exit 0 when all are, 1 otherwise).""",
 
 def read_plan(path: Path) -> dict[tuple[str, int], list[int]]:
     """The file's (topic, partition) → replicas; ValueError naming what is wrong."""
-    try:
-        raw = json.loads(path.read_text())
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not JSON: {exc}") from None
-    entries = raw.get("partitions") if isinstance(raw, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise ValueError(f'{path} has no "partitions" list; expected e.g. {EXAMPLE}')
-    plan: dict[tuple[str, int], list[int]] = {}
-    for n, entry in enumerate(entries):
-        try:
-            key = (str(entry["topic"]), int(entry["partition"]))
-            replicas = [int(b) for b in entry["replicas"]]
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(
-                f"{path}: partitions[{n}] needs topic, partition and a replicas list"
-            ) from None
-        if key in plan:
-            raise ValueError(f"{path}: partition {key[0]}-{key[1]} is listed twice")
-        plan[key] = replicas
-    return plan
+    return read_partition_file(path, EXAMPLE, "replicas", lambda r: [int(b) for b in r])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -259,7 +259,7 @@ class _FetcherThread:
         if not asked:
             return
         request = pb.OffsetsForLeaderEpochRequest(replica_id=self.broker_id)
-        for topic in sorted({tp.topic for tp in asked}):
+        for topic, tps in _by_topic(asked).items():
             request.topics.append(
                 pb.TopicEpochs(
                     name=topic,
@@ -267,10 +267,9 @@ class _FetcherThread:
                         pb.PartitionEpoch(
                             partition=tp.partition,
                             current_leader_epoch=pending[tp].leader_epoch,
-                            leader_epoch=epoch,
+                            leader_epoch=asked[tp],
                         )
-                        for tp, epoch in asked.items()
-                        if tp.topic == topic
+                        for tp in tps
                     ],
                 )
             )
@@ -321,20 +320,19 @@ class _FetcherThread:
             min_bytes=settings.min_bytes,
             max_bytes=settings.response_max_bytes,
         )
-        for topic in sorted({tp.topic for tp in due}):
+        for topic, tps in _by_topic(due).items():
             request.topics.append(
                 pb.TopicFetchData(
                     name=topic,
                     partitions=[
                         pb.PartitionFetchData(
                             partition=tp.partition,
-                            fetch_offset=f.log.log_end_offset,
+                            fetch_offset=due[tp].log.log_end_offset,
                             partition_max_bytes=settings.max_bytes,
-                            current_leader_epoch=f.leader_epoch,
-                            log_start_offset=f.log.log_start_offset,
+                            current_leader_epoch=due[tp].leader_epoch,
+                            log_start_offset=due[tp].log.log_start_offset,
                         )
-                        for tp, f in due.items()
-                        if tp.topic == topic
+                        for tp in tps
                     ],
                 )
             )
@@ -401,3 +399,11 @@ class _FetcherThread:
                 result.log_start_offset,
             )
             log.truncate_fully_and_start_at(result.log_start_offset)
+
+
+def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[TopicPartition]]:
+    """Partitions grouped by topic, topics sorted (requests carry them that way)."""
+    grouped: dict[str, list[TopicPartition]] = {}
+    for tp in sorted(partitions):
+        grouped.setdefault(tp.topic, []).append(tp)
+    return grouped
