@@ -16,7 +16,10 @@ one request per round, the next round on its way while it reads this one
 (``SimpleConsumer.stream``).  For scale, the run also measures the client's own floors in
 this interpreter, with no network: ``send()`` into open batches
 (``send_floor_records_per_s``) and decoding fetched batches into records
-(``decode_floor_records_per_s``).
+(``decode_floor_records_per_s``).  Last, on three fresh brokers, produce
+throughput into a replicated topic (3 replicas, min.insync.replicas 2) at
+acks=all, ``produce_rf3_acks_all_records_per_s``, and its ratio to the
+single-broker acks=1 figure.
 """
 
 from __future__ import annotations
@@ -82,10 +85,12 @@ def grpc_ceiling(batch: bytes, seconds: float) -> float:
         server.wait()
 
 
-def produce(bootstrap: str, topic: str, records: int, compression: str) -> float:
+def produce(
+    bootstrap: str, topic: str, records: int, compression: str, acks: int | str = 1
+) -> float:
     value = b"v" * RECORD_SIZE
     with Producer(
-        bootstrap, acks=1, batch_size=64 * 1024, linger_ms=5, compression=compression
+        bootstrap, acks=acks, batch_size=64 * 1024, linger_ms=5, compression=compression
     ) as p:
         started = time.perf_counter()
         for _ in range(records):
@@ -186,6 +191,28 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def replicated_produce(records: int, runs: int) -> float:
+    """Records/s into three local brokers: 6 partitions of 3 replicas,
+    min.insync.replicas 2, acks=all (every record on the whole ISR)."""
+    root = Path(tempfile.mkdtemp(prefix="annal-bench-replicated-"))
+    cluster = LocalCluster(root)
+    try:
+        state = cluster.up(3)
+        bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in state.brokers)
+        with AdminClient(bootstrap) as admin:
+            admin.create_topic(
+                "replicated", PARTITIONS, 3, config={"min.insync.replicas": "2"}
+            )
+        return max(
+            produce(bootstrap, "replicated", records, "none", acks="all") for _ in range(runs)
+        )
+    finally:
+        try:
+            cluster.down()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -231,6 +258,8 @@ def main() -> int:
             cluster.down()
         finally:
             shutil.rmtree(root, ignore_errors=True)
+    print(f"replicated: 3 brokers, acks=all, {records // 2:,} records ...", flush=True)
+    replicated = replicated_produce(records // 2, runs=2)
     record_bytes = len(batch) / 600
     produce_mb_s = plain * record_bytes / 1e6
     result = {
@@ -248,6 +277,8 @@ def main() -> int:
         "send_floor_records_per_s": round(floor_send),
         "decode_floor_records_per_s": round(floor_decode),
         "produce_vs_send_floor": round(plain / floor_send, 3),
+        "produce_rf3_acks_all_records_per_s": round(replicated),
+        "replicated_vs_single": round(replicated / plain, 3),
         "consume_vs_decode_floor": round(consumed / floor_decode, 3),
         "cpus": os.cpu_count(),
     }
