@@ -700,8 +700,17 @@ class Controller:
                 self._view[key] = update
                 return update
             election = elect_leader(
-                replicas, state.isr, live - dead - self._shutting_down, self._unclean
+                replicas, state.isr, live - dead - self._shutting_down, self._unclean_for(topic)
             )
+            if election.unclean:
+                logger.warning(
+                    "unclean election of %s-%d: %d was not in the ISR %s; records only the "
+                    "lost replicas had are gone",
+                    topic,
+                    partition,
+                    election.leader,
+                    list(state.isr),
+                )
             if election.leader < 0 and state.leader < 0:
                 self._states[key] = transition(
                     topic, partition, self._states.get(key, State.NEW), State.OFFLINE
@@ -729,6 +738,11 @@ class Controller:
         update = PartitionUpdate(topic, partition, state, replicas, version)
         self._view[key] = update
         return update
+
+    def _unclean_for(self, topic: str) -> bool:
+        """unclean.leader.election.enable: the topic's override, else the broker's."""
+        value = self.zk.get_topic_config(topic).get("unclean.leader.election.enable")
+        return self._unclean if value is None else value.strip().lower() == "true"
 
     def _tell_replicas(self, updates: Sequence[PartitionUpdate], skip: int = -1) -> None:
         by_broker: dict[int, list[PartitionUpdate]] = {}

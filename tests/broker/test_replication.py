@@ -20,6 +20,8 @@ from annal.storage.files import partition_dir_name
 from annal.storage.records import Record, encode_batch
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
+from annal.zk.client import ZkClient
+from annal.zk.layout import PartitionState
 
 
 def segment_bytes(broker: BrokerProcess, topic: str, partition: int) -> bytes:
@@ -220,3 +222,36 @@ def test_acknowledged_records_survive_leader_kills(
         )
 
     wait_until(converged, 60, "the three replicas byte for byte the same")
+
+
+@pytest.mark.timeout(180)
+def test_unclean_election_follows_the_topic_config(
+    zk_connect: str, broker_factory: Callable[..., BrokerProcess]
+) -> None:
+    """With its ISR down to a dead leader, a partition stays offline, unless its
+    topic sets unclean.leader.election.enable=true: then the out-of-sync replica
+    leads (and what only the dead leader had is lost, as in Kafka)."""
+    quick = {"zookeeper.session.timeout.ms": "4000"}
+    brokers = {i: broker_factory(i, quick) for i in (1, 2)}
+    with AdminClient(brokers[2].endpoint) as admin:
+        admin.create_topic("careful", partitions=1, assignment={0: [1, 2]})
+        admin.create_topic(
+            "hasty", partitions=1, assignment={0: [1, 2]},
+            config={"unclean.leader.election.enable": "true"},
+        )  # fmt: skip
+        with ZkClient(zk_connect) as zk:
+            for topic in ("careful", "hasty"):  # as if broker 2 had fallen behind
+                found = zk.get_partition_state(topic, 0)
+                assert found is not None
+                state, version = found
+                zk.update_partition_state(
+                    topic, 0, PartitionState(1, state.leader_epoch, (1,), state.controller_epoch),
+                    version,
+                )  # fmt: skip
+        brokers[1].kill()
+
+        def leader(topic: str) -> int:
+            return admin.describe_topics([topic])[0].partitions[0].leader
+
+        wait_until(lambda: leader("hasty") == 2, 60, "the unclean election")
+        assert leader("careful") == -1
