@@ -27,6 +27,7 @@ from annal.broker.replica_fetcher import ReplicaFetcherManager
 from annal.storage.config import LogConfig
 from annal.storage.errors import StorageError
 from annal.storage.files import TopicPartition
+from annal.storage.log import Log
 from annal.storage.manager import LogManager
 from annal.zk.client import StaleVersionError
 
@@ -65,11 +66,14 @@ class ReplicaManager:
         fetchers: ReplicaFetcherManager | None = None,
         write_isr: IsrWriter | None = None,
         replica_lag_time_max_ms: int = 30_000,
+        on_leadership: Callable[[TopicPartition, Log | None], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.fetchers = fetchers
         self._write_isr = write_isr or _no_isr_writes
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        # told (partition, its log) on becoming its leader, (partition, None) on ceasing
+        self._on_leadership = on_leadership or (lambda tp, log: None)
         self._expiry_stop = threading.Event()
         self._expiry: threading.Thread | None = None
         self.logs = logs
@@ -116,8 +120,10 @@ class ReplicaManager:
                 logger.info(
                     "leader of %s at epoch %d, isr %s", tp, state.leader_epoch, list(state.isr)
                 )
+                self._on_leadership(tp, partition.log)
             else:
                 self._follow(tp, partition, state, leaders or {})
+                self._on_leadership(tp, None)
             results[tp] = "NONE"
         return results
 
@@ -171,6 +177,7 @@ class ReplicaManager:
     def stop_replica(self, tp: TopicPartition, delete: bool) -> str:
         if self.fetchers is not None:
             self.fetchers.unfollow([tp])
+        self._on_leadership(tp, None)
         with self._lock:
             self._partitions.pop(tp, None)
         if delete:

@@ -27,12 +27,14 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Mapping
 from concurrent import futures
 
 import grpc
 from annal.broker.config import BrokerConfig
 from annal.broker.config_changes import ConfigChangeListener
 from annal.broker.control import ControllerChannel, ControlService
+from annal.broker.coordinator import OFFSETS_TOPIC, OffsetsCoordinator
 from annal.broker.metadata_cache import MetadataCache
 from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from annal.broker.replica_manager import ReplicaManager
@@ -40,6 +42,7 @@ from annal.broker.service import AnnalService
 from annal.controller.controller import Controller, RebalanceSettings
 from annal.storage.errors import LogDirError
 from annal.storage.files import TopicPartition
+from annal.storage.log import Log
 from annal.storage.manager import LogManager, LogManagerConfig
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
@@ -133,6 +136,9 @@ class BrokerServer:
                 fetchers_per_leader=config.num_replica_fetchers,
             ),
         )
+        self.coordinator = OffsetsCoordinator(
+            config.offsets_topic_num_partitions, self._append_offsets, self._await_offsets
+        )
         self.replicas = ReplicaManager(
             config.broker_id,
             logs,
@@ -141,6 +147,7 @@ class BrokerServer:
             self.fetchers,
             self._write_isr,
             config.replica_lag_time_max_ms,
+            self._leadership_changed,
         )
         service = AnnalService(self)
         control = ControlService(self.replicas, self.metadata, self._controlled_shutdown_request)
@@ -211,6 +218,22 @@ class BrokerServer:
                     raise
                 logger.info("waiting for the session of this broker's previous process to expire")
                 time.sleep(0.2)
+
+    def _leadership_changed(self, tp: TopicPartition, log: Log | None) -> None:
+        if tp.topic == OFFSETS_TOPIC:
+            if log is None:
+                self.coordinator.on_follower(tp.partition)
+            else:
+                self.coordinator.on_leader(tp.partition, log)
+
+    def _append_offsets(self, tp: TopicPartition, records: bytes) -> tuple[str, int]:
+        result = self.replicas.append(tp, records, acks=-1)
+        return result.error, result.last_offset
+
+    def _await_offsets(
+        self, appended: Mapping[TopicPartition, int], timeout_ms: int
+    ) -> Mapping[TopicPartition, tuple[str, str]]:
+        return self.replicas.await_replication(appended, timeout_ms)
 
     def _write_isr(self, tp: TopicPartition, state: PartitionState, version: int) -> int:
         """A leader's ISR change: the state znode (conditional), then a notification

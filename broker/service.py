@@ -10,10 +10,12 @@ in the response.  Record data passes through as raw batch bytes.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
 import grpc
+from annal.broker.coordinator import OFFSETS_TOPIC, CommitEntry
 from annal.broker.metadata_cache import MetadataSnapshot
 from annal.controller.election import assign_replicas
 from annal.storage.config import LogConfig
@@ -25,6 +27,8 @@ from annal.zk.layout import LayoutError, TopicAssignment, check_topic_name
 
 if TYPE_CHECKING:
     from annal.broker.server import BrokerServer
+
+logger = logging.getLogger(__name__)
 
 
 # acks=-1: (last offset appended, the topic's slot in the response, the partition's in it)
@@ -496,6 +500,96 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                 continue
             if not request.validate_only:
                 zk.set_topic_config(change.name, overrides)
+        return response
+
+    def FindCoordinator(
+        self, request: pb.FindCoordinatorRequest, context: grpc.ServicerContext
+    ) -> pb.FindCoordinatorResponse:
+        """The leader of the group's offsets partition; the offsets topic is
+        created on first use (COORDINATOR_NOT_AVAILABLE until it has leaders)."""
+        if not request.group:
+            return pb.FindCoordinatorResponse(
+                error=pb.INVALID_GROUP_ID, error_message="the group id is empty"
+            )
+        cache = self._broker.metadata.snapshot()
+        if OFFSETS_TOPIC not in cache.topics:
+            self._create_offsets_topic(len(cache.brokers))
+            return pb.FindCoordinatorResponse(
+                error=pb.COORDINATOR_NOT_AVAILABLE,
+                error_message=f"{OFFSETS_TOPIC} is being created; ask again",
+            )
+        index = self._broker.coordinator.partition_of(request.group)
+        leader = cache.leader_of(OFFSETS_TOPIC, index)
+        if leader < 0:
+            return pb.FindCoordinatorResponse(
+                error=pb.COORDINATOR_NOT_AVAILABLE,
+                error_message=f"{OFFSETS_TOPIC}-{index} has no leader now",
+            )
+        broker = cache.brokers[leader]
+        return pb.FindCoordinatorResponse(
+            coordinator=pb.Broker(id=broker.broker_id, host=broker.host, port=broker.port)
+        )
+
+    def _create_offsets_topic(self, live_brokers: int) -> None:
+        config = self._broker.config
+        topic = pb.CreatableTopic(
+            name=OFFSETS_TOPIC,
+            num_partitions=config.offsets_topic_num_partitions,
+            replication_factor=max(1, min(config.offsets_topic_replication_factor, live_brokers)),
+            configs={"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
+        )
+        error, message, _ = self._create_topic(topic, validate_only=False)
+        if error not in (pb.NONE, pb.TOPIC_ALREADY_EXISTS):
+            logger.warning("cannot create %s: %s", OFFSETS_TOPIC, message)
+
+    def OffsetCommit(
+        self, request: pb.OffsetCommitRequest, context: grpc.ServicerContext
+    ) -> pb.OffsetCommitResponse:
+        entries = [
+            CommitEntry(t.name, p.partition, p.offset, p.leader_epoch, p.metadata)
+            for t in request.topics
+            for p in t.partitions
+        ]
+        if not request.group:
+            outcome = {(e.topic, e.partition): ("INVALID_GROUP_ID", "empty group") for e in entries}
+        else:
+            outcome = self._broker.coordinator.commit(
+                request.group, entries, request.timeout_ms or 30_000
+            )
+        response = pb.OffsetCommitResponse()
+        for t in request.topics:
+            out = response.topics.add(name=t.name)
+            for p in t.partitions:
+                error, message = outcome[(t.name, p.partition)]
+                out.partitions.add(
+                    partition=p.partition, error=pb.ErrorCode.Value(error), error_message=message
+                )
+        return response
+
+    def OffsetFetch(
+        self, request: pb.OffsetFetchRequest, context: grpc.ServicerContext
+    ) -> pb.OffsetFetchResponse:
+        if not request.group:
+            return pb.OffsetFetchResponse(
+                error=pb.INVALID_GROUP_ID, error_message="the group id is empty"
+            )
+        wanted = [(t.topic, p) for t in request.topics for p in t.partitions] or None
+        error, found = self._broker.coordinator.fetch(request.group, wanted)
+        response = pb.OffsetFetchResponse(error=pb.ErrorCode.Value(error))
+        by_topic: dict[str, pb.OffsetFetchTopic] = {}
+        for (topic, partition), value in sorted(found.items()):
+            out = by_topic.get(topic)
+            if out is None:
+                out = by_topic[topic] = response.topics.add(name=topic)
+            if value is None:
+                out.partitions.add(partition=partition, offset=-1, leader_epoch=-1)
+            else:
+                out.partitions.add(
+                    partition=partition,
+                    offset=value.offset,
+                    leader_epoch=value.leader_epoch,
+                    metadata=value.metadata,
+                )
         return response
 
     def _request_preferred_election(

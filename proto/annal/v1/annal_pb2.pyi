@@ -61,6 +61,8 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """A batch is larger than max.message.bytes."""
     STALE_CONTROLLER_EPOCH: _ErrorCode.ValueType  # 11
     """The request came from a controller whose epoch is older than the newest seen."""
+    OFFSET_METADATA_TOO_LARGE: _ErrorCode.ValueType  # 12
+    """A committed offset's metadata is longer than offset.metadata.max.bytes."""
     COORDINATOR_LOAD_IN_PROGRESS: _ErrorCode.ValueType  # 14
     """The coordinator is loading its offsets cache."""
     COORDINATOR_NOT_AVAILABLE: _ErrorCode.ValueType  # 15
@@ -71,6 +73,8 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The topic name is not legal."""
     NOT_ENOUGH_REPLICAS: _ErrorCode.ValueType  # 19
     """The ISR is smaller than min.insync.replicas (acks=all)."""
+    INVALID_GROUP_ID: _ErrorCode.ValueType  # 24
+    """The group id is empty."""
     NOT_ENOUGH_REPLICAS_AFTER_APPEND: _ErrorCode.ValueType  # 20
     """Appended on the leader, but the ISR shrank below min.insync.replicas."""
     INVALID_REQUIRED_ACKS: _ErrorCode.ValueType  # 21
@@ -131,6 +135,8 @@ MESSAGE_TOO_LARGE: ErrorCode.ValueType  # 10
 """A batch is larger than max.message.bytes."""
 STALE_CONTROLLER_EPOCH: ErrorCode.ValueType  # 11
 """The request came from a controller whose epoch is older than the newest seen."""
+OFFSET_METADATA_TOO_LARGE: ErrorCode.ValueType  # 12
+"""A committed offset's metadata is longer than offset.metadata.max.bytes."""
 COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.ValueType  # 14
 """The coordinator is loading its offsets cache."""
 COORDINATOR_NOT_AVAILABLE: ErrorCode.ValueType  # 15
@@ -141,6 +147,8 @@ INVALID_TOPIC_EXCEPTION: ErrorCode.ValueType  # 17
 """The topic name is not legal."""
 NOT_ENOUGH_REPLICAS: ErrorCode.ValueType  # 19
 """The ISR is smaller than min.insync.replicas (acks=all)."""
+INVALID_GROUP_ID: ErrorCode.ValueType  # 24
+"""The group id is empty."""
 NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.ValueType  # 20
 """Appended on the leader, but the ISR shrank below min.insync.replicas."""
 INVALID_REQUIRED_ACKS: ErrorCode.ValueType  # 21
@@ -1770,6 +1778,346 @@ class AlterConfigsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AlterConfigsResponse: _TypeAlias = AlterConfigsResponse  # noqa: Y015
+
+@_typing.final
+class FindCoordinatorRequest(_message.Message):
+    """Which broker coordinates a consumer group: the leader of the group's partition
+    of __consumer_offsets (created on first use).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """The group id."""
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindCoordinatorRequest: _TypeAlias = FindCoordinatorRequest  # noqa: Y015
+
+@_typing.final
+class FindCoordinatorResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    COORDINATOR_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """NONE, COORDINATOR_NOT_AVAILABLE (ask again) or INVALID_GROUP_ID."""
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    @_builtins.property
+    def coordinator(self) -> Global___Broker:
+        """The coordinating broker."""
+
+    def __init__(
+        self,
+        *,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        coordinator: Global___Broker | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["coordinator", b"coordinator"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator", b"coordinator", "error", b"error", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindCoordinatorResponse: _TypeAlias = FindCoordinatorResponse  # noqa: Y015
+
+@_typing.final
+class OffsetCommitRequest(_message.Message):
+    """Store a group's consumed positions (sent to the group's coordinator); answered
+    once the offsets topic's in-sync replicas hold them.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """The group id."""
+    timeout_ms: _builtins.int
+    """How long to wait for the replicas, in milliseconds."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitTopic]:
+        """Positions per topic."""
+
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        topics: _abc.Iterable[Global___OffsetCommitTopic] | None = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "timeout_ms", b"timeout_ms", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitRequest: _TypeAlias = OffsetCommitRequest  # noqa: Y015
+
+@_typing.final
+class OffsetCommitTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Topic name."""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitPartition]:
+        """Positions per partition."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___OffsetCommitPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitTopic: _TypeAlias = OffsetCommitTopic  # noqa: Y015
+
+@_typing.final
+class OffsetCommitPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    """Partition index."""
+    offset: _builtins.int
+    """The next offset the group will consume."""
+    leader_epoch: _builtins.int
+    """The leader epoch of the last record consumed; -1 when unknown."""
+    metadata: _builtins.str
+    """Free text kept with the offset (at most offset.metadata.max.bytes)."""
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        metadata: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "metadata", b"metadata", "offset", b"offset", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitPartition: _TypeAlias = OffsetCommitPartition  # noqa: Y015
+
+@_typing.final
+class OffsetCommitResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitTopicResult]:
+        """Results per topic."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___OffsetCommitTopicResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitResponse: _TypeAlias = OffsetCommitResponse  # noqa: Y015
+
+@_typing.final
+class OffsetCommitTopicResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Topic name."""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionResult]:
+        """Results per partition: NONE, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+        COORDINATOR_NOT_AVAILABLE, OFFSET_METADATA_TOO_LARGE or REQUEST_TIMED_OUT.
+        """
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___PartitionResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitTopicResult: _TypeAlias = OffsetCommitTopicResult  # noqa: Y015
+
+@_typing.final
+class PartitionResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    """Partition index."""
+    error: Global___ErrorCode.ValueType
+    """Kafka error code; NONE on success."""
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionResult: _TypeAlias = PartitionResult  # noqa: Y015
+
+@_typing.final
+class OffsetFetchRequest(_message.Message):
+    """A group's committed positions (sent to the group's coordinator)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """The group id."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
+        """Partitions asked about; none means every partition the group committed."""
+
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        topics: _abc.Iterable[Global___TopicPartitions] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetFetchRequest: _TypeAlias = OffsetFetchRequest  # noqa: Y015
+
+@_typing.final
+class OffsetFetchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """NONE, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS or INVALID_GROUP_ID."""
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetFetchTopic]:
+        """Positions per topic."""
+
+    def __init__(
+        self,
+        *,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        topics: _abc.Iterable[Global___OffsetFetchTopic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetFetchResponse: _TypeAlias = OffsetFetchResponse  # noqa: Y015
+
+@_typing.final
+class OffsetFetchTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Topic name."""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetFetchPartition]:
+        """Positions per partition."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___OffsetFetchPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetFetchTopic: _TypeAlias = OffsetFetchTopic  # noqa: Y015
+
+@_typing.final
+class OffsetFetchPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    """Partition index."""
+    offset: _builtins.int
+    """The committed offset; -1 when the group committed none."""
+    leader_epoch: _builtins.int
+    """The leader epoch committed with it; -1 when unknown."""
+    metadata: _builtins.str
+    """The metadata committed with it."""
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        metadata: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "metadata", b"metadata", "offset", b"offset", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetFetchPartition: _TypeAlias = OffsetFetchPartition  # noqa: Y015
 
 @_typing.final
 class OffsetsForLeaderEpochRequest(_message.Message):

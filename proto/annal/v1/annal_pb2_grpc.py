@@ -85,6 +85,21 @@ class AnnalStub:
                 request_serializer=annal_dot_v1_dot_annal__pb2.DeleteRecordsRequest.SerializeToString,
                 response_deserializer=annal_dot_v1_dot_annal__pb2.DeleteRecordsResponse.FromString,
                 _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/annal.v1.Annal/FindCoordinator',
+                request_serializer=annal_dot_v1_dot_annal__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
+        self.OffsetCommit = channel.unary_unary(
+                '/annal.v1.Annal/OffsetCommit',
+                request_serializer=annal_dot_v1_dot_annal__pb2.OffsetCommitRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.OffsetFetch = channel.unary_unary(
+                '/annal.v1.Annal/OffsetFetch',
+                request_serializer=annal_dot_v1_dot_annal__pb2.OffsetFetchRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.OffsetFetchResponse.FromString,
+                _registered_method=True)
         self.DescribeConfigs = channel.unary_unary(
                 '/annal.v1.Annal/DescribeConfigs',
                 request_serializer=annal_dot_v1_dot_annal__pb2.DescribeConfigsRequest.SerializeToString,
@@ -176,6 +191,27 @@ class AnnalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FindCoordinator(self, request, context):
+        """The broker coordinating a consumer group.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetCommit(self, request, context):
+        """Commit a group's offsets.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetFetch(self, request, context):
+        """Read a group's committed offsets.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DescribeConfigs(self, request, context):
         """Topics' configurations.
         """
@@ -249,6 +285,21 @@ def add_AnnalServicer_to_server(servicer, server):
                     servicer.DeleteRecords,
                     request_deserializer=annal_dot_v1_dot_annal__pb2.DeleteRecordsRequest.FromString,
                     response_serializer=annal_dot_v1_dot_annal__pb2.DeleteRecordsResponse.SerializeToString,
+            ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'OffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetCommit,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.OffsetCommitRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'OffsetFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetFetch,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.OffsetFetchRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.OffsetFetchResponse.SerializeToString,
             ),
             'DescribeConfigs': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeConfigs,
@@ -537,6 +588,87 @@ class Annal:
             '/annal.v1.Annal/DeleteRecords',
             annal_dot_v1_dot_annal__pb2.DeleteRecordsRequest.SerializeToString,
             annal_dot_v1_dot_annal__pb2.DeleteRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/FindCoordinator',
+            annal_dot_v1_dot_annal__pb2.FindCoordinatorRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/OffsetCommit',
+            annal_dot_v1_dot_annal__pb2.OffsetCommitRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/OffsetFetch',
+            annal_dot_v1_dot_annal__pb2.OffsetFetchRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.OffsetFetchResponse.FromString,
             options,
             channel_credentials,
             insecure,

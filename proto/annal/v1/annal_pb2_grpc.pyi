@@ -65,6 +65,12 @@ class AnnalStub:
     """Move leaderships back to preferred replicas."""
     DeleteRecords: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DeleteRecordsRequest, _annal_pb2.DeleteRecordsResponse]
     """Delete records before offsets (on the partitions' leaders)."""
+    FindCoordinator: _grpc.UnaryUnaryMultiCallable[_annal_pb2.FindCoordinatorRequest, _annal_pb2.FindCoordinatorResponse]
+    """The broker coordinating a consumer group."""
+    OffsetCommit: _grpc.UnaryUnaryMultiCallable[_annal_pb2.OffsetCommitRequest, _annal_pb2.OffsetCommitResponse]
+    """Commit a group's offsets."""
+    OffsetFetch: _grpc.UnaryUnaryMultiCallable[_annal_pb2.OffsetFetchRequest, _annal_pb2.OffsetFetchResponse]
+    """Read a group's committed offsets."""
     DescribeConfigs: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DescribeConfigsRequest, _annal_pb2.DescribeConfigsResponse]
     """Topics' configurations."""
     AlterConfigs: _grpc.UnaryUnaryMultiCallable[_annal_pb2.AlterConfigsRequest, _annal_pb2.AlterConfigsResponse]
@@ -97,6 +103,12 @@ class AnnalAsyncStub(AnnalStub):
     """Move leaderships back to preferred replicas."""
     DeleteRecords: _aio.UnaryUnaryMultiCallable[_annal_pb2.DeleteRecordsRequest, _annal_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
     """Delete records before offsets (on the partitions' leaders)."""
+    FindCoordinator: _aio.UnaryUnaryMultiCallable[_annal_pb2.FindCoordinatorRequest, _annal_pb2.FindCoordinatorResponse]  # type: ignore[assignment]
+    """The broker coordinating a consumer group."""
+    OffsetCommit: _aio.UnaryUnaryMultiCallable[_annal_pb2.OffsetCommitRequest, _annal_pb2.OffsetCommitResponse]  # type: ignore[assignment]
+    """Commit a group's offsets."""
+    OffsetFetch: _aio.UnaryUnaryMultiCallable[_annal_pb2.OffsetFetchRequest, _annal_pb2.OffsetFetchResponse]  # type: ignore[assignment]
+    """Read a group's committed offsets."""
     DescribeConfigs: _aio.UnaryUnaryMultiCallable[_annal_pb2.DescribeConfigsRequest, _annal_pb2.DescribeConfigsResponse]  # type: ignore[assignment]
     """Topics' configurations."""
     AlterConfigs: _aio.UnaryUnaryMultiCallable[_annal_pb2.AlterConfigsRequest, _annal_pb2.AlterConfigsResponse]  # type: ignore[assignment]
@@ -186,6 +198,30 @@ class AnnalServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_annal_pb2.DeleteRecordsResponse, _abc.Awaitable[_annal_pb2.DeleteRecordsResponse]]:
         """Delete records before offsets (on the partitions' leaders)."""
+
+    @_abc_1.abstractmethod
+    def FindCoordinator(
+        self,
+        request: _annal_pb2.FindCoordinatorRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.FindCoordinatorResponse, _abc.Awaitable[_annal_pb2.FindCoordinatorResponse]]:
+        """The broker coordinating a consumer group."""
+
+    @_abc_1.abstractmethod
+    def OffsetCommit(
+        self,
+        request: _annal_pb2.OffsetCommitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.OffsetCommitResponse, _abc.Awaitable[_annal_pb2.OffsetCommitResponse]]:
+        """Commit a group's offsets."""
+
+    @_abc_1.abstractmethod
+    def OffsetFetch(
+        self,
+        request: _annal_pb2.OffsetFetchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.OffsetFetchResponse, _abc.Awaitable[_annal_pb2.OffsetFetchResponse]]:
+        """Read a group's committed offsets."""
 
     @_abc_1.abstractmethod
     def DescribeConfigs(

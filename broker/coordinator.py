@@ -1,0 +1,252 @@
+"""The group coordinator's offsets: commits stored in ``__consumer_offsets``.
+
+A group belongs to one partition of the offsets topic
+(``offsets_schema.partition_for``); the broker leading that partition is the
+group's coordinator.  It keeps every committed offset of its partitions in
+memory and answers OffsetFetch from there.  An OffsetCommit is appended to the
+partition as records (Kafka's schemas) with acks=all and answered once the
+in-sync replicas hold it; only then does the cache change.
+
+Leadership moves with the controller's LeaderAndIsr: a broker that becomes
+leader of an offsets partition loads it (reads the log from its start, the
+latest value of each key winning, tombstones deleting) on its own thread and
+answers COORDINATOR_LOAD_IN_PROGRESS meanwhile; one that stops leading drops
+the partition's cache and answers NOT_COORDINATOR.
+
+Thread safety: ``self._lock`` guards the caches and the loading set; appends
+and the wait for replication happen outside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from annal.broker.offsets_schema import (
+    OffsetKey,
+    OffsetsSchemaError,
+    OffsetValue,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    partition_for,
+)
+from annal.storage.batch import last_header
+from annal.storage.files import TopicPartition
+from annal.storage.log import Log
+from annal.storage.records import Record, encode_batch, iter_records
+
+logger = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+
+Partitions = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitEntry:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+
+
+# What the coordinator needs of the replica manager: an acks=all append (error,
+# last offset) and the wait for the in-sync replicas ({tp: (error, message)}).
+Append = Callable[[TopicPartition, bytes], tuple[str, int]]
+AwaitReplication = Callable[
+    [Mapping[TopicPartition, int], int], Mapping[TopicPartition, tuple[str, str]]
+]
+
+
+class OffsetsCoordinator:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        partitions: int,
+        append: Append,
+        await_replication: AwaitReplication,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.partitions = partitions
+        self._append = append
+        self._await = await_replication
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        # offsets partition -> group -> (topic, partition) -> value
+        self._caches: dict[int, dict[str, dict[Partitions, OffsetValue]]] = {}
+        self._loading: set[int] = set()
+        self._generation: dict[int, int] = {}  # bumps on each leadership change
+
+    def partition_of(self, group: str) -> int:
+        return partition_for(group, self.partitions)
+
+    # -- leadership ----------------------------------------------------------------
+
+    def on_leader(self, index: int, log: Log) -> None:
+        """This broker now leads offsets partition ``index``: load it in the background."""
+        with self._lock:
+            generation = self._generation.get(index, 0) + 1
+            self._generation[index] = generation
+            self._caches.pop(index, None)
+            self._loading.add(index)
+        threading.Thread(
+            target=self._load, args=(index, log, generation), name=f"offsets-load-{index}",
+            daemon=True,
+        ).start()  # fmt: skip
+
+    def on_follower(self, index: int) -> None:
+        with self._lock:
+            self._generation[index] = self._generation.get(index, 0) + 1
+            self._caches.pop(index, None)
+            self._loading.discard(index)
+
+    def _load(self, index: int, log: Log, generation: int) -> None:
+        started = time.monotonic()
+        cache: dict[str, dict[Partitions, OffsetValue]] = {}
+        offset, end, records = log.log_start_offset, log.log_end_offset, 0
+        try:
+            while offset < end:
+                data = log.read(offset, 1 << 20)
+                if not data:
+                    break
+                for record in iter_records(data):
+                    if record.offset >= offset and record.key is not None:
+                        records += 1
+                        _apply(cache, record.key, record.value)
+                header = last_header(data)
+                assert header is not None
+                offset = header.next_offset
+        except Exception:
+            logger.exception("loading offsets partition %d failed", index)
+            return
+        with self._lock:
+            if self._generation.get(index) != generation:
+                return  # leadership moved on meanwhile
+            self._caches[index] = cache
+            self._loading.discard(index)
+        logger.info(
+            "loaded offsets partition %d: %d groups from %d records in %.0f ms",
+            index,
+            len(cache),
+            records,
+            (time.monotonic() - started) * 1000,
+        )
+
+    def _state(self, index: int) -> str:
+        """NONE when this broker can answer for partition ``index`` (caller holds the lock)."""
+        if index in self._loading:
+            return "COORDINATOR_LOAD_IN_PROGRESS"
+        if index not in self._caches:
+            return "NOT_COORDINATOR"
+        return "NONE"
+
+    # -- the requests ----------------------------------------------------------------
+
+    def commit(
+        self, group: str, entries: Sequence[CommitEntry], timeout_ms: int
+    ) -> dict[Partitions, tuple[str, str]]:
+        """(error, message) per (topic, partition) of ``entries``."""
+        index = self.partition_of(group)
+        with self._lock:
+            state = self._state(index)
+            generation = self._generation.get(index)
+        if state != "NONE":
+            return {(e.topic, e.partition): (state, "") for e in entries}
+        out: dict[Partitions, tuple[str, str]] = {}
+        accepted = []
+        for e in entries:
+            if len(e.metadata.encode("utf-8")) > MAX_METADATA_BYTES:
+                out[(e.topic, e.partition)] = (
+                    "OFFSET_METADATA_TOO_LARGE",
+                    f"metadata is limited to {MAX_METADATA_BYTES} bytes",
+                )
+            else:
+                accepted.append(e)
+        if not accepted:
+            return out
+        now = self._clock_ms()
+        batch = encode_batch(
+            [
+                Record(
+                    i,
+                    now,
+                    encode_key(OffsetKey(group, e.topic, e.partition)),
+                    encode_value(OffsetValue(e.offset, e.leader_epoch, e.metadata, now)),
+                )
+                for i, e in enumerate(accepted)
+            ]
+        )
+        tp = TopicPartition(OFFSETS_TOPIC, index)
+        error, last = self._append(tp, batch)
+        if error == "NONE":
+            error, message = self._await({tp: last}, timeout_ms)[tp]
+        else:
+            message = f"appending to {tp}: {error}"
+        error = _COMMIT_ERRORS.get(error, error)
+        if error == "NONE":
+            with self._lock:
+                cache = self._caches.get(index)
+                if cache is not None and self._generation.get(index) == generation:
+                    offsets = cache.setdefault(group, {})
+                    for e in accepted:
+                        offsets[(e.topic, e.partition)] = OffsetValue(
+                            e.offset, e.leader_epoch, e.metadata, now
+                        )
+        for e in accepted:
+            out[(e.topic, e.partition)] = (error, message if error != "NONE" else "")
+        return out
+
+    def fetch(
+        self, group: str, wanted: Sequence[Partitions] | None
+    ) -> tuple[str, dict[Partitions, OffsetValue | None]]:
+        """(error, committed value per partition: None when the group has none);
+        ``wanted`` None means every partition the group committed."""
+        index = self.partition_of(group)
+        with self._lock:
+            state = self._state(index)
+            if state != "NONE":
+                return state, {}
+            offsets = dict(self._caches[index].get(group, {}))
+        if wanted is None:
+            return "NONE", dict(offsets)
+        return "NONE", {key: offsets.get(key) for key in wanted}
+
+    def groups(self) -> list[str]:
+        """Groups with committed offsets in the partitions this broker leads."""
+        with self._lock:
+            return sorted({g for cache in self._caches.values() for g in cache})
+
+
+# Commit failures as Kafka reports them to the committing consumer.
+_COMMIT_ERRORS = {
+    "NOT_LEADER_OR_FOLLOWER": "NOT_COORDINATOR",
+    "UNKNOWN_TOPIC_OR_PARTITION": "NOT_COORDINATOR",
+    "NOT_ENOUGH_REPLICAS": "COORDINATOR_NOT_AVAILABLE",
+    "NOT_ENOUGH_REPLICAS_AFTER_APPEND": "COORDINATOR_NOT_AVAILABLE",
+}
+
+
+def _apply(
+    cache: dict[str, dict[Partitions, OffsetValue]], key_bytes: bytes, value: bytes | None
+) -> None:
+    try:
+        key = decode_key(key_bytes)
+        if key is None:
+            return  # group metadata, not an offset
+        offsets = cache.setdefault(key.group, {})
+        if value is None:
+            offsets.pop((key.topic, key.partition), None)
+            if not offsets:
+                del cache[key.group]
+        else:
+            offsets[(key.topic, key.partition)] = decode_value(value)
+    except OffsetsSchemaError as exc:
+        logger.warning("skipping an unreadable offsets record: %s", exc)

@@ -1,0 +1,136 @@
+"""Records of ``__consumer_offsets``, in Kafka's binary schemas.
+
+A committed offset is a record whose key names the group and partition and
+whose value holds the offset (Kafka's OffsetCommit key version 1 and value
+version 3, so Kafka's tools read annal's offsets topic and the reverse)::
+
+    key    int16 version = 1 | string group | string topic | int32 partition
+    value  int16 version = 3 | int64 offset | int32 leader_epoch |
+           string metadata | int64 commit_timestamp
+
+Strings are an int16 length and UTF-8 bytes.  A null value (a tombstone)
+deletes the offset; compaction keeps the latest value per key.  Values of
+versions 0 to 2 (older Kafka) are read too; keys of other versions (group
+metadata, version 2) are not offsets and are skipped by the reader.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+KEY_VERSION = 1
+VALUE_VERSION = 3
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+
+
+class OffsetsSchemaError(ValueError):
+    """Bytes that are not an offset commit record; the message says where."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetValue:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp: int = -1
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (UTF-16 code units, 32-bit wrap-around)."""
+    h = 0
+    units = text.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group: str, partitions: int) -> int:
+    """The ``__consumer_offsets`` partition of ``group``: Kafka's
+    ``Utils.abs(group.hashCode) % partitions`` (abs maps MIN_VALUE to 0)."""
+    h = java_string_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    if len(raw) > 0x7FFF:
+        raise OffsetsSchemaError(f"string of {len(raw)} bytes is too long for the schema")
+    return _INT16.pack(len(raw)) + raw
+
+
+def encode_key(key: OffsetKey) -> bytes:
+    return (
+        _INT16.pack(KEY_VERSION)
+        + _string(key.group)
+        + _string(key.topic)
+        + _INT32.pack(key.partition)
+    )
+
+
+def encode_value(value: OffsetValue) -> bytes:
+    return (
+        _INT16.pack(VALUE_VERSION)
+        + _INT64.pack(value.offset)
+        + _INT32.pack(value.leader_epoch)
+        + _string(value.metadata)
+        + _INT64.pack(value.commit_timestamp)
+    )
+
+
+class _Reader:
+    def __init__(self, data: bytes, what: str) -> None:
+        self.data = data
+        self.at = 0
+        self.what = what
+
+    def take(self, layout: struct.Struct) -> int:
+        if self.at + layout.size > len(self.data):
+            raise OffsetsSchemaError(f"{self.what} ends at byte {len(self.data)}, mid-field")
+        (value,) = layout.unpack_from(self.data, self.at)
+        self.at += layout.size
+        return int(value)
+
+    def string(self) -> str:
+        length = self.take(_INT16)
+        if length < 0 or self.at + length > len(self.data):
+            raise OffsetsSchemaError(f"{self.what} has a bad string length {length}")
+        raw = self.data[self.at : self.at + length]
+        self.at += length
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise OffsetsSchemaError(f"{self.what} has a string that is not UTF-8: {exc}") from None
+
+
+def decode_key(data: bytes) -> OffsetKey | None:
+    """The offset key, or None for another kind of key (group metadata)."""
+    reader = _Reader(data, "offset commit key")
+    version = reader.take(_INT16)
+    if version not in (0, 1):
+        return None
+    return OffsetKey(reader.string(), reader.string(), reader.take(_INT32))
+
+
+def decode_value(data: bytes) -> OffsetValue:
+    reader = _Reader(data, "offset commit value")
+    version = reader.take(_INT16)
+    if not 0 <= version <= 3:
+        raise OffsetsSchemaError(f"offset commit value version {version} is unknown")
+    offset = reader.take(_INT64)
+    leader_epoch = reader.take(_INT32) if version >= 3 else -1
+    metadata = reader.string()
+    timestamp = reader.take(_INT64)
+    if version == 1:
+        reader.take(_INT64)  # expire_timestamp, dropped in version 2
+    return OffsetValue(offset, leader_epoch, metadata, timestamp)

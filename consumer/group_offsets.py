@@ -1,0 +1,141 @@
+"""A consumer group's committed offsets, through the group's coordinator.
+
+``GroupOffsets(bootstrap, group)`` finds the coordinator (FindCoordinator,
+which creates ``__consumer_offsets`` on first use), commits positions and
+reads them back.  A coordinator that moved (NOT_COORDINATOR), is loading
+(COORDINATOR_LOAD_IN_PROGRESS), is not known yet (COORDINATOR_NOT_AVAILABLE)
+or cannot be reached is looked up again and asked again, with a growing
+backoff, up to the timeout; any other refusal is a ``ConsumerError``.
+
+Not thread-safe: one per thread, as the simple consumer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import grpc
+from annal.client.cluster import ClientError, ClusterConnection
+from annal.consumer.simple import ConsumerError
+from annal.v1 import annal_pb2 as pb
+
+T = TypeVar("T")
+
+RETRIABLE = {
+    "NOT_COORDINATOR",
+    "COORDINATOR_LOAD_IN_PROGRESS",
+    "COORDINATOR_NOT_AVAILABLE",
+    "BROKER_NOT_AVAILABLE",  # no broker answering yet (restarting)
+}
+
+
+class GroupOffsets:
+    """See the module docstring."""
+
+    def __init__(self, bootstrap_servers: str, group: str, timeout_s: float = 30.0) -> None:
+        if not group:
+            raise ValueError("a group id is needed")
+        self.cluster = ClusterConnection(bootstrap_servers, timeout_s)
+        self.group = group
+        self.timeout_s = timeout_s
+        self._coordinator: str | None = None
+
+    def coordinator(self) -> str:
+        """The coordinating broker's endpoint (asked once, then remembered)."""
+        if self._coordinator is None:
+            self._coordinator = self._retry(self._find)
+        return self._coordinator
+
+    def _find(self) -> str:
+        try:
+            answer = self.cluster.call_any(
+                "FindCoordinator", pb.FindCoordinatorRequest(group=self.group)
+            )
+        except ClientError as exc:
+            raise ConsumerError(exc.error, exc.message) from None
+        error = pb.ErrorCode.Name(answer.error)
+        if error != "NONE":
+            raise ConsumerError(error, answer.error_message)
+        return f"{answer.coordinator.host}:{answer.coordinator.port}"
+
+    def commit(self, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
+        """Store the next offset to consume of each (topic, partition)."""
+        by_topic: dict[str, list[pb.OffsetCommitPartition]] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append(
+                pb.OffsetCommitPartition(
+                    partition=partition, offset=offset, leader_epoch=-1, metadata=metadata
+                )
+            )
+        request = pb.OffsetCommitRequest(
+            group=self.group,
+            topics=[pb.OffsetCommitTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+            timeout_ms=int(self.timeout_s * 1000),
+        )
+
+        def attempt() -> None:
+            response = self._call("OffsetCommit", request)
+            for topic in response.topics:
+                for p in topic.partitions:
+                    error = pb.ErrorCode.Name(p.error)
+                    if error != "NONE":
+                        raise ConsumerError(
+                            error, f"commit of {topic.name}-{p.partition}: {p.error_message}"
+                        )
+
+        self._retry(attempt)
+
+    def committed(
+        self, partitions: Sequence[tuple[str, int]] | None = None
+    ) -> dict[tuple[str, int], int]:
+        """The committed offset of each partition (-1 for none); of every
+        partition the group committed when ``partitions`` is None."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions or ():
+            by_topic.setdefault(topic, []).append(partition)
+        request = pb.OffsetFetchRequest(
+            group=self.group,
+            topics=[pb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()],
+        )
+
+        def attempt() -> dict[tuple[str, int], int]:
+            response = self._call("OffsetFetch", request)
+            error = pb.ErrorCode.Name(response.error)
+            if error != "NONE":
+                raise ConsumerError(error, response.error_message)
+            return {(t.name, p.partition): p.offset for t in response.topics for p in t.partitions}
+
+        return self._retry(attempt)
+
+    def _call(self, method: str, request: Any) -> Any:
+        stub = self.cluster.stub(self.coordinator())
+        try:
+            return getattr(stub, method)(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                raise ConsumerError("COORDINATOR_NOT_AVAILABLE", exc.details() or "") from None
+            raise ConsumerError(exc.code().name, exc.details() or "") from None
+
+    def _retry(self, attempt: Callable[[], T]) -> T:
+        deadline = time.monotonic() + self.timeout_s
+        backoff_s = 0.05
+        while True:
+            try:
+                return attempt()
+            except ConsumerError as exc:
+                if exc.error not in RETRIABLE or time.monotonic() + backoff_s > deadline:
+                    raise
+                self._coordinator = None  # find it again: it may have moved
+                time.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 1.0)
+
+    def close(self) -> None:
+        self.cluster.close()
+
+    def __enter__(self) -> GroupOffsets:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
