@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         deleterecordscmd,
         dumplog,
         electioncmd,
+        groupscmd,
         perfcmd,
         reassigncmd,
         topicscmd,
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     reassigncmd.add_parser(commands)
     deleterecordscmd.add_parser(commands)
     configscmd.add_parser(commands)
+    groupscmd.add_parser(commands)
     consolecmd.add_parsers(commands)
     verifiablecmd.add_parsers(commands)
     perfcmd.add_parser(commands)

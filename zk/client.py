@@ -441,3 +441,57 @@ class ZkClient:
                 logger.warning("ignoring a config change notification: %s", exc)
                 changes.append((number, ""))
         return sorted(changes)
+
+    # -- /consumers: the ZooKeeper group membership of the group consumer -------------
+
+    def register_consumer(
+        self, group: str, consumer_id: str, subscription: Mapping[str, int], pattern: str
+    ) -> None:
+        """The consumer's ephemeral registration (replaced if left from a lost session)."""
+        path = layout.consumer_id_path(group, consumer_id)
+        data = layout.encode_consumer_registration(subscription, pattern)
+        if not self._create(path, data, ephemeral=True):
+            self.delete_recursive(path)
+            self._create(path, data, ephemeral=True)
+
+    def consumer_registrations(self, group: str) -> dict[str, tuple[dict[str, int], str]]:
+        """consumer id → (subscription, pattern) of every live member of ``group``."""
+        out = {}
+        for consumer_id in self.children(layout.consumer_ids_path(group)):
+            path = layout.consumer_id_path(group, consumer_id)
+            found = self.get(path)
+            if found is not None:
+                out[consumer_id] = layout.decode_consumer_registration(path, found[0])
+        return out
+
+    def consumer_groups(self) -> list[str]:
+        return sorted(self.children(layout.CONSUMERS))
+
+    def claim_partition(self, group: str, topic: str, partition: int, owner: str) -> bool:
+        """Take ownership (an ephemeral znode holding ``owner``); False when another
+        consumer thread still owns it (ours already counts as claimed)."""
+        path = layout.consumer_owner_path(group, topic, partition)
+        if self._create(path, owner.encode("utf-8"), ephemeral=True):
+            return True
+        found = self.get(path)
+        return found is not None and found[0].decode("utf-8") == owner
+
+    def release_partition(self, group: str, topic: str, partition: int, owner: str) -> None:
+        """Give up ownership, if ``owner`` holds it."""
+        path = layout.consumer_owner_path(group, topic, partition)
+        found = self.get(path)
+        if found is not None and found[0].decode("utf-8") == owner:
+            try:
+                self._call(self._kazoo.delete, path, version=found[1])
+            except (NoNodeError, BadVersionError):
+                pass
+
+    def partition_owners(self, group: str) -> dict[tuple[str, int], str]:
+        """(topic, partition) → owning consumer thread id, for the whole group."""
+        out = {}
+        for topic in self.children(f"{layout.CONSUMERS}/{group}/owners"):
+            for child in self.children(layout.consumer_owners_path(group, topic)):
+                found = self.get(f"{layout.consumer_owners_path(group, topic)}/{child}")
+                if found is not None and child.isdigit():
+                    out[(topic, int(child))] = found[0].decode("utf-8")
+        return out

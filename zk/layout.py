@@ -396,3 +396,18 @@ def encode_consumer_registration(subscription: Mapping[str, int], pattern: str =
             "timestamp": _now_ms(),
         }
     )
+
+
+def decode_consumer_registration(path: str, raw: bytes) -> tuple[dict[str, int], str]:
+    """(subscription: topic or filter regex → stream count, pattern) of a consumer."""
+    obj = _load(path, raw)
+    pattern = str(obj.get("pattern", "static"))
+    try:
+        subscription = {str(k): int(v) for k, v in _field(path, obj, "subscription").items()}
+    except (AttributeError, TypeError, ValueError):
+        raise LayoutError(f"znode {path} has a malformed subscription") from None
+    return subscription, pattern
+
+
+def consumer_owners_path(group: str, topic: str) -> str:
+    return f"{CONSUMERS}/{group}/owners/{topic}"
