@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 from annal.admin.client import AdminClient
+from annal.consumer.assignment import Whitelist
 from annal.consumer.group import ConsumerTimeout, GroupConsumer, Stream
 from annal.consumer.simple import ConsumerRecord
 from annal.deploy.runner import BrokerProcess, wait_until
@@ -141,3 +142,38 @@ def test_bad_settings(zk_connect: str) -> None:
         GroupConsumer(zk_connect, "")
     with pytest.raises(ValueError, match="auto_offset_reset must be smallest or largest"):
         GroupConsumer(zk_connect, "g", auto_offset_reset="earliest")
+
+
+@pytest.mark.timeout(180)
+def test_filter_streams_follow_new_topics(
+    zk_connect: str, broker_factory: Callable[..., BrokerProcess]
+) -> None:
+    """A whitelist stream carries every matching topic, including one created
+    after the consumer started; other topics stay out."""
+    broker = broker_factory(1, QUICK)
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("logs-a", partitions=2)
+        admin.create_topic("metrics", partitions=1)
+    consumer = GroupConsumer(
+        zk_connect, "filtered", auto_offset_reset="smallest", consumer_timeout_ms=200,
+        rebalance_backoff_ms=200,
+    )  # fmt: skip
+    try:
+        (stream,) = consumer.create_message_streams_by_filter(Whitelist("logs-.*"))
+        reader = Reader(stream)
+        with Producer(broker.endpoint) as producer:
+            for topic in ("logs-a", "metrics"):
+                producer.send(topic, value=topic.encode())
+            producer.flush(30)
+        wait_until(lambda: [r.topic for r in reader.records] == ["logs-a"], 60, "logs-a read")
+        with AdminClient(broker.endpoint) as admin:
+            admin.create_topic("logs-b", partitions=1)
+        wait_until(lambda: ("logs-b", 0) in consumer.owned(), 60, "logs-b picked up")
+        with Producer(broker.endpoint) as producer:
+            producer.send("logs-b", value=b"logs-b").result(30)
+        wait_until(lambda: len(reader.records) == 2, 60, "logs-b read")
+        assert sorted(r.topic for r in reader.records) == ["logs-a", "logs-b"]
+        with pytest.raises(ValueError, match="has its streams already"):
+            consumer.create_message_streams({"metrics": 1})
+    finally:
+        consumer.shutdown()
