@@ -48,7 +48,8 @@ def test_leader_election_command(
         out = capsys.readouterr().out
         assert "Successfully completed leader election (PREFERRED) for partitions pref-0" in out
         assert "Valid replica already elected for partitions pref-1" in out
-        assert leaders(admin, "pref") == {0: 1, 1: 2}
+        # the answering broker's cache shows it; this one's a moment later
+        wait_until(lambda: leaders(admin, "pref") == {0: 1, 1: 2}, 30, "broker 2 told")
 
         assert main(["leader-election", *bs, "--topic", "pref", "--partition", "0", "--json"]) == 0
         (line,) = capsys.readouterr().out.splitlines()
