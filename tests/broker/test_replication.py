@@ -86,7 +86,7 @@ def test_a_stalled_follower_leaves_the_isr_and_rejoins(
     """Consumers see only what the whole ISR holds; a follower that stops fetching
     leaves the ISR after replica.lag.time.max.ms (and acks=all with
     min.insync.replicas=2 is refused meanwhile); caught up again, it rejoins."""
-    lag = {"replica.lag.time.max.ms": "3000"}
+    lag = {"replica.lag.time.max.ms": "6000"}  # long enough for the checks before it passes
     leader, follower = broker_factory(1, lag), broker_factory(2, lag)
     with AdminClient(leader.endpoint) as admin:
         admin.create_topic(
