@@ -193,6 +193,7 @@ class GroupConsumer:
         self._fetch = SimpleConsumer(bootstrap, max_wait_ms=fetch_wait_max_ms, timeout_s=timeout_s)
         self._offsets = GroupOffsets(bootstrap, group, timeout_s)
         self._lock = threading.Lock()
+        self._commit_lock = threading.Lock()
         # (topic, thread id) -> stream; the topic is "" for filter streams, which
         # carry every matching topic
         self._streams: dict[tuple[str, str], Stream] = {}
@@ -455,17 +456,19 @@ class GroupConsumer:
         self._commit()
 
     def _commit(self) -> None:
-        with self._lock:
-            pending = {  # consumed_at was set under the current generation
-                tp: offset
-                for tp, offset in self._consumed_at.items()
-                if tp in self._owned and self._committed.get(tp) != offset
-            }
-        if not pending:
-            return
-        self._offsets.commit(pending)
-        with self._lock:
-            self._committed.update(pending)
+        # One commit at a time: two racing could store an older position last.
+        with self._commit_lock:
+            with self._lock:
+                pending = {  # consumed_at was set under the current generation
+                    tp: offset
+                    for tp, offset in self._consumed_at.items()
+                    if tp in self._owned and self._committed.get(tp) != offset
+                }
+            if not pending:
+                return
+            self._offsets.commit(pending)
+            with self._lock:
+                self._committed.update(pending)
 
     def _commit_loop(self) -> None:
         while not self._stopped.wait(self.auto_commit_interval_ms / 1000):
@@ -508,8 +511,9 @@ class GroupConsumer:
         except (ZkError, ConsumerError) as exc:
             logger.warning("shutdown of %s: %s", self.consumer_id, exc)
         finally:
-            for stream in self._streams.values():
-                stream._queue.put(_END)
+            for stream in self._streams.values():  # the fetcher has stopped: no race
+                stream._drain()
+                stream._queue.put_nowait(_END)
             self.zk.stop()
             self._fetch.close()
             self._offsets.close()
