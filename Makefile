@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-PKGS    = storage deploy zk broker controller producer admin consumer client
+PKGS    = storage deploy zk broker controller producer admin consumer client pipeline
 STAMP   = $(VENV)/.installed
 
 .PHONY: demo test lint typecheck bench setup os-deps clean
@@ -28,7 +28,7 @@ os-deps:
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
 demo: setup

@@ -1,0 +1,1 @@
+"""Data pipelines: annal as a Spark data source."""
