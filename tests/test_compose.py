@@ -50,3 +50,29 @@ def test_broker_commands_parse_and_match_the_local_runner() -> None:
         assert "healthcheck" in service
     assert len(volumes) == 3  # a volume of its own for each broker
     assert services["zookeeper"]["image"].startswith("zookeeper:")
+
+
+def test_spark_job_command_parses() -> None:
+    from annal.pipeline.job import build_parser as job_parser
+
+    job = compose()["services"]["spark-job"]
+    assert job["build"]["target"] == "spark"
+    args = job_parser().parse_args(job["command"])
+    assert (args.source, args.sink) == ("events", "events-mirror")
+    assert args.bootstrap_server == "broker-1:9092,broker-2:9092,broker-3:9092"
+    assert args.checkpoint.startswith(job["volumes"][0].split(":")[1])
+
+
+def test_the_image_holds_every_package() -> None:
+    """deploy/Dockerfile copies each folder pyproject.toml installs (a folder left
+    out would fail the image's `pip install .`)."""
+    import tomllib
+
+    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {path.split("/")[0] for path in mapping["package-dir"].values()}
+    copied = {
+        line.split()[1]
+        for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines()
+        if line.startswith("COPY ")
+    }
+    assert folders <= copied, f"not copied into the image: {sorted(folders - copied)}"
