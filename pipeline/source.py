@@ -314,7 +314,9 @@ def write_rows(bootstrap_servers: str, topic: str | None, rows: Iterator[Any]) -
     return Written(count)
 
 
-class AnnalBatchWriter(DataSourceWriter):
+class _RowWriter:
+    """What the batch and the streaming writer share: each task produces its rows."""
+
     def __init__(self, bootstrap_servers: str, topic: str | None) -> None:
         self.bootstrap = bootstrap_servers
         self.topic = topic
@@ -323,13 +325,10 @@ class AnnalBatchWriter(DataSourceWriter):
         return write_rows(self.bootstrap, self.topic, iterator)
 
 
-class AnnalStreamWriter(DataSourceStreamWriter):
-    def __init__(self, bootstrap_servers: str, topic: str | None) -> None:
-        self.bootstrap = bootstrap_servers
-        self.topic = topic
+class AnnalBatchWriter(_RowWriter, DataSourceWriter):
+    pass
 
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return write_rows(self.bootstrap, self.topic, iterator)
 
+class AnnalStreamWriter(_RowWriter, DataSourceStreamWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         pass  # each task flushed with acks=all before it reported
