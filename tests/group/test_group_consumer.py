@@ -177,3 +177,40 @@ def test_filter_streams_follow_new_topics(
             consumer.create_message_streams({"metrics": 1})
     finally:
         consumer.shutdown()
+
+
+@pytest.mark.timeout(180)
+def test_a_member_that_lost_its_session_rejoins(
+    zk_connect: str, broker_factory: Callable[..., BrokerProcess]
+) -> None:
+    """When ZooKeeper expires the consumer's session (its registration and owner
+    znodes go), it registers again and takes its partitions back."""
+    from kazoo.client import KazooClient
+
+    broker = broker_factory(1, QUICK)
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("events", partitions=4)
+    member = consumer(zk_connect, "m")
+    try:
+        reader = Reader(member.create_message_streams({"events": 1})["events"][0])
+        wait_until(lambda: len(member.owned()) == 4, 60, "m owning every partition")
+        # Expire m's session: a second client with the same session id closes it.
+        hosts = zk_connect.partition("/")[0]
+        session_id, password = member.zk.kazoo.client_id
+        twin = KazooClient(hosts=hosts, client_id=(session_id, password))
+        twin.start(timeout=10)
+        twin.stop()
+        twin.close()
+        with ZkClient(zk_connect) as zk:
+            wait_until(lambda: zk.consumer_registrations("readers") == {}, 60, "m's znodes gone")
+            wait_until(
+                lambda: list(zk.consumer_registrations("readers")) == ["m"]
+                and list(zk.partition_owners("readers").values()) == ["m-0"] * 4,
+                60,
+                "m back, owning every partition",
+            )
+        values = produce(broker.endpoint, b"after", 20)
+        wait_until(lambda: len(reader.records) >= 20, 60, "m reading again")
+        assert sorted(r.value for r in reader.records) == sorted(values)
+    finally:
+        member.shutdown()
