@@ -440,6 +440,12 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
             )
         return response
 
+    def _missing_topic(self, name: str) -> str | None:
+        """The error message for a topic ZooKeeper does not hold; None when it does."""
+        if self._broker.zk.get_topic_assignment(name) is None:
+            return f"topic {name!r} does not exist"
+        return None
+
     def DescribeConfigs(
         self, request: pb.DescribeConfigsRequest, context: grpc.ServicerContext
     ) -> pb.DescribeConfigsResponse:
@@ -447,12 +453,10 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         defaults = self._broker.config.log_config()
         response = pb.DescribeConfigsResponse()
         for name in request.topics:
-            if zk.get_topic_assignment(name) is None:
+            if missing := self._missing_topic(name):
                 response.topics.append(
                     pb.TopicConfigs(
-                        name=name,
-                        error=pb.UNKNOWN_TOPIC_OR_PARTITION,
-                        error_message=f"topic {name!r} does not exist",
+                        name=name, error=pb.UNKNOWN_TOPIC_OR_PARTITION, error_message=missing
                     )
                 )
                 continue
@@ -481,9 +485,9 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         response = pb.AlterConfigsResponse()
         for change in request.topics:
             result = response.topics.add(name=change.name)  # add(): append() would copy
-            if zk.get_topic_assignment(change.name) is None:
+            if absent := self._missing_topic(change.name):
                 result.error = pb.UNKNOWN_TOPIC_OR_PARTITION
-                result.error_message = f"topic {change.name!r} does not exist"
+                result.error_message = absent
                 continue
             overrides = zk.get_topic_config(change.name)
             missing = sorted(set(change.delete) - set(overrides))
@@ -686,12 +690,10 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         response = pb.DeleteTopicsResponse()
         marked = []
         for name in request.topics:
-            if zk.get_topic_assignment(name) is None:
+            if missing := self._missing_topic(name):
                 response.topics.append(
                     pb.TopicResult(
-                        name=name,
-                        error=pb.UNKNOWN_TOPIC_OR_PARTITION,
-                        error_message=f"topic {name!r} does not exist",
+                        name=name, error=pb.UNKNOWN_TOPIC_OR_PARTITION, error_message=missing
                     )
                 )
                 continue
