@@ -25,7 +25,7 @@ os-deps:
 	  fi; \
 	fi
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py storage/_walker.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,spark]'

@@ -137,6 +137,7 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "log.cleaner.min.compaction.lag.ms": (_int(0), "0"),
     "log.cleaner.delete.retention.ms": (_int(0), str(24 * HOUR_MS)),
     "log.message.timestamp.type": (_timestamp_type, "CreateTime"),
+    "log.message.timestamp.difference.max.ms": (_int(0), str(2**63 - 1)),
     "min.insync.replicas": (_int(1), "1"),
     "unclean.leader.election.enable": (_bool, "false"),
     "auto.leader.rebalance.enable": (_bool, "true"),
@@ -319,6 +320,9 @@ class BrokerConfig:
             "flush.messages": self._value("log.flush.interval.messages"),
             "flush.ms": flush_ms if flush_ms is not None else 2**63 - 1,
             "message.timestamp.type": self._value("log.message.timestamp.type"),
+            "message.timestamp.difference.max.ms": self._value(
+                "log.message.timestamp.difference.max.ms"
+            ),
             "min.insync.replicas": self.min_insync_replicas,
             "unclean.leader.election.enable": str(self.unclean_leader_election_enable).lower(),
         }

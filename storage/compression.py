@@ -15,15 +15,18 @@ in a legacy message set a wrapper message's value is the compressed inner set.
 from __future__ import annotations
 
 import gzip
+import io
 import struct
 import zlib
+from collections.abc import Callable
+from typing import Protocol
 
 import cramjam
 import lz4.frame
 import zstandard
 
 from .batch import Compression
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, RecordTooLargeError
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = struct.Struct(">8sii")
@@ -66,6 +69,122 @@ def decompress(codec: Compression, data: bytes | bytearray | memoryview) -> byte
     except Exception as exc:  # each codec library raises its own error type
         raise CorruptRecordError(f"cannot decompress {codec.name.lower()} data: {exc}") from exc
     raise CorruptRecordError(f"unknown compression codec {int(codec)}")
+
+
+def decompress_bounded(
+    codec: Compression, data: bytes | bytearray | memoryview, limit: int
+) -> bytes:
+    """Inflate ``data`` as ``decompress`` does, but never past ``limit`` bytes.
+
+    The leader's validator inflates what clients send: a batch that would
+    inflate past ``limit`` (a decompression bomb, or just too big) raises
+    RecordTooLargeError after at most ``limit`` + 1 bytes were produced.
+    Concatenated frames or members are read as one stream; a damaged or
+    truncated stream raises CorruptRecordError.
+    """
+    name = codec.name.lower()
+    try:
+        if codec == Compression.GZIP:
+            out = _inflate_members(lambda: zlib.decompressobj(47), bytes(data), limit, name)
+        elif codec == Compression.LZ4:
+            out = _inflate_members(lz4.frame.LZ4FrameDecompressor, bytes(data), limit, name)
+        elif codec == Compression.ZSTD:
+            out = _zstd_bounded(bytes(data), limit)
+        elif codec == Compression.SNAPPY:
+            out = _snappy_bounded(bytes(data), limit)
+        elif codec == Compression.NONE:
+            out = bytes(data)
+        else:
+            raise CorruptRecordError(f"unknown compression codec {int(codec)}")
+    except (CorruptRecordError, RecordTooLargeError):
+        raise
+    except Exception as exc:  # each codec library raises its own error type
+        raise CorruptRecordError(f"cannot decompress {name} data: {exc}") from exc
+    if len(out) > limit:
+        raise RecordTooLargeError(f"{name} records inflate past {limit} bytes")
+    return out
+
+
+class _Inflater(Protocol):
+    @property
+    def eof(self) -> bool: ...
+
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
+
+
+def _inflate_members(
+    new: Callable[[], _Inflater],
+    data: bytes,
+    limit: int,
+    name: str,
+) -> bytes:
+    """gzip members or lz4 frames one after another, at most ``limit`` + 1 bytes out."""
+    chunks = []
+    produced = 0
+    while data and produced <= limit:
+        inflater = new()
+        chunk = inflater.decompress(data, limit + 1 - produced)
+        chunks.append(chunk)
+        produced += len(chunk)
+        if produced > limit:
+            break
+        if not inflater.eof:
+            raise CorruptRecordError(f"{name} stream ends early")
+        data = inflater.unused_data
+    return b"".join(chunks)
+
+
+def _zstd_bounded(data: bytes, limit: int) -> bytes:
+    """One zstd frame.  A declared content size is checked before anything is
+    allocated; without one (streaming writers) the output is capped, and a
+    frame that does not fit is read again, bounded, to tell too big from damaged."""
+    declared = zstandard.frame_content_size(data)
+    if declared > limit:
+        raise RecordTooLargeError(f"zstd records declare {declared} bytes, past {limit}")
+    decompressor = zstandard.ZstdDecompressor()
+    try:
+        return bytes(
+            decompressor.decompress(data, max_output_size=limit + 1, allow_extra_data=False)
+        )
+    except zstandard.ZstdError:
+        if declared >= 0:
+            raise
+        reader = decompressor.stream_reader(io.BytesIO(data))
+        produced = 0
+        while produced <= limit:
+            chunk = reader.read(min(limit + 1 - produced, 1 << 20))
+            if not chunk:
+                raise
+            produced += len(chunk)
+        raise RecordTooLargeError(f"zstd records inflate past {limit} bytes") from None
+
+
+def _snappy_bounded(data: bytes, limit: int) -> bytes:
+    """Snappy (xerial-framed or plain), each block's declared size checked first."""
+    if not data.startswith(XERIAL_MAGIC):
+        if cramjam.snappy.decompress_raw_len(data) > limit:
+            raise RecordTooLargeError(f"snappy records inflate past {limit} bytes")
+        return bytes(cramjam.snappy.decompress_raw(data))
+    position = _XERIAL_HEADER.size
+    out = []
+    produced = 0
+    while position < len(data):
+        if position + 4 > len(data):
+            raise CorruptRecordError("truncated xerial snappy block length")
+        (length,) = _I32.unpack_from(data, position)
+        position += 4
+        if length < 0 or position + length > len(data):
+            raise CorruptRecordError(f"xerial snappy block of {length} bytes overruns the data")
+        block = data[position : position + length]
+        produced += cramjam.snappy.decompress_raw_len(block)
+        if produced > limit:
+            raise RecordTooLargeError(f"snappy records inflate past {limit} bytes")
+        out.append(bytes(cramjam.snappy.decompress_raw(block)))
+        position += length
+    return b"".join(out)
 
 
 def _xerial_compress(data: bytes | bytearray | memoryview) -> bytes:

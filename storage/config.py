@@ -36,6 +36,7 @@ class LogConfig:
     flush_messages: int = 2**63 - 1
     flush_ms: int = 2**63 - 1
     message_timestamp_type: TimestampType = TimestampType.CREATE_TIME
+    message_timestamp_difference_max_ms: int = 2**63 - 1
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
 

@@ -8,7 +8,9 @@ so callers (the broker, the CLI, tests) catch exactly what they mean::
     │   ├── CorruptRecordError       CRC, magic, sizes    (CORRUPT_MESSAGE)
     │   ├── RecordTooLargeError      max.message.bytes    (MESSAGE_TOO_LARGE)
     │   ├── NonMonotonicOffsetError  follower offsets     (OFFSET_OUT_OF_RANGE)
-    │   └── KeylessRecordError       null key, compacted  (INVALID_RECORD)
+    │   ├── KeylessRecordError       null key, compacted  (INVALID_RECORD)
+    │   ├── InvalidTimestampError    out of range         (INVALID_TIMESTAMP)
+    │   └── TransactionalRecordError no transaction       (INVALID_PRODUCER_ID_MAPPING)
     ├── OffsetOutOfRangeError        outside the log      (OFFSET_OUT_OF_RANGE)
     ├── LogDirError                  bad log directory    (KAFKA_STORAGE_ERROR)
     ├── CorruptIndexError            bad index; rebuilt   (CORRUPT_MESSAGE)
@@ -62,6 +64,19 @@ class KeylessRecordError(InvalidRecordError):
     """A record with a null key sent to a compacted log."""
 
     code = "INVALID_RECORD"
+
+
+class InvalidTimestampError(InvalidRecordError):
+    """A record timestamp outside ``message.timestamp.difference.max.ms`` of the
+    broker's clock, or a client batch that claims LogAppendTime."""
+
+    code = "INVALID_TIMESTAMP"
+
+
+class TransactionalRecordError(InvalidRecordError):
+    """A transactional batch from a client: no transaction owns its producer id."""
+
+    code = "INVALID_PRODUCER_ID_MAPPING"
 
 
 class OffsetOutOfRangeError(StorageError):

@@ -49,7 +49,6 @@ from .epoch_cache import LeaderEpochFileCache
 from .errors import (
     CorruptIndexError,
     CorruptRecordError,
-    KeylessRecordError,
     LogDirError,
     NonMonotonicOffsetError,
     OffsetOutOfRangeError,
@@ -57,6 +56,7 @@ from .errors import (
 )
 from .index import TimestampOffset
 from .segment import INT32_MAX, LogSegment
+from .validator import RecordValidator
 
 logger = logging.getLogger(__name__)
 
@@ -308,6 +308,7 @@ class Log:
         self._segment_ms = config.segment_ms
         self._max_message_bytes = config.max_message_bytes
         self._flush_messages = config.flush_messages
+        self._validator = RecordValidator(config)
 
     @property
     def log_end_offset(self) -> int:
@@ -350,29 +351,27 @@ class Log:
     ) -> LogAppendInfo:
         """Validate producer batches, assign offsets from the log end, store them.
 
-        Raises an InvalidRecordError subclass, leaving the log unchanged, when
-        any batch is bad.
+        Every batch is checked whole (``check_batch``) and record by record
+        (``RecordValidator``, Kafka's LogValidator) first.  Raises an
+        InvalidRecordError subclass, leaving the log unchanged, when any
+        batch is bad.
         """
         buf = _upconvert_if_legacy(batches)
         size = len(buf)
         if size == 0:
             raise CorruptRecordError("empty append: no record batch", 0)
         first_header = check_batch(buf, 0, size, self._max_message_bytes)
+        headers: Sequence[BatchHeader]
         if first_header.batch_length + LOG_OVERHEAD == size:
-            if not (self._compact or self._log_append_time):
-                return self._append_one(buf, first_header, leader_epoch)
-            headers: Sequence[BatchHeader] = (first_header,)
+            headers = (first_header,)
         else:
             headers = self._validate(buf)
-        for header in headers:
-            if header.record_count != header.last_offset_delta + 1:
-                raise CorruptRecordError(
-                    f"record count {header.record_count} does not match lastOffsetDelta "
-                    f"{header.last_offset_delta} + 1",
-                    header.position,
-                )
-        if self._compact:
-            _require_keys(buf, headers)
+        validator = self._validator
+        buf, headers = validator.validate(
+            buf, headers, self._time_ms() if validator.needs_clock else 0
+        )
+        if len(headers) == 1 and not self._log_append_time:
+            return self._append_one(buf, headers[0], leader_epoch)
         append_time = self._log_append_time
         with self._lock:
             if self._closed:
@@ -428,10 +427,6 @@ class Log:
         usual produce request, so it does only what that case needs."""
         count = header.record_count
         delta = header.last_offset_delta
-        if count != delta + 1:
-            raise CorruptRecordError(
-                f"record count {count} does not match lastOffsetDelta {delta} + 1", 0
-            )
         size = header.batch_length + LOG_OVERHEAD
         max_timestamp = header.max_timestamp
         with self._lock:
@@ -894,21 +889,6 @@ def _upconvert_if_legacy(buf: bytes | bytearray | memoryview) -> bytes | bytearr
 
         return upconvert(bytes(buf), renumber=True)
     return buf
-
-
-def _require_keys(buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
-    """A compacted log refuses records without a key (Kafka: INVALID_RECORD)."""
-    from .records import decode_batch
-
-    for header in headers:
-        _, records = decode_batch(buf, header.position)
-        for record in records:
-            if record.key is None:
-                raise KeylessRecordError(
-                    f"record at offset delta {record.offset - header.base_offset} has a null key; "
-                    "compacted topics require keys",
-                    header.position,
-                )
 
 
 __all__ = [

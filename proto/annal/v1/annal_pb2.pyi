@@ -79,6 +79,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """Appended on the leader, but the ISR shrank below min.insync.replicas."""
     INVALID_REQUIRED_ACKS: _ErrorCode.ValueType  # 21
     """acks is not -1, 0 or 1."""
+    INVALID_TIMESTAMP: _ErrorCode.ValueType  # 32
+    """A record's timestamp is out of range (message.timestamp.difference.max.ms), or a
+    client sent a LogAppendTime batch.
+    """
     TOPIC_ALREADY_EXISTS: _ErrorCode.ValueType  # 36
     """The topic already exists."""
     INVALID_PARTITIONS: _ErrorCode.ValueType  # 37
@@ -93,6 +97,8 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """This broker is not the controller."""
     INVALID_REQUEST: _ErrorCode.ValueType  # 42
     """The request is malformed or not allowed."""
+    INVALID_PRODUCER_ID_MAPPING: _ErrorCode.ValueType  # 49
+    """A transactional batch whose producer id belongs to no transaction (annal has none)."""
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     """A log directory failed."""
     FENCED_LEADER_EPOCH: _ErrorCode.ValueType  # 74
@@ -153,6 +159,10 @@ NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.ValueType  # 20
 """Appended on the leader, but the ISR shrank below min.insync.replicas."""
 INVALID_REQUIRED_ACKS: ErrorCode.ValueType  # 21
 """acks is not -1, 0 or 1."""
+INVALID_TIMESTAMP: ErrorCode.ValueType  # 32
+"""A record's timestamp is out of range (message.timestamp.difference.max.ms), or a
+client sent a LogAppendTime batch.
+"""
 TOPIC_ALREADY_EXISTS: ErrorCode.ValueType  # 36
 """The topic already exists."""
 INVALID_PARTITIONS: ErrorCode.ValueType  # 37
@@ -167,6 +177,8 @@ NOT_CONTROLLER: ErrorCode.ValueType  # 41
 """This broker is not the controller."""
 INVALID_REQUEST: ErrorCode.ValueType  # 42
 """The request is malformed or not allowed."""
+INVALID_PRODUCER_ID_MAPPING: ErrorCode.ValueType  # 49
+"""A transactional batch whose producer id belongs to no transaction (annal has none)."""
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 """A log directory failed."""
 FENCED_LEADER_EPOCH: ErrorCode.ValueType  # 74

@@ -1,0 +1,204 @@
+"""The leader's check of every client batch before it is stored (Kafka's LogValidator).
+
+``check_batch`` (batch.py) has already vouched for a batch's frame: its
+length, magic, size limit, counts against the payload, and CRC.  A valid CRC
+only says the bytes arrived as the client sent them, so before a leader
+stores a producer's batch ``RecordValidator.validate`` also checks, per batch:
+
+1. what clients may send: the record count equals ``lastOffsetDelta + 1``
+   and is at least 1; no control batch; no transactional batch (annal has no
+   transaction coordinator); a producer id comes with a sequence number; the
+   timestamp type is CreateTime (the broker alone sets LogAppendTime);
+2. the records: the batch is inflated when compressed, never past
+   ``max.message.bytes`` (a decompression bomb is refused after that many
+   bytes, not expanded); unknown codecs are refused; then every record is
+   walked (``walker.py``: lengths, varints, offset deltas 0..n-1, key, value
+   and header framing, UTF-8 header keys, keys on compacted topics, and
+   timestamps within ``message.timestamp.difference.max.ms`` of the broker's
+   clock on CreateTime topics).
+
+A failure raises the InvalidRecordError subclass of its kind, naming the
+record's index and the byte where it starts, and the log stays unchanged.
+On success the batch is stored as it came, except that a CreateTime batch
+whose maxTimestamp is not the largest record timestamp gets that field (and
+so its CRC) corrected, as Kafka does.  Followers never come here: they trust
+their leader's bytes.
+
+Thread-safe: a validator holds only immutable settings.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+from .batch import (
+    COMPRESSION_MASK,
+    CONTROL_FLAG,
+    CRC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG,
+    BatchHeader,
+    Compression,
+    TimestampType,
+    compute_crc,
+    read_header,
+)
+from .compression import decompress_bounded
+from .config import LogConfig
+from .errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    KeylessRecordError,
+    RecordTooLargeError,
+    TransactionalRecordError,
+)
+from .walker import NULL_KEY, OK, REASONS, TIMESTAMP_RANGE, Walk, walk_records
+
+__all__ = ["RecordValidator"]
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+
+
+class RecordValidator:
+    """Checks client batches for one log's settings; see the module docstring."""
+
+    __slots__ = (
+        "_compact",
+        "_create_time",
+        "_difference_max_ms",
+        "_max_message_bytes",
+        "_walk_records",
+    )
+
+    def __init__(self, config: LogConfig, walk: Walk = walk_records) -> None:
+        """``walk``: the record walk to use, the compiled one when it was built."""
+        self._walk_records = walk
+        self._compact = config.compact
+        self._create_time = config.message_timestamp_type == TimestampType.CREATE_TIME
+        self._difference_max_ms = config.message_timestamp_difference_max_ms
+        self._max_message_bytes = config.max_message_bytes
+
+    @property
+    def needs_clock(self) -> bool:
+        """True when timestamps are checked against the broker's clock."""
+        return self._create_time and self._difference_max_ms < _INT64_MAX
+
+    def validate(
+        self,
+        buf: bytes | bytearray | memoryview,
+        headers: Sequence[BatchHeader],
+        now_ms: int = 0,
+    ) -> tuple[bytes | bytearray | memoryview, Sequence[BatchHeader]]:
+        """Check every batch of ``buf`` (``headers`` from ``check_batch``).
+
+        Returns the bytes to store and their headers: ``buf`` and ``headers``
+        themselves, or a corrected copy when a maxTimestamp was wrong.
+        ``now_ms`` matters only when ``needs_clock``.
+        """
+        low, high = _INT64_MIN, _INT64_MAX
+        if self.needs_clock:
+            low = max(now_ms - self._difference_max_ms, _INT64_MIN)
+            high = min(now_ms + self._difference_max_ms, _INT64_MAX)
+        fixes: list[tuple[BatchHeader, int]] = []
+        for header in headers:
+            self._check_client_fields(header)
+            max_timestamp = self._walk(buf, header, low, high)
+            if self._create_time and max_timestamp != header.max_timestamp:
+                fixes.append((header, max_timestamp))
+        if not fixes:
+            return buf, headers
+        copy = bytearray(buf)
+        for header, max_timestamp in fixes:
+            position = header.position
+            _I64.pack_into(copy, position + MAX_TIMESTAMP_OFFSET, max_timestamp)
+            _U32.pack_into(copy, position + CRC_OFFSET, compute_crc(copy, position, header.size))
+        return copy, [read_header(copy, h.position) for h in headers]
+
+    def _check_client_fields(self, header: BatchHeader) -> None:
+        position = header.position
+        count, delta = header.record_count, header.last_offset_delta
+        if count != delta + 1:
+            raise CorruptRecordError(
+                f"record count {count} does not match lastOffsetDelta {delta} + 1", position
+            )
+        if count < 1:
+            raise InvalidRecordError("a batch must hold at least one record", position)
+        attributes = header.attributes
+        if attributes & CONTROL_FLAG:
+            raise InvalidRecordError("clients may not write control batches", position)
+        if attributes & TRANSACTIONAL_FLAG:
+            owner = (
+                "it has no producer id"
+                if header.producer_id < 0
+                else f"producer id {header.producer_id} belongs to no transaction"
+            )
+            raise TransactionalRecordError(
+                f"transactional batch refused: {owner} (annal has no transactions)", position
+            )
+        if header.producer_id >= 0 and header.base_sequence < 0:
+            raise InvalidRecordError(
+                f"producer id {header.producer_id} without a sequence number "
+                f"(base sequence {header.base_sequence})",
+                position,
+            )
+        if attributes & TIMESTAMP_TYPE_MASK:
+            raise InvalidTimestampError(
+                "the batch claims LogAppendTime; producers must send CreateTime", position
+            )
+
+    def _walk(
+        self, buf: bytes | bytearray | memoryview, header: BatchHeader, low: int, high: int
+    ) -> int:
+        """Walk the records of one batch; the largest record timestamp."""
+        start = header.position + RECORD_BATCH_OVERHEAD
+        end = header.position + header.size
+        codec = header.attributes & COMPRESSION_MASK
+        with memoryview(buf) as view:
+            if codec == 0:
+                section: bytes | memoryview = view[start:end]
+                where = "byte {position} of the batch"
+            else:
+                if codec > Compression.ZSTD:
+                    raise CorruptRecordError(f"unknown compression codec {codec}", header.position)
+                name = Compression(codec).name.lower()
+                try:
+                    section = decompress_bounded(
+                        Compression(codec), view[start:end], self._max_message_bytes
+                    )
+                except RecordTooLargeError as exc:
+                    raise RecordTooLargeError(
+                        f"{exc.reason} (max.message.bytes)", header.position
+                    ) from None
+                except CorruptRecordError as exc:
+                    raise CorruptRecordError(exc.reason, header.position) from None
+                where = f"byte {{position}} of its inflated {name} records"
+            reason, a, b, value, extra = self._walk_records(
+                section,
+                header.record_count,
+                header.first_timestamp,
+                low,
+                high,
+                self._compact,
+            )
+            del section
+        if reason == OK:
+            return a
+        message = REASONS[reason].format(index=a, value=value, extra=extra)
+        if codec == 0:
+            b += RECORD_BATCH_OVERHEAD
+        text = f"{message} ({where.format(position=b)})"
+        if reason == NULL_KEY:
+            raise KeylessRecordError(text, header.position)
+        if reason == TIMESTAMP_RANGE:
+            raise InvalidTimestampError(
+                f"{text}: it must lie within message.timestamp.difference.max.ms "
+                f"{self._difference_max_ms} of the broker's clock [{low}, {high}]",
+                header.position,
+            )
+        raise CorruptRecordError(text, header.position)
