@@ -20,6 +20,12 @@ this interpreter, with no network: ``send()`` into open batches
 throughput into a replicated topic (3 replicas, min.insync.replicas 2) at
 acks=all, ``produce_rf3_acks_all_records_per_s``, and its ratio to the
 single-broker acks=1 figure.
+
+The price of the leader's record validation is measured in the same run: a
+second one-broker cluster, started with ``ANNAL_BENCH_NO_RECORD_WALK=1`` (its
+leaders check batches whole but do not walk their records), takes the same
+produce runs interleaved with the first; ``produce_unvalidated_records_per_s``
+and ``validated_vs_unvalidated`` report it (lz4 likewise).
 """
 
 from __future__ import annotations
@@ -200,9 +206,7 @@ def replicated_produce(records: int, runs: int) -> float:
         state = cluster.up(3)
         bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in state.brokers)
         with AdminClient(bootstrap) as admin:
-            admin.create_topic(
-                "replicated", PARTITIONS, 3, config={"min.insync.replicas": "2"}
-            )
+            admin.create_topic("replicated", PARTITIONS, 3, config={"min.insync.replicas": "2"})
         return max(
             produce(bootstrap, "replicated", records, "none", acks="all") for _ in range(runs)
         )
@@ -211,6 +215,21 @@ def replicated_produce(records: int, runs: int) -> float:
             cluster.down()
         finally:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def unvalidated_cluster(root: Path) -> tuple[LocalCluster, str]:
+    """A one-broker cluster whose leaders skip the record walk: the baseline."""
+    cluster = LocalCluster(root)
+    os.environ["ANNAL_BENCH_NO_RECORD_WALK"] = "1"  # inherited by the broker process
+    try:
+        state = cluster.up(1)
+    finally:
+        del os.environ["ANNAL_BENCH_NO_RECORD_WALK"]
+    bootstrap = f"127.0.0.1:{state.brokers[0].port}"
+    with AdminClient(bootstrap) as admin:
+        for topic in ("plain", "lz4"):
+            admin.create_topic(topic, partitions=PARTITIONS)
+    return cluster, bootstrap
 
 
 def main() -> int:
@@ -222,7 +241,8 @@ def main() -> int:
     args = parser.parse_args()
     records = args.records or (200_000 if args.quick else 1_000_000)
     root = Path(tempfile.mkdtemp(prefix="annal-bench-cluster-"))
-    cluster = LocalCluster(root)
+    cluster = LocalCluster(root / "validated")
+    baseline: LocalCluster | None = None
     try:
         state = cluster.up(1)
         bootstrap = f"127.0.0.1:{state.brokers[0].port}"
@@ -239,10 +259,15 @@ def main() -> int:
         # Throughputs are the best of ``runs`` interleaved runs, as in
         # bench/storage.py: the machine's weather changes from second to second.
         runs = 3
-        plain = compressed = 0.0
+        baseline, unvalidated = unvalidated_cluster(root / "unvalidated")
+        plain = compressed = plain_base = compressed_base = 0.0
         for _ in range(runs):
             plain = max(plain, produce(bootstrap, "plain", records, "none"))
+            plain_base = max(plain_base, produce(unvalidated, "plain", records, "none"))
             compressed = max(compressed, produce(bootstrap, "lz4", records, "lz4"))
+            compressed_base = max(compressed_base, produce(unvalidated, "lz4", records, "lz4"))
+        baseline.down()
+        baseline = None
         print("consuming ...", flush=True)
         consumed = max(consume(bootstrap, "plain", records) for _ in range(runs))
         builder = BatchBuilder()
@@ -256,6 +281,8 @@ def main() -> int:
     finally:
         try:
             cluster.down()
+            if baseline is not None:
+                baseline.down()
         finally:
             shutil.rmtree(root, ignore_errors=True)
     print(f"replicated: 3 brokers, acks=all, {records // 2:,} records ...", flush=True)
@@ -266,6 +293,10 @@ def main() -> int:
         "records": records,
         "produce_records_per_s": round(plain),
         "produce_lz4_records_per_s": round(compressed),
+        "produce_unvalidated_records_per_s": round(plain_base),
+        "produce_lz4_unvalidated_records_per_s": round(compressed_base),
+        "validated_vs_unvalidated": round(plain / plain_base, 3),
+        "validated_vs_unvalidated_lz4": round(compressed / compressed_base, 3),
         "consume_records_per_s": round(consumed),
         "e2e_p50_ms": round(percentile(samples, 0.50), 2),
         "e2e_p99_ms": round(percentile(samples, 0.99), 2),

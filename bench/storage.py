@@ -6,8 +6,10 @@ Appends 100-byte records in ~16 KiB batches through ``Log.append_as_leader``
 and writes the same bytes with plain sequential writes, and again with each
 batch's CRC-32C checked before its write (``crc_checked_write_vs_raw``: the
 most any validating append could reach here); reads both back;
-times batch encoding against kafka-python's builder, recovery of an unclean
-log and one compaction pass.  Ratios against the raw baselines are what to
+times batch encoding against kafka-python's builder, the leader's record
+validation (``validate_records_per_s``: uncompressed and lz4 batches through
+the compiled walker, and through its pure-Python fallback), recovery of an
+unclean log and one compaction pass.  Ratios against the raw baselines are what to
 compare across machines.  The last line printed is one JSON object.
 """
 
@@ -23,13 +25,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import crc32c
-from annal.storage.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, last_header
+from annal.storage import walker
+from annal.storage.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, Compression, check_batch, last_header
 from annal.storage.cleaner import clean_log, describe_dirty_range
 from annal.storage.config import LogConfig
 from annal.storage.log import Log
 from annal.storage.records import BatchBuilder, Record, encode_batch
+from annal.storage.validator import RecordValidator
 
 RECORD_SIZE = 100
 BATCH_BYTES = 16 * 1024
@@ -102,6 +107,35 @@ def bench_encode(values: list[bytes], timestamp: int, runs: int) -> dict[str, fl
         "append": len(sample) / per_record,
         "kafka_python": len(sample) / kafka_python,
     }
+
+
+def bench_validate(values: list[bytes], timestamp: int, runs: int) -> dict[str, float]:
+    """Records/s through the leader's validation of ~16 KiB producer batches."""
+    per_batch = BATCH_BYTES // (RECORD_SIZE + 8)
+    sample = values[: per_batch * 200]
+    out: dict[str, float] = {}
+    for codec in (Compression.NONE, Compression.LZ4):
+        batches = []
+        for start in range(0, len(sample), per_batch):
+            builder = BatchBuilder(codec)
+            builder.extend(sample[start : start + per_batch], None, timestamp)
+            data = builder.build()
+            batches.append((data, [check_batch(data, 0, len(data))]))
+        for name, walk in (("c", walker.walk_records), ("python", walker.walk_records_py)):
+            if name == "c" and walker.IMPLEMENTATION != "c":
+                continue
+            validator = RecordValidator(LogConfig(), walk)
+
+            def run(
+                batches: list[tuple[bytes, list[Any]]] = batches, v: RecordValidator = validator
+            ) -> float:
+                started = time.perf_counter()
+                for data, headers in batches:
+                    v.validate(data, headers)
+                return time.perf_counter() - started
+
+            out[f"{codec.name.lower()}_{name}"] = len(sample) / best_of(runs, run)
+    return out
 
 
 def bench_append_and_read(root: Path, batches: list[bytes], runs: int) -> dict[str, float]:
@@ -260,6 +294,8 @@ def main() -> int:
         values = make_values(count)
         print(f"encoding {count:,} records of {RECORD_SIZE} bytes ...", flush=True)
         encode = bench_encode(values, timestamp, max(runs, 3))
+        print("validating ...", flush=True)
+        validate = bench_validate(values, timestamp, max(runs, 3))
         batches = build_batches(values, timestamp)
         del values
         print(f"appending and reading {sum(map(len, batches)) / 1e6:.0f} MB ...", flush=True)
@@ -281,6 +317,11 @@ def main() -> int:
         "kafka_python_records_per_s": round(encode["kafka_python"]),
         "encode_vs_kafka_python": round(encode["bulk"] / encode["kafka_python"], 2),
         "encode_append_vs_kafka_python": round(encode["append"] / encode["kafka_python"], 2),
+        "validate_records_per_s": round(validate.get("none_c", validate["none_python"])),
+        "validate_lz4_records_per_s": round(validate.get("lz4_c", validate["lz4_python"])),
+        "validate_python_records_per_s": round(validate["none_python"]),
+        "validate_lz4_python_records_per_s": round(validate["lz4_python"]),
+        "walker": walker.IMPLEMENTATION,
         "recovery_mb_s": round(recovery, 1),
         "compaction_mb_s": round(compaction, 1),
     }

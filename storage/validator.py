@@ -29,6 +29,7 @@ Thread-safe: a validator holds only immutable settings.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Sequence
 
@@ -65,6 +66,15 @@ _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
 
 
+def leader_walk() -> Walk | None:
+    """The record walk leaders run: ``walker.walk_records``.  None (batch-level
+    checks only) solely where a benchmark measures its baseline by starting
+    brokers with ``ANNAL_BENCH_NO_RECORD_WALK=1``; never set it otherwise."""
+    if os.environ.get("ANNAL_BENCH_NO_RECORD_WALK") == "1":
+        return None
+    return walk_records
+
+
 class RecordValidator:
     """Checks client batches for one log's settings; see the module docstring."""
 
@@ -76,9 +86,9 @@ class RecordValidator:
         "_walk_records",
     )
 
-    def __init__(self, config: LogConfig, walk: Walk = walk_records) -> None:
-        """``walk``: the record walk to use, the compiled one when it was built."""
-        self._walk_records = walk
+    def __init__(self, config: LogConfig, walk: Walk | None = None) -> None:
+        """``walk``: the record walk to use; by default ``leader_walk()``."""
+        self._walk_records = walk or leader_walk()
         self._compact = config.compact
         self._create_time = config.message_timestamp_type == TimestampType.CREATE_TIME
         self._difference_max_ms = config.message_timestamp_difference_max_ms
@@ -106,9 +116,12 @@ class RecordValidator:
             low = max(now_ms - self._difference_max_ms, _INT64_MIN)
             high = min(now_ms + self._difference_max_ms, _INT64_MAX)
         fixes: list[tuple[BatchHeader, int]] = []
+        walk = self._walk_records
         for header in headers:
             self._check_client_fields(header)
-            max_timestamp = self._walk(buf, header, low, high)
+            max_timestamp = (
+                header.max_timestamp if walk is None else self._walk(walk, buf, header, low, high)
+            )
             if self._create_time and max_timestamp != header.max_timestamp:
                 fixes.append((header, max_timestamp))
         if not fixes:
@@ -153,7 +166,12 @@ class RecordValidator:
             )
 
     def _walk(
-        self, buf: bytes | bytearray | memoryview, header: BatchHeader, low: int, high: int
+        self,
+        walk: Walk,
+        buf: bytes | bytearray | memoryview,
+        header: BatchHeader,
+        low: int,
+        high: int,
     ) -> int:
         """Walk the records of one batch; the largest record timestamp."""
         start = header.position + RECORD_BATCH_OVERHEAD
@@ -178,7 +196,7 @@ class RecordValidator:
                 except CorruptRecordError as exc:
                     raise CorruptRecordError(exc.reason, header.position) from None
                 where = f"byte {{position}} of its inflated {name} records"
-            reason, a, b, value, extra = self._walk_records(
+            reason, a, b, value, extra = walk(
                 section,
                 header.record_count,
                 header.first_timestamp,
