@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import pytest
 import zstandard
 from annal.storage import walker
 from annal.storage.batch import (
-    CRC_OFFSET,
     RECORD_BATCH_OVERHEAD,
     Compression,
     TimestampType,
     check_batch,
-    compute_crc,
 )
 from annal.storage.config import LogConfig
 from annal.storage.errors import (
@@ -29,6 +26,7 @@ from annal.storage.log import Log
 from annal.storage.records import Header, Record, decode_batch, encode_batch
 from annal.storage.validator import RecordValidator
 from logutil import FakeClock, batch, read_all
+from poison import poison_batches, resealed
 
 NOW = 1_700_000_000_000
 WALKS = [pytest.param(walker.walk_records_py, id="python")]
@@ -45,23 +43,6 @@ def test_compiled_walker_is_built() -> None:
     from annal.storage import _walker  # noqa: F401
 
     assert walker.IMPLEMENTATION == "c" or walker.os.environ.get("ANNAL_PURE_PYTHON") == "1"
-
-
-def resealed(data: bytes | bytearray, records: bytes | None = None, **fields: int) -> bytes:
-    """``data`` (one batch) with its records section and header fields replaced,
-    and a CRC that matches again: what a buggy or hostile client can send."""
-    out = bytearray(data[:RECORD_BATCH_OVERHEAD] if records is not None else data)
-    if records is not None:
-        out += records
-        struct.pack_into(">i", out, 8, len(out) - 12)
-    layout = {"attributes": (">h", 21), "count": (">i", 57), "producer_id": (">q", 43),
-              "base_sequence": (">i", 53), "last_offset_delta": (">i", 23),
-              "max_timestamp": (">q", 35), "first_timestamp": (">q", 27)}  # fmt: skip
-    for name, value in fields.items():
-        fmt, position = layout[name]
-        struct.pack_into(fmt, out, position, value)
-    struct.pack_into(">I", out, CRC_OFFSET, compute_crc(out, 0, len(out)))
-    return bytes(out)
 
 
 def validate(
@@ -260,6 +241,14 @@ def test_wrong_max_timestamp_is_corrected_as_kafka_does(walk: walker.Walk) -> No
     header = check_batch(stored, 0, len(stored))  # the CRC matches again
     assert header.max_timestamp == NOW + 2 == headers[0].max_timestamp  # type: ignore[index]
     assert [r.timestamp for r in decode_batch(stored)[1]] == [NOW, NOW + 1, NOW + 2]
+
+
+@pytest.mark.parametrize("walk", WALKS)
+def test_every_poison_batch_gets_its_kafka_error(walk: walker.Walk) -> None:
+    for name, (data, code) in poison_batches(NOW).items():
+        with pytest.raises(InvalidRecordError) as info:
+            validate(data, walk)
+        assert info.value.code == code, name
 
 
 # -- in a log ---------------------------------------------------------------------
