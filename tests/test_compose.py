@@ -65,14 +65,17 @@ def test_spark_job_command_parses() -> None:
 
 def test_the_image_holds_every_package() -> None:
     """deploy/Dockerfile copies each folder pyproject.toml installs (a folder left
-    out would fail the image's `pip install .`)."""
+    out would fail the image's `pip install .`) and setup.py, which builds the
+    compiled record walker."""
     import tomllib
 
     mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     folders = {path.split("/")[0] for path in mapping["package-dir"].values()}
     copied = {
-        line.split()[1]
+        source
         for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines()
         if line.startswith("COPY ")
+        for source in line.split()[1:-1]
     }
+    assert {"pyproject.toml", "setup.py"} <= copied
     assert folders <= copied, f"not copied into the image: {sorted(folders - copied)}"

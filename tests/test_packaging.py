@@ -24,6 +24,7 @@ def test_wheel_installs_into_a_fresh_virtualenv(tmp_path: Path) -> None:
     wheel = next(dist.glob("annal-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "annal/storage/log.py" in names
+    assert [n for n in names if n.startswith("annal/storage/_walker") and n.endswith(".so")]
     assert not [n for n in names if n.startswith(("storage/", "tests/", "bench/"))]
 
     env = tmp_path / "venv"
@@ -38,6 +39,14 @@ def test_wheel_installs_into_a_fresh_virtualenv(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert "dump-log" in out.stdout
+    walk = subprocess.run(
+        [str(python), "-c", "from annal.storage import walker; print(walker.IMPLEMENTATION)"],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert walk.stdout.strip() == "c", "the wheel carries the compiled record walker"
     bare = subprocess.run(
         [str(python), "-c", "import storage"], capture_output=True, text=True, cwd=tmp_path
     )
