@@ -97,13 +97,14 @@ class Purgatory(Generic[T]):
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
-        watch = _Watch(operation, tuple(dict.fromkeys(keys)), loop.create_future())
+        future: asyncio.Future[T] = loop.create_future()
+        watch = _Watch(operation, tuple(dict.fromkeys(keys)), future)
         for key in watch.keys:
             self._watchers.setdefault(key, {})[watch] = None
         self._waiting += 1
         timer = loop.call_later(max(timeout_ms, 0) / 1000, self._expire, watch)
         try:
-            return await watch.future
+            return await future
         finally:
             timer.cancel()
             self._waiting -= 1
