@@ -110,7 +110,6 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
             )
         return pb.StopReplicaResponse(partition_errors=errors)
 
-
     def ControlledShutdown(
         self, request: pb.ControlledShutdownRequest, context: grpc.ServicerContext
     ) -> pb.ControlledShutdownResponse:

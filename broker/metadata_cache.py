@@ -92,9 +92,7 @@ class MetadataCache:
             )
             self._changed.notify_all()
 
-    def wait_until(
-        self, predicate: Callable[[MetadataSnapshot], bool], timeout_s: float
-    ) -> bool:
+    def wait_until(self, predicate: Callable[[MetadataSnapshot], bool], timeout_s: float) -> bool:
         """Block until ``predicate(snapshot)`` holds or ``timeout_s`` passes; its last value."""
         deadline = time.monotonic() + timeout_s
         with self._changed:

@@ -11,15 +11,20 @@ The rules are Kafka's (ZooKeeper era, 2.x):
   watermark and the first offset of the current leader epoch.
 * The high watermark is the smallest log end over the ISR, and never goes back.
 
-The leader writes ISR changes itself, to the partition's state znode,
-conditioned on the znode version it last knew, then leaves an ISR-change
-notification for the controller.  When the version has moved (the controller
-wrote in between) it keeps its ISR and waits for the controller's next
-LeaderAndIsr, as Kafka's leader does.
+An ISR change the leader decides is not written from the request or task
+that decided it: the partition records it as pending and hands an
+``IsrChange`` to the broker's one writer (``isr_changes.py``), which writes
+the partition's state znode, conditioned on the version the leader last
+knew, and reports back with ``complete_isr_change``.  While a change is
+pending the high watermark is computed over the larger of the two sets (the
+current ISR and the pending one), so it never passes a replica that may
+still count; a second change waits until the first is settled.  When the
+znode's version has moved (the controller wrote in between) the leader keeps
+its ISR and waits for the controller's next LeaderAndIsr, as Kafka's does.
 
-Thread safety: ``self._lock`` guards leadership, ISR, follower states and the
-high watermark's moves; the ISR write to ZooKeeper happens under it, so two
-changes never race.
+Thread safety: ``self._lock`` guards leadership, ISR, the pending change,
+follower states and the high watermark's moves.  Nothing under it waits for
+ZooKeeper.
 """
 
 from __future__ import annotations
@@ -33,13 +38,27 @@ from dataclasses import dataclass
 
 from annal.storage.files import TopicPartition
 from annal.storage.log import Log
-from annal.zk.client import StaleVersionError, ZkError
 from annal.zk.layout import PartitionState
 
 logger = logging.getLogger(__name__)
 
-# (partition, new state, expected znode version) -> new version; raises StaleVersionError
-IsrWriter = Callable[[TopicPartition, PartitionState, int], int]
+
+@dataclass(frozen=True, slots=True)
+class IsrChange:
+    """An ISR change a leader decided, to be written to its state znode."""
+
+    tp: TopicPartition
+    state: PartitionState  # the state to write: this leader, its epoch, the new ISR
+    expected_version: int  # the znode version the leader last knew
+    why: str
+
+
+# Takes a leader's ISR change for writing; must not block (it is called from requests).
+IsrChangeSink = Callable[[IsrChange], None]
+
+
+def _drop_isr_change(change: IsrChange) -> None:
+    logger.warning("ISR change of %s not written (no writer): %s", change.tp, change.why)
 
 
 def wall_clock_ms() -> int:
@@ -88,11 +107,14 @@ class Partition:
         log: Log,
         broker_id: int,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        submit_isr_change: IsrChangeSink = _drop_isr_change,
     ) -> None:
         self.tp = tp
         self.log = log
         self.broker_id = broker_id
         self._clock_ms = clock_ms
+        self._submit_isr_change = submit_isr_change
+        self._pending_isr: IsrChange | None = None
         self._lock = threading.Lock()
         self.leader = -1
         self.leader_epoch = -1
@@ -123,6 +145,7 @@ class Partition:
             self.isr = state.isr
             self.replicas = state.replicas
             self.zk_version = state.zk_version
+            self._pending_isr = None  # the controller's word replaces whatever was pending
             if not new_leadership:
                 self._followers = {}
                 return Applied.NEW
@@ -149,11 +172,10 @@ class Partition:
         with self._lock:
             return self._maybe_increment_high_watermark()
 
-    def record_follower_fetch(
-        self, replica_id: int, fetch_offset: int, leader_end: int, write_isr: IsrWriter
-    ) -> bool:
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, leader_end: int) -> bool:
         """A follower fetched from ``fetch_offset`` while the log ended at
-        ``leader_end``; may add it to the ISR.  True when the high watermark moved."""
+        ``leader_end``; may propose it for the ISR.  True when the high watermark moved."""
+        change = None
         with self._lock:
             follower = self._followers.get(replica_id)
             if self.leader != self.broker_id or follower is None:
@@ -171,8 +193,11 @@ class Partition:
                 and fetch_offset >= self.log.high_watermark
                 and fetch_offset >= self.leader_epoch_start_offset
             ):
-                self._write_isr((*self.isr, replica_id), write_isr, f"{replica_id} caught up")
-            return self._maybe_increment_high_watermark()
+                change = self._propose_isr((*self.isr, replica_id), f"{replica_id} caught up")
+            moved = self._maybe_increment_high_watermark()
+        if change is not None:
+            self._submit_isr_change(change)
+        return moved
 
     def record_follower_log_start(self, replica_id: int, log_start: int) -> bool:
         """A follower's fetch said where its log starts; True when that moved."""
@@ -194,12 +219,11 @@ class Partition:
                     starts.append(-1 if follower is None else follower.log_start_offset)
             return min(starts)
 
-    def maybe_shrink_isr(self, max_lag_ms: int, write_isr: IsrWriter) -> bool:
-        """Drop followers not caught up for ``max_lag_ms``.  True when the high
-        watermark moved as a result."""
+    def maybe_shrink_isr(self, max_lag_ms: int) -> None:
+        """Propose dropping the followers not caught up for ``max_lag_ms``."""
         with self._lock:
             if self.leader != self.broker_id:
-                return False
+                return
             now = self._clock_ms()
             lagging = [
                 r
@@ -208,28 +232,56 @@ class Partition:
                 and now - self._followers.get(r, FollowerState()).last_caught_up_ms > max_lag_ms
             ]
             if not lagging:
-                return False
+                return
             kept = tuple(r for r in self.isr if r not in lagging)
-            self._write_isr(kept, write_isr, f"{lagging} not caught up for {max_lag_ms} ms")
-            return self._maybe_increment_high_watermark()
+            change = self._propose_isr(kept, f"{lagging} not caught up for {max_lag_ms} ms")
+        if change is not None:
+            self._submit_isr_change(change)
 
-    def _write_isr(self, isr: tuple[int, ...], write_isr: IsrWriter, why: str) -> None:
+    @property
+    def isr_change_pending(self) -> bool:
+        with self._lock:
+            return self._pending_isr is not None
+
+    def _propose_isr(self, isr: tuple[int, ...], why: str) -> IsrChange | None:
+        """Record ``isr`` as pending; the change to hand to the writer, or None while
+        another change is still pending (it is proposed again after that one)."""
+        if self._pending_isr is not None:
+            return None
         state = PartitionState(self.broker_id, self.leader_epoch, isr, self.controller_epoch)
-        try:
-            self.zk_version = write_isr(self.tp, state, self.zk_version)
-        except StaleVersionError as exc:
-            logger.info("ISR of %s stays %s: %s", self.tp, list(self.isr), exc)
-            return
-        except ZkError as exc:
-            logger.warning("ISR of %s stays %s: %s", self.tp, list(self.isr), exc)
-            return
-        logger.info("ISR of %s: %s -> %s (%s)", self.tp, list(self.isr), list(isr), why)
-        self.isr = isr
+        self._pending_isr = IsrChange(self.tp, state, self.zk_version, why)
+        return self._pending_isr
+
+    def complete_isr_change(self, change: IsrChange, new_version: int | None) -> bool:
+        """The writer's report: the znode's new version, or None when the write was
+        refused (a stale version) or failed.  True when the high watermark moved."""
+        with self._lock:
+            if self._pending_isr is not change:
+                return False  # a LeaderAndIsr came in between: the controller decided
+            self._pending_isr = None
+            if new_version is None:
+                logger.info(
+                    "ISR of %s stays %s (%s not written)", self.tp, list(self.isr), change.why
+                )
+                return False
+            logger.info(
+                "ISR of %s: %s -> %s (%s)",
+                self.tp,
+                list(self.isr),
+                list(change.state.isr),
+                change.why,
+            )
+            self.isr = change.state.isr
+            self.zk_version = new_version
+            return self._maybe_increment_high_watermark()
 
     def _maybe_increment_high_watermark(self) -> bool:
         log = self.log
         ends = [log.log_end_offset]
-        for replica in self.isr:
+        counted = self.isr
+        if self._pending_isr is not None:  # the larger set: a pending change may not hold
+            counted = (*counted, *self._pending_isr.state.isr)
+        for replica in set(counted):
             if replica != self.broker_id:
                 follower = self._followers.get(replica)
                 ends.append(-1 if follower is None else follower.log_end_offset)

@@ -22,14 +22,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from annal.broker.partition import Applied, IsrWriter, LeaderAndIsrState, Partition
+from annal.broker.isr_changes import IsrChangeWriter
+from annal.broker.partition import Applied, IsrChange, LeaderAndIsrState, Partition
 from annal.broker.replica_fetcher import ReplicaFetcherManager
 from annal.storage.config import LogConfig
 from annal.storage.errors import StorageError
 from annal.storage.files import TopicPartition
 from annal.storage.log import Log
 from annal.storage.manager import LogManager
-from annal.zk.client import StaleVersionError
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +64,13 @@ class ReplicaManager:
         topic_config: Callable[[str], Mapping[str, str]],
         partition_exists: Callable[[TopicPartition], bool] = lambda tp: False,
         fetchers: ReplicaFetcherManager | None = None,
-        write_isr: IsrWriter | None = None,
+        isr_writer: IsrChangeWriter | None = None,
         replica_lag_time_max_ms: int = 30_000,
         on_leadership: Callable[[TopicPartition, Log | None], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.fetchers = fetchers
-        self._write_isr = write_isr or _no_isr_writes
+        self._isr_writer = isr_writer
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         # told (partition, its log) on becoming its leader, (partition, None) on ceasing
         self._on_leadership = on_leadership or (lambda tp, log: None)
@@ -159,7 +159,15 @@ class ReplicaManager:
         config = LogConfig.from_properties(overrides, self.logs.default_config)
         log = self.logs.get_or_create_log(tp, config)
         with self._lock:
-            partition = self._partitions.setdefault(tp, Partition(tp, log, self.broker_id))
+            partition = self._partitions.get(tp)
+            if partition is None:
+                writer = self._isr_writer
+                partition = (
+                    Partition(tp, log, self.broker_id)
+                    if writer is None
+                    else Partition(tp, log, self.broker_id, submit_isr_change=writer.submit)
+                )
+                self._partitions[tp] = partition
         return partition
 
     def update_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
@@ -323,12 +331,17 @@ class ReplicaManager:
         while not self._expiry_stop.wait(interval_s):
             with self._lock:
                 led = [p for p in self._partitions.values() if p.is_leader]
-            moved = False
             for partition in led:
-                moved |= partition.maybe_shrink_isr(self.replica_lag_time_max_ms, self._write_isr)
-            if moved:
-                with self._appended:
-                    self._appended.notify_all()
+                partition.maybe_shrink_isr(self.replica_lag_time_max_ms)
+
+    def on_isr_written(self, change: IsrChange, version: int | None) -> None:
+        """The ISR writer's report (the znode's new version, or None): the partition
+        commits or drops the change, and requests waiting on it look again."""
+        partition = self.partition(change.tp)
+        if partition is not None:
+            partition.complete_isr_change(change, version)
+        with self._appended:
+            self._appended.notify_all()
 
     def shutdown(self) -> None:
         self._expiry_stop.set()
@@ -377,7 +390,7 @@ class ReplicaManager:
                 message=str(exc),
             )
         if replica_id >= 0:
-            moved = partition.record_follower_fetch(replica_id, offset, log_end, self._write_isr)
+            moved = partition.record_follower_fetch(replica_id, offset, log_end)
             moved |= partition.record_follower_log_start(replica_id, follower_log_start)
             if moved:
                 high_watermark = log.high_watermark
@@ -427,7 +440,3 @@ class ReplicaManager:
         if found is None:
             return "NONE", -1, -1, partition.leader_epoch
         return "NONE", found.timestamp, found.offset, partition.leader_epoch
-
-
-def _no_isr_writes(tp: TopicPartition, state: object, version: int) -> int:
-    raise StaleVersionError(f"this broker cannot write the ISR of {tp}")

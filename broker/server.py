@@ -35,6 +35,7 @@ from annal.broker.config import BrokerConfig
 from annal.broker.config_changes import ConfigChangeListener
 from annal.broker.control import ControllerChannel, ControlService
 from annal.broker.coordinator import OFFSETS_TOPIC, OffsetsCoordinator
+from annal.broker.isr_changes import IsrChangeWriter
 from annal.broker.metadata_cache import MetadataCache
 from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from annal.broker.replica_manager import ReplicaManager
@@ -139,16 +140,22 @@ class BrokerServer:
         self.coordinator = OffsetsCoordinator(
             config.offsets_topic_num_partitions, self._append_offsets, self._await_offsets
         )
+        self._isr_writer = IsrChangeWriter(
+            self._write_partition_state,
+            self._notify_isr_change,
+            lambda change, version: self.replicas.on_isr_written(change, version),
+        )
         self.replicas = ReplicaManager(
             config.broker_id,
             logs,
             self.zk.get_topic_config,
             self._partition_exists,
             self.fetchers,
-            self._write_isr,
+            self._isr_writer,
             config.replica_lag_time_max_ms,
             self._leadership_changed,
         )
+        self._isr_writer.start()
         service = AnnalService(self)
         control = ControlService(self.replicas, self.metadata, self._controlled_shutdown_request)
         annal_pb2_grpc.add_AnnalServicer_to_server(service, self._grpc)
@@ -235,12 +242,14 @@ class BrokerServer:
     ) -> Mapping[TopicPartition, tuple[str, str]]:
         return self.replicas.await_replication(appended, timeout_ms)
 
-    def _write_isr(self, tp: TopicPartition, state: PartitionState, version: int) -> int:
-        """A leader's ISR change: the state znode (conditional), then a notification
-        for the controller, which tells every broker's metadata cache."""
-        new_version = self.zk.update_partition_state(tp.topic, tp.partition, state, version)
-        self.zk.notify_isr_change([(tp.topic, tp.partition)])
-        return new_version
+    def _write_partition_state(
+        self, tp: TopicPartition, state: PartitionState, version: int
+    ) -> int:
+        return self.zk.update_partition_state(tp.topic, tp.partition, state, version)
+
+    def _notify_isr_change(self, written: list[TopicPartition]) -> None:
+        """Tell the controller, which tells every broker's metadata cache."""
+        self.zk.notify_isr_change([(tp.topic, tp.partition) for tp in written])
 
     def _partition_exists(self, tp: TopicPartition) -> bool:
         found = self.zk.get_topic_assignment(tp.topic)
@@ -354,6 +363,8 @@ class BrokerServer:
             self._config_changes.stop()
         if self.logs is not None:  # replicas exist once the logs do
             self.replicas.shutdown()
+            self._isr_writer.initiate_shutdown()
+            self._isr_writer.await_shutdown()
         if self._grpc is not None:
             self._grpc.stop(grace_s).wait(grace_s + 1)
         if self._session_thread is not None:

@@ -7,7 +7,8 @@ import sys
 import threading
 from pathlib import Path
 
-from annal.broker.partition import Applied, LeaderAndIsrState, Partition
+from annal.broker.isr_changes import IsrChangeWriter
+from annal.broker.partition import Applied, IsrChange, LeaderAndIsrState, Partition
 from annal.broker.replica_manager import ReplicaManager
 from annal.storage.config import LogConfig
 from annal.storage.files import TopicPartition
@@ -75,42 +76,52 @@ def test_the_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path: Path) -
     clock = FakeClock()
     log = Log.open(tmp_path / "t-0", LogConfig())
     isr_log = IsrLog()
-    partition = Partition(TP, log, 1, clock)
+
+    def write_now(change: IsrChange) -> None:
+        """The writer's work, done at once: write the znode, report back."""
+        try:
+            version: int | None = isr_log(change.tp, change.state, change.expected_version)
+        except StaleVersionError:
+            version = None
+        partition.complete_isr_change(change, version)
+
+    partition = Partition(TP, log, 1, clock, submit_isr_change=write_now)
     assert partition.apply(three_replicas(0, (1, 2, 3))) is Applied.NEW
     for value in (b"a", b"b", b"c"):
         log.append_as_leader(one(value), 0)
         partition.after_leader_append()
     assert log.high_watermark == 0  # followers not heard from yet
-    assert not partition.record_follower_fetch(2, 3, 3, isr_log)  # 3 not heard from
+    assert not partition.record_follower_fetch(2, 3, 3)  # 3 not heard from
     assert log.high_watermark == 0
-    assert partition.record_follower_fetch(3, 2, 3, isr_log)
+    assert partition.record_follower_fetch(3, 2, 3)
     assert log.high_watermark == 2  # the smallest log end in the ISR
     assert partition.apply(three_replicas(0, (1, 2, 3))) is Applied.SAME
 
     # 3 stops fetching: after replica.lag.time.max.ms it leaves the ISR and the
     # high watermark moves past it.
     clock.advance(5_000)
-    partition.record_follower_fetch(2, 3, 3, isr_log)
-    assert not partition.maybe_shrink_isr(10_000, isr_log)
+    partition.record_follower_fetch(2, 3, 3)
+    partition.maybe_shrink_isr(10_000)
+    assert partition.isr == (1, 2, 3) and log.high_watermark == 2
     clock.advance(6_000)
-    assert partition.maybe_shrink_isr(10_000, isr_log)
+    partition.maybe_shrink_isr(10_000)
     assert partition.isr == (1, 2) and isr_log.writes == [(1, 2)]
     assert log.high_watermark == 3
 
     # 3 comes back: it rejoins once it reaches the high watermark.
     log.append_as_leader(one(b"d"), 0)
     partition.after_leader_append()
-    partition.record_follower_fetch(3, 2, 4, isr_log)
+    partition.record_follower_fetch(3, 2, 4)
     assert partition.isr == (1, 2)  # below the high watermark (3)
-    partition.record_follower_fetch(3, 3, 4, isr_log)
+    partition.record_follower_fetch(3, 3, 4)
     assert partition.isr == (1, 2, 3) and isr_log.writes[-1] == (1, 2, 3)
 
     # A write the controller overtook keeps the ISR as it is.
     isr_log.refuse = True
     clock.advance(20_000)
-    partition.record_follower_fetch(2, 4, 4, isr_log)
-    assert not partition.maybe_shrink_isr(10_000, isr_log)
-    assert partition.isr == (1, 2, 3)
+    partition.record_follower_fetch(2, 4, 4)
+    partition.maybe_shrink_isr(10_000)
+    assert partition.isr == (1, 2, 3) and not partition.isr_change_pending
     log.close()
 
 
@@ -123,8 +134,12 @@ def test_acks_all_waits_for_the_isr(tmp_path: Path) -> None:
     )
     logs.startup()
     isr_log = IsrLog()
+    writer = IsrChangeWriter(
+        isr_log, lambda written: None, lambda c, v: replicas.on_isr_written(c, v)
+    )
+    writer.start()
     try:
-        replicas = ReplicaManager(1, logs, lambda topic: {}, lambda tp: tp == TP, None, isr_log)
+        replicas = ReplicaManager(1, logs, lambda topic: {}, lambda tp: tp == TP, None, writer)
         replicas.become_leader_or_follower([three_replicas(0, (1,))])
         refused = replicas.append(TP, one(b"a"), acks=-1)
         assert refused.error == "NOT_ENOUGH_REPLICAS" and "min.insync.replicas 2" in refused.message
@@ -146,4 +161,6 @@ def test_acks_all_waits_for_the_isr(tmp_path: Path) -> None:
         fetching.join()
         assert replicas.read(TP, 0, 1 << 20).high_watermark == 1
     finally:
+        writer.initiate_shutdown()
+        writer.await_shutdown()
         logs.shutdown()

@@ -1,0 +1,114 @@
+"""The one writer of a leader's ISR changes (Kafka's ISR-change propagation).
+
+Leaders decide ISR changes in requests (a follower caught up) and in the
+ISR-expiration task (a follower fell behind); neither waits for ZooKeeper.
+They hand each change (``partition.IsrChange``) to this writer, whose
+thread, in order of arrival:
+
+1. writes the partition's state znode, conditioned on the version the leader
+   last knew (a stale version or a ZooKeeper error leaves the ISR as it was);
+2. reports the outcome to ``on_written`` (the replica manager has the
+   partition commit or drop the change, ``Partition.complete_isr_change``,
+   and wakes the requests waiting on it: acks=all produces, long polls);
+3. once its queue is empty, leaves one ISR-change notification for the
+   controller naming every partition written since the last one, which the
+   controller relays to every broker's metadata cache.
+
+If the broker dies between 1 and 3 the controller learns of the change at
+its next full read of the partition states; the znode is the truth.
+
+Thread safety: ``submit`` may be called from any thread and never blocks;
+everything else happens on the writer's own thread.  ``initiate_shutdown``
+and ``await_shutdown`` stop it; changes still queued are dropped (the
+partitions' pending changes stay pending, which only keeps their high
+watermarks conservative until the next leader takes over).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+from annal.broker.partition import IsrChange
+from annal.storage.files import TopicPartition
+from annal.zk.client import StaleVersionError, ZkError
+from annal.zk.layout import PartitionState
+
+logger = logging.getLogger(__name__)
+
+# (partition, state to write, expected znode version) -> the new version;
+# raises StaleVersionError when the version moved, ZkError when ZooKeeper fails.
+StateWriter = Callable[[TopicPartition, PartitionState, int], int]
+
+
+class IsrChangeWriter:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        write_state: StateWriter,
+        notify_controller: Callable[[list[TopicPartition]], None],
+        on_written: Callable[[IsrChange, int | None], None],
+    ) -> None:
+        self._write_state = write_state
+        self._notify_controller = notify_controller
+        self._on_written = on_written
+        self._queue: queue.Queue[IsrChange | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="isr-change-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, change: IsrChange) -> None:
+        """Queue a leader's ``change``; never blocks."""
+        self._queue.put(change)
+
+    def _run(self) -> None:
+        written: list[TopicPartition] = []
+        while not self._stopping.is_set():
+            try:
+                item = self._queue.get(timeout=None if not written else 0)
+            except queue.Empty:
+                self._announce(written)
+                written = []
+                continue
+            if item is None:
+                break
+            version = self._write(item)
+            if version is not None:
+                written.append(item.tp)
+            self._on_written(item, version)
+        self._announce(written)
+
+    def _write(self, change: IsrChange) -> int | None:
+        try:
+            return self._write_state(change.tp, change.state, change.expected_version)
+        except StaleVersionError as exc:
+            logger.info("ISR change of %s refused (%s): %s", change.tp, change.why, exc)
+        except ZkError as exc:
+            logger.warning("ISR change of %s not written (%s): %s", change.tp, change.why, exc)
+        except Exception:  # the writer outlives any one bad write
+            logger.exception("ISR change of %s not written (%s)", change.tp, change.why)
+        return None
+
+    def _announce(self, written: list[TopicPartition]) -> None:
+        if not written:
+            return
+        try:
+            self._notify_controller(written)
+        except ZkError as exc:
+            logger.warning(
+                "ISR-change notification for %d partitions failed: %s", len(written), exc
+            )
+
+    def initiate_shutdown(self) -> None:
+        self._stopping.set()
+        self._queue.put(None)
+
+    def await_shutdown(self, timeout_s: float = 5.0) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout_s)
