@@ -100,6 +100,13 @@ class AdminClient:
         config: Mapping[str, str] | None = None,
         assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> None:
+        """Create ``name`` with ``partitions`` and ``replication_factor`` (-1: the
+        brokers' defaults), or with an explicit ``assignment`` (partition → broker
+        ids, preferred leader first) instead of those two, as Kafka's NewTopic."""
+        if assignment and (partitions != -1 or replication_factor != -1):
+            raise ValueError(
+                "give either an assignment or partitions and replication_factor, not both"
+            )
         topic = pb.CreatableTopic(
             name=name,
             num_partitions=partitions,
@@ -129,9 +136,7 @@ class AdminClient:
             count=count,
             assignment=[pb.ReplicaList(brokers=list(r)) for r in assignment or ()],
         )
-        request = pb.CreatePartitionsRequest(
-            topics=[topic], timeout_ms=int(self.timeout_s * 1000)
-        )
+        request = pb.CreatePartitionsRequest(topics=[topic], timeout_ms=int(self.timeout_s * 1000))
         result = self._call("CreatePartitions", request).topics[0]
         if result.error != pb.NONE:
             raise AdminError(pb.ErrorCode.Name(result.error), result.error_message)
@@ -148,6 +153,8 @@ class AdminClient:
                 raise AdminError(
                     "UNKNOWN_TOPIC_OR_PARTITION", f"topic {topic.name!r} does not exist"
                 )
+            if topic.error == pb.INVALID_TOPIC_EXCEPTION:
+                raise AdminError("INVALID_TOPIC_EXCEPTION", f"illegal topic name {topic.name!r}")
             out.append(
                 TopicInfo(
                     topic.name,

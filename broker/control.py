@@ -1,8 +1,14 @@
 """Inter-broker rpcs: the BrokerControl service, and the controller's channel to brokers.
 
 Requests from a controller whose epoch is older than the newest this broker
-has seen are refused whole with STALE_CONTROLLER_EPOCH.  Protobuf stays at
-this edge: the replica manager and the controller see plain value types.
+has seen are refused whole with STALE_CONTROLLER_EPOCH.  The port is the
+clients' port too, so the fields are checked (``request_checks``) before
+anything is applied: a malformed request-level field is INVALID_ARGUMENT and
+moves no epoch; a partition with an illegal topic name or a negative index
+is refused alone (INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_OR_PARTITION) before
+a log is opened for it.
+Protobuf stays at this edge: the replica manager and the controller see
+plain value types.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import grpc
+from annal.broker import request_checks as checks
 from annal.broker.metadata_cache import LiveBroker, MetadataCache, PartitionView
 from annal.broker.partition import LeaderAndIsrState
 from annal.broker.replica_manager import ReplicaManager
@@ -45,35 +52,57 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
     def LeaderAndIsr(
         self, request: pb.LeaderAndIsrRequest, context: grpc.ServicerContext
     ) -> pb.LeaderAndIsrResponse:
+        checks.require_at_least("controller_id", request.controller_id, 0)
+        for i, b in enumerate(request.live_leaders):
+            checks.check_broker_endpoint(f"live_leaders[{i}]", b.id, b.port)
         if not self._replicas.check_controller_epoch(request.controller_epoch):
             return pb.LeaderAndIsrResponse(error=pb.STALE_CONTROLLER_EPOCH)
-        states = [
-            LeaderAndIsrState(
-                s.topic,
-                s.partition,
-                s.controller_epoch,
-                s.leader,
-                s.leader_epoch,
-                tuple(s.isr),
-                tuple(s.replicas),
-                s.zk_version,
+        refused: list[pb.PartitionError] = []
+        states = []
+        for s in request.partition_states:
+            refusal = checks.partition_state(
+                s.topic, s.partition, s.leader, s.leader_epoch, s.isr, s.replicas
             )
-            for s in request.partition_states
-        ]
+            if refusal is not None:
+                logger.warning("LeaderAndIsr: refused %s", refusal.message)
+                refused.append(_partition_error(s.topic, s.partition, refusal.error))
+                continue
+            states.append(
+                LeaderAndIsrState(
+                    s.topic,
+                    s.partition,
+                    s.controller_epoch,
+                    s.leader,
+                    s.leader_epoch,
+                    tuple(s.isr),
+                    tuple(s.replicas),
+                    s.zk_version,
+                )
+            )
         leaders = {b.id: f"{b.host}:{b.port}" for b in request.live_leaders}
         results = self._replicas.become_leader_or_follower(states, leaders)
         return pb.LeaderAndIsrResponse(
-            partition_errors=[
-                pb.PartitionError(
-                    topic=tp.topic, partition=tp.partition, error=pb.ErrorCode.Value(error)
-                )
-                for tp, error in results.items()
-            ]
+            partition_errors=refused
+            + [_partition_error(tp.topic, tp.partition, error) for tp, error in results.items()]
         )
 
     def UpdateMetadata(
         self, request: pb.UpdateMetadataRequest, context: grpc.ServicerContext
     ) -> pb.UpdateMetadataResponse:
+        checks.require_at_least("controller_id", request.controller_id, 0)
+        for i, b in enumerate(request.live_brokers):
+            checks.check_broker_endpoint(f"live_brokers[{i}]", b.id, b.port)
+        for i, s in enumerate(request.partition_states):
+            refusal = checks.partition_state(
+                s.topic, s.partition, s.leader, s.leader_epoch, s.isr, s.replicas
+            )
+            if refusal is not None:  # the response has no room for one partition's error
+                raise checks.InvalidRequest(
+                    f"partition_states[{i}]", s.topic, reason=refusal.message
+                )
+        for i, name in enumerate(request.deleted_topics):
+            if refusal := checks.topic_name(name):
+                raise checks.InvalidRequest(f"deleted_topics[{i}]", name, reason=refusal.message)
         if not self._replicas.check_controller_epoch(request.controller_epoch):
             return pb.UpdateMetadataResponse(error=pb.STALE_CONTROLLER_EPOCH)
         self._metadata.update(
@@ -96,29 +125,34 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
     def StopReplica(
         self, request: pb.StopReplicaRequest, context: grpc.ServicerContext
     ) -> pb.StopReplicaResponse:
+        checks.require_at_least("controller_id", request.controller_id, 0)
         if not self._replicas.check_controller_epoch(request.controller_epoch):
             return pb.StopReplicaResponse(error=pb.STALE_CONTROLLER_EPOCH)
         errors = []
         for p in request.partitions:
-            error = self._replicas.stop_replica(
-                TopicPartition(p.topic, p.partition), p.delete_partition
-            )
-            errors.append(
-                pb.PartitionError(
-                    topic=p.topic, partition=p.partition, error=pb.ErrorCode.Value(error)
+            if refusal := checks.topic_partition(p.topic, p.partition):
+                error = refusal.error
+            else:
+                error = self._replicas.stop_replica(
+                    TopicPartition(p.topic, p.partition), p.delete_partition
                 )
-            )
+            errors.append(_partition_error(p.topic, p.partition, error))
         return pb.StopReplicaResponse(partition_errors=errors)
 
     def ControlledShutdown(
         self, request: pb.ControlledShutdownRequest, context: grpc.ServicerContext
     ) -> pb.ControlledShutdownResponse:
+        checks.require_at_least("broker_id", request.broker_id, 0)
         remaining = self._controlled_shutdown(request.broker_id)
         if remaining is None:
             return pb.ControlledShutdownResponse(error=pb.NOT_CONTROLLER)
         return pb.ControlledShutdownResponse(
             remaining_partitions=[pb.PartitionError(topic=t, partition=p) for t, p in remaining]
         )
+
+
+def _partition_error(topic: str, partition: int, error: str) -> pb.PartitionError:
+    return pb.PartitionError(topic=topic, partition=partition, error=pb.ErrorCode.Value(error))
 
 
 class ControllerChannel:

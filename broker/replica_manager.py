@@ -374,6 +374,16 @@ class ReplicaManager:
             return ReadResult(
                 error, message=f"leader epoch {leader_epoch} vs {partition.leader_epoch}"
             )
+        replicas = partition.replicas
+        if replica_id >= 0 and (replica_id == self.broker_id or replica_id not in replicas):
+            # Kafka's rule: only an assigned follower reads past the high watermark.
+            # With a matching epoch the follower may be newer than this leader's
+            # state (a reassignment): UNKNOWN_LEADER_EPOCH makes it ask again.
+            return ReadResult(
+                "UNKNOWN_LEADER_EPOCH" if leader_epoch >= 0 else "NOT_LEADER_OR_FOLLOWER",
+                message=f"replica {replica_id} is not a follower of {tp} "
+                f"(replicas {list(replicas)})",
+            )
         log = partition.log
         high_watermark = log.high_watermark
         log_end = log.log_end_offset

@@ -39,6 +39,7 @@ from annal.broker.isr_changes import IsrChangeWriter
 from annal.broker.metadata_cache import MetadataCache
 from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from annal.broker.replica_manager import ReplicaManager
+from annal.broker.rpc_guard import RequestGuard
 from annal.broker.service import AnnalService
 from annal.controller.controller import Controller, RebalanceSettings
 from annal.storage.errors import LogDirError
@@ -121,6 +122,7 @@ class BrokerServer:
         self.logs = logs
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="grpc"),
+            interceptors=[RequestGuard()],  # no handler's exception reaches gRPC
             options=[
                 ("grpc.max_receive_message_length", 64 * 1024 * 1024),
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import grpc
+from annal.broker import request_checks as checks
 from annal.broker.coordinator import OFFSETS_TOPIC, CommitEntry
 from annal.broker.metadata_cache import MetadataSnapshot
-from annal.controller.election import assign_replicas
+from annal.broker.request_checks import Refusal
 from annal.storage.config import LogConfig
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 from annal.zk.client import StaleVersionError
-from annal.zk.layout import LayoutError, TopicAssignment, check_topic_name
+from annal.zk.layout import TopicAssignment
 
 if TYPE_CHECKING:
     from annal.broker.server import BrokerServer
@@ -31,12 +33,30 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-# acks=-1: (last offset appended, the topic's slot in the response, the partition's in it)
-_Awaited = tuple[int, int, int]
+DEFAULT_TIMEOUT_MS = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Awaited:
+    """An acks=-1 append waiting for its ISR: where its answer is in the response."""
+
+    tp: TopicPartition
+    last_offset: int
+    topic_slot: int
+    partition_slot: int
+
+
+def _code(name: str) -> pb.ErrorCode.ValueType:
+    return pb.ErrorCode.Value(name)
 
 
 class AnnalService(annal_pb2_grpc.AnnalServicer):
-    """Thread-safe: handlers share nothing but the broker's ZooKeeper client."""
+    """Thread-safe: handlers share nothing but the broker's ZooKeeper client.
+
+    Every handler checks the request's fields first (``request_checks``):
+    request-level ones raise ``InvalidRequest`` (INVALID_ARGUMENT, by the
+    ``RequestGuard`` interceptor), per-topic and per-partition ones are answered
+    in the response with Kafka's error codes."""
 
     def __init__(self, broker: BrokerServer) -> None:
         self._broker = broker
@@ -44,11 +64,6 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     def Metadata(
         self, request: pb.MetadataRequest, context: grpc.ServicerContext
     ) -> pb.MetadataResponse:
-        for requested in request.topics:
-            try:
-                check_topic_name(requested)
-            except LayoutError as exc:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         cache = self._broker.metadata.snapshot()
         response = pb.MetadataResponse(
             brokers=[
@@ -59,6 +74,11 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
             controller_id=cache.controller_id,
         )
         for name in list(request.topics) or sorted(cache.topics):
+            if checks.topic_name(name):
+                response.topics.append(
+                    pb.TopicMetadata(name=name, error=pb.INVALID_TOPIC_EXCEPTION)
+                )
+                continue
             partitions = cache.topics.get(name)
             if partitions is None:
                 response.topics.append(self._unknown_topic(name, request))
@@ -109,19 +129,24 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     def Produce(
         self, request: pb.ProduceRequest, context: grpc.ServicerContext
     ) -> pb.ProduceResponse:
+        checks.check_timeout_ms(request.timeout_ms)
+        refused_acks = checks.acks(request.acks)
         replicas = self._broker.replicas
         response = pb.ProduceResponse()
-        waiting: dict[TopicPartition, _Awaited] = {}  # acks=-1: last offset, where to answer
+        waiting: list[_Awaited] = []
         for topic in request.topics:
             out = pb.TopicProduceResponse(name=topic.name)
             for data in topic.partitions:
-                if request.acks not in (-1, 0, 1):
+                refusal = refused_acks or checks.produce_partition(topic.name, data.partition)
+                if refusal is not None:
                     out.partitions.append(
                         pb.PartitionProduceResponse(
                             partition=data.partition,
-                            error=pb.INVALID_REQUIRED_ACKS,
+                            error=_code(refusal.error),
                             base_offset=-1,
-                            error_message=f"acks must be -1, 0 or 1, not {request.acks}",
+                            log_append_time_ms=-1,
+                            log_start_offset=-1,
+                            error_message=refusal.message,
                         )
                     )
                     continue
@@ -129,11 +154,13 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                 result = replicas.append(tp, data.records, request.acks)
                 if request.acks == -1 and result.error == "NONE":
                     # where its answer will be: response.topics gets a copy of ``out``
-                    waiting[tp] = (result.last_offset, len(response.topics), len(out.partitions))
+                    waiting.append(
+                        _Awaited(tp, result.last_offset, len(response.topics), len(out.partitions))
+                    )
                 out.partitions.append(
                     pb.PartitionProduceResponse(
                         partition=data.partition,
-                        error=pb.ErrorCode.Value(result.error),
+                        error=_code(result.error),
                         base_offset=result.base_offset,
                         log_append_time_ms=result.log_append_time_ms,
                         log_start_offset=result.log_start_offset,
@@ -142,37 +169,34 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                 )
             response.topics.append(out)
         if waiting:
-            self._await_replication(request, response, waiting)
+            wait_ms = _wait_ms(request.timeout_ms, context)
+            self._await_replication(response, waiting, wait_ms)
         return response
 
     def _await_replication(
-        self,
-        request: pb.ProduceRequest,
-        response: pb.ProduceResponse,
-        waiting: dict[TopicPartition, _Awaited],
+        self, response: pb.ProduceResponse, waiting: list[_Awaited], wait_ms: int
     ) -> None:
         """acks=-1: answer each appended partition once the ISR holds it, or with
         the reason it does not (the records stay appended, as in Kafka)."""
-        outcomes = self._broker.replicas.await_replication(
-            {tp: last for tp, (last, _, _) in waiting.items()}, request.timeout_ms or 30_000
-        )
-        for tp, (_, topic, slot) in waiting.items():
-            error, message = outcomes[tp]
+        last: dict[TopicPartition, int] = {}
+        for awaited in waiting:  # a partition named twice waits for its later append
+            last[awaited.tp] = max(last.get(awaited.tp, -1), awaited.last_offset)
+        outcomes = self._broker.replicas.await_replication(last, wait_ms)
+        for awaited in waiting:
+            error, message = outcomes[awaited.tp]
             if error != "NONE":
-                answer = response.topics[topic].partitions[slot]
-                answer.error = pb.ErrorCode.Value(error)
+                answer = response.topics[awaited.topic_slot].partitions[awaited.partition_slot]
+                answer.error = _code(error)
                 answer.error_message = message
 
     def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> pb.FetchResponse:
-        if request.max_bytes < 0 or request.min_bytes < 0 or request.max_wait_ms < 0:
-            context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "max_bytes, min_bytes and max_wait_ms must be >= 0",
-            )
+        checks.check_replica_id(request.replica_id)
+        checks.check_fetch_limits(request.max_wait_ms, request.min_bytes, request.max_bytes)
         response = self._fetch_once(request)
         if request.max_wait_ms > 0 and _size(response) < max(request.min_bytes, 1):
             self._broker.replicas.wait_for_data(
-                lambda: self._available(request) >= max(request.min_bytes, 1), request.max_wait_ms
+                lambda: self._available(request) >= max(request.min_bytes, 1),
+                _wait_ms(request.max_wait_ms, context),
             )
             response = self._fetch_once(request)
         return response
@@ -184,12 +208,33 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         for topic in request.topics:
             out = pb.TopicFetchResponse(name=topic.name)
             for p in topic.partitions:
+                epoch = p.current_leader_epoch if p.HasField("current_leader_epoch") else -1
+                refusal = checks.fetch_partition(
+                    topic.name,
+                    p.partition,
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                    epoch,
+                    p.log_start_offset,
+                )
+                if refusal is not None:
+                    out.partitions.append(
+                        pb.PartitionFetchResponse(
+                            partition=p.partition,
+                            error=_code(refusal.error),
+                            high_watermark=-1,
+                            log_start_offset=-1,
+                            log_end_offset=-1,
+                            error_message=refusal.message,
+                        )
+                    )
+                    continue
                 limit = min(p.partition_max_bytes or budget, budget)
                 result = replicas.read(
                     TopicPartition(topic.name, p.partition),
                     p.fetch_offset,
                     max(limit, 1),
-                    p.current_leader_epoch if p.HasField("current_leader_epoch") else -1,
+                    epoch,
                     request.replica_id,
                     p.log_start_offset,
                 )
@@ -198,7 +243,7 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                 out.partitions.append(
                     pb.PartitionFetchResponse(
                         partition=p.partition,
-                        error=pb.ErrorCode.Value(result.error),
+                        error=_code(result.error),
                         high_watermark=result.high_watermark,
                         log_start_offset=result.log_start_offset,
                         log_end_offset=result.log_end_offset,
@@ -228,17 +273,24 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: grpc.ServicerContext
     ) -> pb.ListOffsetsResponse:
+        checks.check_replica_id(request.replica_id)
         response = pb.ListOffsetsResponse()
         for topic in request.topics:
             out = pb.TopicListOffsetsResponse(name=topic.name)
             for p in topic.partitions:
-                error, timestamp, offset, epoch = self._broker.replicas.list_offset(
-                    TopicPartition(topic.name, p.partition), p.timestamp
+                refusal = checks.list_offsets_partition(
+                    topic.name, p.partition, p.timestamp, p.current_leader_epoch
                 )
+                if refusal is not None:
+                    error, timestamp, offset, epoch = refusal.error, -1, -1, -1
+                else:
+                    error, timestamp, offset, epoch = self._broker.replicas.list_offset(
+                        TopicPartition(topic.name, p.partition), p.timestamp
+                    )
                 out.partitions.append(
                     pb.PartitionListOffsetsResponse(
                         partition=p.partition,
-                        error=pb.ErrorCode.Value(error),
+                        error=_code(error),
                         timestamp=timestamp,
                         offset=offset,
                         leader_epoch=epoch,
@@ -252,19 +304,26 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     ) -> pb.OffsetsForLeaderEpochResponse:
         """Where each asked-for leader epoch ends on this leader (KIP-101/279): what
         a follower truncates to before it fetches."""
+        checks.check_replica_id(request.replica_id)
         response = pb.OffsetsForLeaderEpochResponse()
         for topic in request.topics:
             out = pb.TopicEpochEnds(name=topic.name)
             for p in topic.partitions:
-                error, epoch, end_offset = self._broker.replicas.end_offset_for_epoch(
-                    TopicPartition(topic.name, p.partition),
-                    p.current_leader_epoch,
-                    p.leader_epoch,
+                refusal = checks.epoch_partition(
+                    topic.name, p.partition, p.current_leader_epoch, p.leader_epoch
                 )
+                if refusal is not None:
+                    error, epoch, end_offset = refusal.error, -1, -1
+                else:
+                    error, epoch, end_offset = self._broker.replicas.end_offset_for_epoch(
+                        TopicPartition(topic.name, p.partition),
+                        p.current_leader_epoch,
+                        p.leader_epoch,
+                    )
                 out.partitions.append(
                     pb.PartitionEpochEnd(
                         partition=p.partition,
-                        error=pb.ErrorCode.Value(error),
+                        error=_code(error),
                         leader_epoch=epoch,
                         end_offset=end_offset,
                     )
@@ -277,70 +336,66 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     def CreateTopics(
         self, request: pb.CreateTopicsRequest, context: grpc.ServicerContext
     ) -> pb.CreateTopicsResponse:
+        checks.check_timeout_ms(request.timeout_ms)
+        repeated = checks.repeated(t.name for t in request.topics)
         response = pb.CreateTopicsResponse()
         created: list[tuple[str, int]] = []
         for topic in request.topics:
-            error, message, partitions = self._create_topic(topic, request.validate_only)
+            if topic.name in repeated:
+                refusal = checks.repeated_refusal(topic.name)
+                error, message, partitions = _code(refusal.error), refusal.message, 0
+            else:
+                error, message, partitions = self._create_topic(topic, request.validate_only)
             response.topics.append(
                 pb.TopicResult(name=topic.name, error=error, error_message=message)
             )
             if error == pb.NONE and not request.validate_only:
                 created.append((topic.name, partitions))
-        self._await_leaders(created, request.timeout_ms)
+        self._await_leaders(created, _wait_ms(request.timeout_ms, context))
         return response
 
-    def _await_leaders(self, wanted: list[tuple[str, int]], timeout_ms: int) -> None:
+    def _await_leaders(self, wanted: list[tuple[str, int]], wait_ms: int) -> None:
         """Wait (bounded) until this broker's metadata cache knows a live leader for
         every partition of ``wanted`` (topic, partition count), as Kafka's
         delayed CreateTopics/CreatePartitions do; then clients asking this broker
         find the leaders."""
+        if not wanted:
+            return
 
         def led(cache: MetadataSnapshot) -> bool:
             return all(cache.leader_of(t, p) >= 0 for t, n in wanted for p in range(n))
 
-        self._broker.metadata.wait_until(led, (timeout_ms or 30_000) / 1000)
+        self._broker.metadata.wait_until(led, wait_ms / 1000)
 
     def _create_topic(
         self, topic: pb.CreatableTopic, validate_only: bool
     ) -> tuple[pb.ErrorCode.ValueType, str, int]:
+        """(error, message, partition count) for one topic of CreateTopics, checked in
+        Kafka's order: the name, whether it exists, its configs, then its partitions
+        and replicas."""
         config = self._broker.config
-        try:
-            check_topic_name(topic.name)
-        except LayoutError as exc:
-            return pb.INVALID_TOPIC_EXCEPTION, str(exc), 0
-        try:
-            LogConfig.from_properties(dict(topic.configs))
-        except ValueError as exc:
-            return pb.INVALID_CONFIG, str(exc), 0
-        live = [b.broker_id for b in self._broker.zk.get_brokers()]
-        if topic.assignment:
-            assignment = {p: tuple(r.brokers) for p, r in topic.assignment.items()}
-            if sorted(assignment) != list(range(len(assignment))):
-                return pb.INVALID_REPLICA_ASSIGNMENT, "partitions must be numbered 0..n-1", 0
-        else:
-            partitions = topic.num_partitions if topic.num_partitions > 0 else config.num_partitions
-            factor = (
-                topic.replication_factor
-                if topic.replication_factor > 0
-                else config.default_replication_factor
-            )
-            if topic.num_partitions == 0 or topic.num_partitions < -1:
-                return (
-                    pb.INVALID_PARTITIONS,
-                    f"partition count {topic.num_partitions} is not valid",
-                    0,
-                )
-            try:
-                assignment = assign_replicas(partitions, factor, live)
-            except ValueError as exc:
-                return pb.INVALID_REPLICATION_FACTOR, str(exc), 0
+        zk = self._broker.zk
+        refusal = checks.topic_name(topic.name)
+        if refusal is None and zk.get_topic_assignment(topic.name) is not None:
+            refusal = Refusal("TOPIC_ALREADY_EXISTS", f"topic {topic.name!r} already exists")
+        refusal = refusal or checks.topic_configs(dict(topic.configs))
+        if refusal is not None:
+            return _code(refusal.error), refusal.message, 0
+        planned = checks.new_topic_assignment(
+            topic.num_partitions,
+            topic.replication_factor,
+            {p: list(r.brokers) for p, r in topic.assignment.items()},
+            [b.broker_id for b in zk.get_brokers()],
+            config.num_partitions,
+            config.default_replication_factor,
+        )
+        if isinstance(planned, Refusal):
+            return _code(planned.error), planned.message, 0
         if validate_only:
-            return pb.NONE, "", len(assignment)
-        if not self._broker.zk.create_topic(
-            topic.name, TopicAssignment(assignment), dict(topic.configs)
-        ):
+            return pb.NONE, "", len(planned)
+        if not zk.create_topic(topic.name, TopicAssignment(planned), dict(topic.configs)):
             return pb.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists", 0
-        return pb.NONE, "", len(assignment)
+        return pb.NONE, "", len(planned)
 
     def ElectLeaders(
         self, request: pb.ElectLeadersRequest, context: grpc.ServicerContext
@@ -348,15 +403,23 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         """Preferred leader election: asks the controller through
         ``/admin/preferred_replica_election`` (as kafka-preferred-replica-election.sh
         did) and answers once this broker's cache shows the new leaders."""
-        deadline = time.monotonic() + (request.timeout_ms or 30_000) / 1000
+        checks.check_timeout_ms(request.timeout_ms)
+        deadline = time.monotonic() + _wait_ms(request.timeout_ms, context) / 1000
         cache = self._broker.metadata.snapshot()
         outcome: dict[tuple[str, int], tuple[pb.ErrorCode.ValueType, str]] = {}
         asked: list[tuple[str, int]] = []
         if request.topic_partitions:
             for entry in request.topic_partitions:
+                if refusal := checks.topic_name(entry.topic):
+                    for partition in list(entry.partitions) or [-1]:
+                        outcome[(entry.topic, partition)] = (_code(refusal.error), refusal.message)
+                    continue
                 known = cache.topics.get(entry.topic, {})
                 for partition in list(entry.partitions) or sorted(known):
-                    asked.append((entry.topic, partition))
+                    if refusal := checks.partition_index(entry.topic, partition):
+                        outcome[(entry.topic, partition)] = (_code(refusal.error), refusal.message)
+                    else:
+                        asked.append((entry.topic, partition))
                 if not known and not entry.partitions:
                     outcome[(entry.topic, -1)] = (
                         pb.UNKNOWN_TOPIC_OR_PARTITION,
@@ -402,15 +465,23 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         results: list[pb.ReassignmentResult] = []
         targets: dict[tuple[str, int], tuple[int, ...]] = {}
         for wanted in request.partitions:
-            error, message = _check_reassignment(cache, wanted)
-            if error == pb.NONE:
+            refusal = checks.topic_partition(wanted.topic, wanted.partition)
+            if refusal is None and cache.topics.get(wanted.topic, {}).get(wanted.partition) is None:
+                refusal = Refusal(
+                    "UNKNOWN_TOPIC_OR_PARTITION",
+                    f"unknown partition {wanted.topic}-{wanted.partition}",
+                )
+            refusal = refusal or checks.reassignment(
+                wanted.topic, wanted.partition, list(wanted.replicas), list(cache.brokers)
+            )
+            if refusal is None:
                 targets[(wanted.topic, wanted.partition)] = tuple(wanted.replicas)
             results.append(
                 pb.ReassignmentResult(
                     topic=wanted.topic,
                     partition=wanted.partition,
-                    error=error,
-                    error_message=message,
+                    error=_code(refusal.error) if refusal else pb.NONE,
+                    error_message=refusal.message if refusal else "",
                 )
             )
         if targets and not self._broker.zk.request_reassignments(targets):
@@ -423,27 +494,36 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     def DeleteRecords(
         self, request: pb.DeleteRecordsRequest, context: grpc.ServicerContext
     ) -> pb.DeleteRecordsResponse:
+        checks.check_timeout_ms(request.timeout_ms)
         response = pb.DeleteRecordsResponse()
         for wanted in request.partitions:
-            tp = TopicPartition(wanted.topic, wanted.partition)
-            error, low_watermark, message = self._broker.replicas.delete_records(
-                tp, wanted.offset, request.timeout_ms or 30_000
-            )
+            refusal = checks.delete_records_partition(wanted.topic, wanted.partition, wanted.offset)
+            if refusal is not None:
+                error, low_watermark, message = refusal.error, -1, refusal.message
+            else:
+                error, low_watermark, message = self._broker.replicas.delete_records(
+                    TopicPartition(wanted.topic, wanted.partition),
+                    wanted.offset,
+                    _wait_ms(request.timeout_ms, context),
+                )
             response.results.append(
                 pb.DeleteRecordsResult(
                     topic=wanted.topic,
                     partition=wanted.partition,
                     low_watermark=low_watermark,
-                    error=pb.ErrorCode.Value(error),
+                    error=_code(error),
                     error_message=message,
                 )
             )
         return response
 
-    def _missing_topic(self, name: str) -> str | None:
-        """The error message for a topic ZooKeeper does not hold; None when it does."""
+    def _topic_refusal(self, name: str) -> Refusal | None:
+        """Why an existing topic named ``name`` cannot be acted on: an illegal name,
+        or ZooKeeper does not hold it; None when it does."""
+        if refusal := checks.topic_name(name):
+            return refusal
         if self._broker.zk.get_topic_assignment(name) is None:
-            return f"topic {name!r} does not exist"
+            return Refusal("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
         return None
 
     def DescribeConfigs(
@@ -453,10 +533,10 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         defaults = self._broker.config.log_config()
         response = pb.DescribeConfigsResponse()
         for name in request.topics:
-            if missing := self._missing_topic(name):
+            if refusal := self._topic_refusal(name):
                 response.topics.append(
                     pb.TopicConfigs(
-                        name=name, error=pb.UNKNOWN_TOPIC_OR_PARTITION, error_message=missing
+                        name=name, error=_code(refusal.error), error_message=refusal.message
                     )
                 )
                 continue
@@ -485,22 +565,24 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         response = pb.AlterConfigsResponse()
         for change in request.topics:
             result = response.topics.add(name=change.name)  # add(): append() would copy
-            if absent := self._missing_topic(change.name):
-                result.error = pb.UNKNOWN_TOPIC_OR_PARTITION
-                result.error_message = absent
+            if refusal := self._topic_refusal(change.name):
+                result.error = _code(refusal.error)
+                result.error_message = refusal.message
                 continue
             overrides = zk.get_topic_config(change.name)
             missing = sorted(set(change.delete) - set(overrides))
             overrides.update(change.set)
             for key in change.delete:
                 overrides.pop(key, None)
-            try:
-                if missing:
-                    raise ValueError(f"cannot delete {missing}: not set on {change.name}")
-                LogConfig.from_properties(overrides)
-            except ValueError as exc:
-                result.error = pb.INVALID_CONFIG
-                result.error_message = str(exc)
+            if missing:
+                refusal = Refusal(
+                    "INVALID_CONFIG", f"cannot delete {missing}: not set on {change.name}"
+                )
+            else:
+                refusal = checks.topic_configs(overrides)
+            if refusal is not None:
+                result.error = _code(refusal.error)
+                result.error_message = refusal.message
                 continue
             if not request.validate_only:
                 zk.set_topic_config(change.name, overrides)
@@ -511,9 +593,9 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     ) -> pb.FindCoordinatorResponse:
         """The leader of the group's offsets partition; the offsets topic is
         created on first use (COORDINATOR_NOT_AVAILABLE until it has leaders)."""
-        if not request.group:
+        if refusal := checks.group_id(request.group):
             return pb.FindCoordinatorResponse(
-                error=pb.INVALID_GROUP_ID, error_message="the group id is empty"
+                error=_code(refusal.error), error_message=refusal.message
             )
         cache = self._broker.metadata.snapshot()
         if OFFSETS_TOPIC not in cache.topics:
@@ -549,37 +631,50 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     def OffsetCommit(
         self, request: pb.OffsetCommitRequest, context: grpc.ServicerContext
     ) -> pb.OffsetCommitResponse:
-        entries = [
-            CommitEntry(t.name, p.partition, p.offset, p.leader_epoch, p.metadata)
-            for t in request.topics
-            for p in t.partitions
-        ]
-        if not request.group:
-            outcome = {(e.topic, e.partition): ("INVALID_GROUP_ID", "empty group") for e in entries}
-        else:
-            outcome = self._broker.coordinator.commit(
-                request.group, entries, request.timeout_ms or 30_000
+        checks.check_timeout_ms(request.timeout_ms)
+        group_refusal = checks.group_id(request.group)
+        outcome: dict[tuple[str, int], tuple[str, str]] = {}
+        entries = []
+        for t in request.topics:
+            for p in t.partitions:
+                refusal = group_refusal or checks.commit_partition(
+                    t.name, p.partition, p.offset, p.leader_epoch
+                )
+                if refusal is not None:
+                    outcome[(t.name, p.partition)] = (refusal.error, refusal.message)
+                else:
+                    entries.append(
+                        CommitEntry(t.name, p.partition, p.offset, p.leader_epoch, p.metadata)
+                    )
+        if entries:
+            outcome.update(
+                self._broker.coordinator.commit(
+                    request.group, entries, _wait_ms(request.timeout_ms, context)
+                )
             )
         response = pb.OffsetCommitResponse()
         for t in request.topics:
             out = response.topics.add(name=t.name)
             for p in t.partitions:
                 error, message = outcome[(t.name, p.partition)]
-                out.partitions.add(
-                    partition=p.partition, error=pb.ErrorCode.Value(error), error_message=message
-                )
+                out.partitions.add(partition=p.partition, error=_code(error), error_message=message)
         return response
 
     def OffsetFetch(
         self, request: pb.OffsetFetchRequest, context: grpc.ServicerContext
     ) -> pb.OffsetFetchResponse:
-        if not request.group:
-            return pb.OffsetFetchResponse(
-                error=pb.INVALID_GROUP_ID, error_message="the group id is empty"
-            )
+        """The group's committed offsets; the response has one error field, so a
+        refused group id, topic name or partition answers the whole request."""
+        refusal = checks.group_id(request.group)
+        for t in request.topics:
+            refusal = refusal or checks.topic_name(t.topic)
+            for p in t.partitions:
+                refusal = refusal or checks.partition_index(t.topic, p)
+        if refusal is not None:
+            return pb.OffsetFetchResponse(error=_code(refusal.error), error_message=refusal.message)
         wanted = [(t.topic, p) for t in request.topics for p in t.partitions] or None
         error, found = self._broker.coordinator.fetch(request.group, wanted)
-        response = pb.OffsetFetchResponse(error=pb.ErrorCode.Value(error))
+        response = pb.OffsetFetchResponse(error=_code(error))
         by_topic: dict[str, pb.OffsetFetchTopic] = {}
         for (topic, partition), value in sorted(found.items()):
             out = by_topic.get(topic)
@@ -609,69 +704,53 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     def CreatePartitions(
         self, request: pb.CreatePartitionsRequest, context: grpc.ServicerContext
     ) -> pb.CreatePartitionsResponse:
+        checks.check_timeout_ms(request.timeout_ms)
+        repeated = checks.repeated(t.name for t in request.topics)
         response = pb.CreatePartitionsResponse()
         grown: list[tuple[str, int]] = []
         for topic in request.topics:
-            error, message = self._create_partitions(topic, request.validate_only)
+            if topic.name in repeated:
+                refusal: Refusal | None = checks.repeated_refusal(topic.name)
+            else:
+                refusal = self._create_partitions(topic, request.validate_only)
             response.topics.append(
-                pb.TopicResult(name=topic.name, error=error, error_message=message)
+                pb.TopicResult(
+                    name=topic.name,
+                    error=_code(refusal.error) if refusal else pb.NONE,
+                    error_message=refusal.message if refusal else "",
+                )
             )
-            if error == pb.NONE and not request.validate_only:
+            if refusal is None and not request.validate_only:
                 grown.append((topic.name, topic.count))
-        self._await_leaders(grown, request.timeout_ms)
+        self._await_leaders(grown, _wait_ms(request.timeout_ms, context))
         return response
 
     def _create_partitions(
         self, topic: pb.CreatePartitionsTopic, validate_only: bool
-    ) -> tuple[pb.ErrorCode.ValueType, str]:
+    ) -> Refusal | None:
         """Extend the topic's assignment in ZooKeeper; the controller's watch on
         the topic brings the new partitions online."""
         zk = self._broker.zk
         name = topic.name
+        if refusal := self._topic_refusal(name):
+            return refusal
+        if name in zk.topics_to_delete():
+            return Refusal("INVALID_TOPIC_EXCEPTION", f"topic {name!r} is queued for deletion")
         found = zk.get_topic_assignment(name)
         if found is None:
-            return pb.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
-        if name in zk.topics_to_delete():
-            return pb.INVALID_TOPIC_EXCEPTION, f"topic {name!r} is queued for deletion"
+            return Refusal("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
         assignment, version = found
-        current = len(assignment.partitions)
-        if topic.count <= current:
-            return (
-                pb.INVALID_PARTITIONS,
-                f"topic {name!r} has {current} partitions; the count can only grow "
-                f"(asked for {topic.count})",
-            )
-        factor = len(assignment.partitions[0])
-        live = [b.broker_id for b in zk.get_brokers()]
-        added = topic.count - current
-        if topic.assignment:
-            if len(topic.assignment) != added:
-                return (
-                    pb.INVALID_REPLICA_ASSIGNMENT,
-                    f"{len(topic.assignment)} replica lists given for {added} new partitions",
-                )
-            new = {current + i: tuple(r.brokers) for i, r in enumerate(topic.assignment)}
-            for partition, replicas in new.items():
-                if len(replicas) != factor or len(set(replicas)) != factor:
-                    return (
-                        pb.INVALID_REPLICA_ASSIGNMENT,
-                        f"partition {partition} needs {factor} distinct replicas, "
-                        f"not {list(replicas)}",
-                    )
-                unknown = sorted(set(replicas) - set(live))
-                if unknown:
-                    return (
-                        pb.INVALID_REPLICA_ASSIGNMENT,
-                        f"partition {partition}: brokers {unknown} are not live",
-                    )
-        else:
-            try:
-                spread = assign_replicas(added, factor, live, start=current)
-            except ValueError as exc:
-                return pb.INVALID_REPLICATION_FACTOR, str(exc)
-            new = {current + p: replicas for p, replicas in spread.items()}
+        new = checks.added_partitions_assignment(
+            name,
+            topic.count,
+            assignment.partitions,
+            [list(r.brokers) for r in topic.assignment],
+            [b.broker_id for b in zk.get_brokers()],
+        )
+        if isinstance(new, Refusal):
+            return new
         if validate_only:
-            return pb.NONE, ""
+            return None
         grown = TopicAssignment(
             {**assignment.partitions, **new},
             assignment.adding_replicas,
@@ -680,31 +759,40 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         try:
             zk.update_topic_assignment(name, grown, version)
         except StaleVersionError as exc:
-            return pb.INVALID_REQUEST, f"{exc}: changed concurrently, try again"
-        return pb.NONE, ""
+            return Refusal("INVALID_REQUEST", f"{exc}: changed concurrently, try again")
+        return None
 
     def DeleteTopics(
         self, request: pb.DeleteTopicsRequest, context: grpc.ServicerContext
     ) -> pb.DeleteTopicsResponse:
+        checks.check_timeout_ms(request.timeout_ms)
+        repeated = checks.repeated(request.topics)
         zk = self._broker.zk
         response = pb.DeleteTopicsResponse()
         marked = []
         for name in request.topics:
-            if missing := self._missing_topic(name):
+            refusal = checks.repeated_refusal(name) if name in repeated else None
+            if refusal := refusal or self._topic_refusal(name):
                 response.topics.append(
                     pb.TopicResult(
-                        name=name, error=pb.UNKNOWN_TOPIC_OR_PARTITION, error_message=missing
+                        name=name, error=_code(refusal.error), error_message=refusal.message
                     )
                 )
                 continue
             zk.mark_topic_for_deletion(name)
             marked.append(name)
             response.topics.append(pb.TopicResult(name=name))
-        self._broker.metadata.wait_until(
-            lambda cache: not any(t in cache.topics for t in marked),
-            (request.timeout_ms or 30_000) / 1000,
-        )
+        if marked:
+            self._broker.metadata.wait_until(
+                lambda cache: not any(t in cache.topics for t in marked),
+                _wait_ms(request.timeout_ms, context) / 1000,
+            )
         return response
+
+
+def _wait_ms(timeout_ms: int, context: grpc.ServicerContext) -> int:
+    """A request's wait: its timeout (0 for the default), cut at the caller's deadline."""
+    return checks.bounded_wait_ms(timeout_ms, DEFAULT_TIMEOUT_MS, context.time_remaining())
 
 
 def _size(response: pb.FetchResponse) -> int:
@@ -733,20 +821,3 @@ def _preferred_verdict(
             f"the preferred replica {preferred} is not in the ISR {list(view.isr)}",
         )
     return None
-
-
-def _check_reassignment(
-    cache: MetadataSnapshot, wanted: pb.ReassignablePartition
-) -> tuple[pb.ErrorCode.ValueType, str]:
-    name = f"{wanted.topic}-{wanted.partition}"
-    if cache.topics.get(wanted.topic, {}).get(wanted.partition) is None:
-        return pb.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {name}"
-    replicas = list(wanted.replicas)
-    if not replicas:
-        return pb.INVALID_REPLICA_ASSIGNMENT, f"no replicas given for {name}"
-    if len(set(replicas)) != len(replicas):
-        return pb.INVALID_REPLICA_ASSIGNMENT, f"replicas {replicas} of {name} repeat a broker"
-    absent = sorted(set(replicas) - set(cache.brokers))
-    if absent:
-        return pb.INVALID_REPLICA_ASSIGNMENT, f"brokers {absent} for {name} are not alive"
-    return pb.NONE, ""

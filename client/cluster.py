@@ -113,8 +113,8 @@ class ClusterConnection:
         counts = dict(self.partition_counts)
         leaders = dict(self.leaders)
         for topic in metadata.topics:
-            if topic.error == pb.UNKNOWN_TOPIC_OR_PARTITION:
-                counts.pop(topic.name, None)
+            if topic.error in (pb.UNKNOWN_TOPIC_OR_PARTITION, pb.INVALID_TOPIC_EXCEPTION):
+                counts.pop(topic.name, None)  # no such topic (an illegal name cannot be one)
                 continue
             counts[topic.name] = len(topic.partitions)
             for p in topic.partitions:

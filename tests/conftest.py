@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 import pytest
 from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
@@ -38,6 +39,35 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     setattr(item, f"rep_{report.when}", report)
 
 
+def _start_broker(
+    zk_connect: str,
+    directory: Path,
+    started: list[BrokerProcess],
+    broker_id: int = 1,
+    settings: Mapping[str, str] | None = None,
+) -> BrokerProcess:
+    """Start a real broker process and wait until it is registered, a controller
+    elected, and its metadata lists it."""
+    process = BrokerProcess(broker_id, zk_connect, directory, settings=settings)
+    started.append(process)
+    process.start()
+    with ZkClient(zk_connect) as zk:
+        wait_until(
+            lambda: zk.get_broker(broker_id) is not None, 60, f"broker {broker_id} registered"
+        )
+        wait_until(lambda: zk.get_controller() is not None, 60, "a controller")
+    wait_until(lambda: metadata_lists(process.endpoint, [broker_id]), 60, "metadata served")
+    return process
+
+
+def _kill_brokers(started: list[BrokerProcess], failed: bool) -> None:
+    for process in started:
+        process.kill()
+        if failed:
+            header = f"--- broker {process.broker_id} log ({process.log_path}) ---"
+            print(f"\n{header}\n{process.tail_log()}")
+
+
 @pytest.fixture
 def broker_factory(
     zk_connect: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
@@ -48,31 +78,37 @@ def broker_factory(
     started: list[BrokerProcess] = []
 
     def start(broker_id: int = 1, settings: Mapping[str, str] | None = None) -> BrokerProcess:
-        process = BrokerProcess(
-            broker_id, zk_connect, tmp_path_factory.mktemp("brokers"), settings=settings
+        return _start_broker(
+            zk_connect, tmp_path_factory.mktemp("brokers"), started, broker_id, settings
         )
-        started.append(process)
-        process.start()
-        with ZkClient(zk_connect) as zk:
-            wait_until(
-                lambda: zk.get_broker(broker_id) is not None, 60, f"broker {broker_id} registered"
-            )
-            wait_until(lambda: zk.get_controller() is not None, 60, "a controller")
-        wait_until(
-            lambda: metadata_lists(process.endpoint, [broker_id]), 60, "metadata served"
-        )
-        return process
 
     yield start
     report = getattr(request.node, "rep_call", None)
-    for process in started:
-        process.kill()
-        if report is not None and report.failed:
-            header = f"--- broker {process.broker_id} log ({process.log_path}) ---"
-            print(f"\n{header}\n{process.tail_log()}")
+    _kill_brokers(started, report is not None and report.failed)
 
 
 @pytest.fixture
 def broker(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
     """One real broker, also the controller."""
     return broker_factory()
+
+
+@pytest.fixture(scope="module")
+def module_broker_factory(
+    zookeeper: ZooKeeperServer,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[..., BrokerProcess]]:
+    """As ``broker_factory``, for brokers a whole module shares (in a chroot of the
+    module's own); killed after its last test, logs printed when one failed."""
+    connect = f"{zookeeper.connect_string}/t{next(_chroots)}"
+    failed_before = request.session.testsfailed
+    started: list[BrokerProcess] = []
+
+    def start(broker_id: int = 1, settings: Mapping[str, str] | None = None) -> BrokerProcess:
+        return _start_broker(
+            connect, tmp_path_factory.mktemp("brokers"), started, broker_id, settings
+        )
+
+    yield start
+    _kill_brokers(started, request.session.testsfailed > failed_before)

@@ -36,7 +36,7 @@ def test_delete_records(
     bs = ["--bootstrap-server", ",".join(b.endpoint for b in brokers.values())]
     with AdminClient(brokers[1].endpoint) as admin:
         admin.create_topic(
-            "trim", partitions=2, assignment={0: [1, 2], 1: [2, 1]},
+            "trim", assignment={0: [1, 2], 1: [2, 1]},
             config={"segment.bytes": "2048"},
         )  # fmt: skip
     with Producer(bs[1], acks="all") as producer:

@@ -39,7 +39,7 @@ def test_leader_election_command(
     brokers = {i: broker_factory(i, QUICK) for i in (1, 2)}
     bs = ["--bootstrap-server", ",".join(b.endpoint for b in brokers.values())]
     with AdminClient(brokers[2].endpoint) as admin:
-        admin.create_topic("pref", partitions=2, assignment={0: [1, 2], 1: [2, 1]})
+        admin.create_topic("pref", assignment={0: [1, 2], 1: [2, 1]})
         assert leaders(admin, "pref") == {0: 1, 1: 2}
         fail_over(brokers[1], admin, "pref")
         assert leaders(admin, "pref") == {0: 2, 1: 2}
@@ -81,7 +81,7 @@ def test_the_controller_rebalances_leaders_by_itself(
     settings["leader.imbalance.check.interval.seconds"] = "1"
     brokers = {i: broker_factory(i, settings) for i in (1, 2)}
     with AdminClient(brokers[2].endpoint) as admin:
-        admin.create_topic("spread", partitions=2, assignment={0: [1, 2], 1: [2, 1]})
+        admin.create_topic("spread", assignment={0: [1, 2], 1: [2, 1]})
         brokers[1].kill()
         wait_until(lambda: leaders(admin, "spread") == {0: 2, 1: 2}, 60, "failover")
         brokers[1].start()

@@ -46,7 +46,7 @@ def test_partitions_move_to_other_brokers(
     brokers = {i: broker_factory(i) for i in (1, 2, 3)}
     bs = ["--bootstrap-server", ",".join(b.endpoint for b in brokers.values())]
     with AdminClient(brokers[1].endpoint) as admin:
-        admin.create_topic("moving", partitions=2, assignment={0: [1, 2], 1: [2, 3]})
+        admin.create_topic("moving", assignment={0: [1, 2], 1: [2, 3]})
     sent = {0: [b"zero-%04d" % i for i in range(1500)], 1: [b"one-%04d" % i for i in range(1500)]}
     with Producer(bs[1], acks="all") as producer:
         for partition, values in sent.items():

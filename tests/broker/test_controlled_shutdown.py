@@ -35,9 +35,9 @@ def test_leaderships_move_before_the_broker_stops(
         assert controlled_shutdown(brokers[other], other).error == pb.NOT_CONTROLLER
 
         with AdminClient(brokers[1].endpoint) as admin:
-            admin.create_topic("moving", partitions=1, assignment={0: [other, controller]})
-            admin.create_topic("stuck", partitions=1, assignment={0: [controller, other]})
-            admin.create_topic("single", partitions=1, assignment={0: [other]})
+            admin.create_topic("moving", assignment={0: [other, controller]})
+            admin.create_topic("stuck", assignment={0: [controller, other]})
+            admin.create_topic("single", assignment={0: [other]})
         found = zk.get_partition_state("moving", 0)
         assert found is not None and sorted(found[0].isr) == sorted((other, controller))
         # as if the follower of "stuck" had fallen behind: its leader alone in sync

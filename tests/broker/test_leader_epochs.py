@@ -48,7 +48,7 @@ def test_epoch_ends_across_a_leader_change(
     leader = broker_factory(1, settings=QUICK_SESSION)
     other = broker_factory(2, settings=QUICK_SESSION)
     with AdminClient(other.endpoint) as admin:
-        admin.create_topic("epochs", partitions=1, assignment={0: [1]})
+        admin.create_topic("epochs", assignment={0: [1]})
     produce(leader, "epochs", 3)
     assert epoch_end(leader, "epochs", 0) == ("NONE", 0, 3)
     assert epoch_end(leader, "epochs", 7) == ("NONE", -1, -1)  # unknown epoch

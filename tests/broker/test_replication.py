@@ -90,7 +90,7 @@ def test_a_stalled_follower_leaves_the_isr_and_rejoins(
     leader, follower = broker_factory(1, lag), broker_factory(2, lag)
     with AdminClient(leader.endpoint) as admin:
         admin.create_topic(
-            "isr", partitions=1, assignment={0: [1, 2]}, config={"min.insync.replicas": "2"}
+            "isr", assignment={0: [1, 2]}, config={"min.insync.replicas": "2"}
         )
 
         def isr() -> list[int]:
@@ -234,9 +234,9 @@ def test_unclean_election_follows_the_topic_config(
     quick = {"zookeeper.session.timeout.ms": "4000"}
     brokers = {i: broker_factory(i, quick) for i in (1, 2)}
     with AdminClient(brokers[2].endpoint) as admin:
-        admin.create_topic("careful", partitions=1, assignment={0: [1, 2]})
+        admin.create_topic("careful", assignment={0: [1, 2]})
         admin.create_topic(
-            "hasty", partitions=1, assignment={0: [1, 2]},
+            "hasty", assignment={0: [1, 2]},
             config={"unclean.leader.election.enable": "true"},
         )  # fmt: skip
         with ZkClient(zk_connect) as zk:
