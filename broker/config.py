@@ -157,6 +157,11 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "offsets.topic.replication.factor": (_int(1), "3"),
     "offsets.retention.minutes": (_int(1), "10080"),
     "group.initial.rebalance.delay.ms": (_int(0), "3000"),
+    # the request layer (docs/architecture.md): Kafka's names; queued.max.request.bytes
+    # is bounded by default here, where Kafka's default (-1) is not
+    "queued.max.requests": (_int(1), "500"),
+    "queued.max.request.bytes": (_int(-1), str(256 * 1024 * 1024)),
+    "socket.request.max.bytes": (_int(1024), str(100 * 1024 * 1024)),
 }
 
 
@@ -199,6 +204,9 @@ class BrokerConfig:
     log_flush_scheduler_interval_ms: int
     log_cleaner_enable: bool
     log_cleaner_backoff_ms: int
+    queued_max_requests: int
+    queued_max_request_bytes: int
+    socket_request_max_bytes: int
     raw: Mapping[str, str]
 
     @classmethod
@@ -279,6 +287,9 @@ class BrokerConfig:
             log_flush_scheduler_interval_ms=values["log.flush.scheduler.interval.ms"],
             log_cleaner_enable=values["log.cleaner.enable"],
             log_cleaner_backoff_ms=values["log.cleaner.backoff.ms"],
+            queued_max_requests=values["queued.max.requests"],
+            queued_max_request_bytes=values["queued.max.request.bytes"],
+            socket_request_max_bytes=values["socket.request.max.bytes"],
             raw={k: str(v) for k, v in props.items()},
         )
         config.log_config()  # the log.* settings must form a valid topic config too

@@ -9,15 +9,24 @@ is refused alone (INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_OR_PARTITION) before
 a log is opened for it.
 Protobuf stays at this edge: the replica manager and the controller see
 plain value types.
+
+The service runs on the broker's event loop, but applying a controller
+request can open logs and read topic configs from ZooKeeper, so each one is
+applied on the broker's single control thread (``run``), in the order the
+requests came.  ControlledShutdown, which waits for the controller, runs on
+the admin pool (``run_admin``), so that the controller's own LeaderAndIsr to
+this broker is never queued behind it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import grpc
 from annal.broker import request_checks as checks
@@ -34,24 +43,65 @@ logger = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 10.0
 
+T = TypeVar("T")
+
+
+# Runs a blocking callable off the event loop and gives its result.
+Runner = Callable[[Callable[[], T]], Awaitable[T]]
+
 
 class ControlService(annal_pb2_grpc.BrokerControlServicer):
     """Applies controller requests through the replica manager and the metadata
-    cache.  Thread-safe."""
+    cache.  The handlers run on the event loop; the ``_..._now`` methods on the
+    control thread (or, for ControlledShutdown, the admin pool)."""
 
     def __init__(
         self,
         replicas: ReplicaManager,
         metadata: MetadataCache,
         controlled_shutdown: Callable[[int], list[tuple[str, int]] | None],
+        run: Runner[Any],
+        run_admin: Runner[Any],
     ) -> None:
         self._replicas = replicas
         self._metadata = metadata
         self._controlled_shutdown = controlled_shutdown
+        self._run = run
+        self._run_admin = run_admin
 
-    def LeaderAndIsr(
-        self, request: pb.LeaderAndIsrRequest, context: grpc.ServicerContext
+    async def LeaderAndIsr(
+        self, request: pb.LeaderAndIsrRequest, context: grpc.aio.ServicerContext
     ) -> pb.LeaderAndIsrResponse:
+        response: pb.LeaderAndIsrResponse = await self._run(
+            functools.partial(self._leader_and_isr_now, request)
+        )
+        return response
+
+    async def UpdateMetadata(
+        self, request: pb.UpdateMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpdateMetadataResponse:
+        response: pb.UpdateMetadataResponse = await self._run(
+            functools.partial(self._update_metadata_now, request)
+        )
+        return response
+
+    async def StopReplica(
+        self, request: pb.StopReplicaRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StopReplicaResponse:
+        response: pb.StopReplicaResponse = await self._run(
+            functools.partial(self._stop_replica_now, request)
+        )
+        return response
+
+    async def ControlledShutdown(
+        self, request: pb.ControlledShutdownRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ControlledShutdownResponse:
+        response: pb.ControlledShutdownResponse = await self._run_admin(
+            functools.partial(self._controlled_shutdown_now, request)
+        )
+        return response
+
+    def _leader_and_isr_now(self, request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
         checks.require_at_least("controller_id", request.controller_id, 0)
         for i, b in enumerate(request.live_leaders):
             checks.check_broker_endpoint(f"live_leaders[{i}]", b.id, b.port)
@@ -86,9 +136,7 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
             + [_partition_error(tp.topic, tp.partition, error) for tp, error in results.items()]
         )
 
-    def UpdateMetadata(
-        self, request: pb.UpdateMetadataRequest, context: grpc.ServicerContext
-    ) -> pb.UpdateMetadataResponse:
+    def _update_metadata_now(self, request: pb.UpdateMetadataRequest) -> pb.UpdateMetadataResponse:
         checks.require_at_least("controller_id", request.controller_id, 0)
         for i, b in enumerate(request.live_brokers):
             checks.check_broker_endpoint(f"live_brokers[{i}]", b.id, b.port)
@@ -122,9 +170,7 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
         )
         return pb.UpdateMetadataResponse()
 
-    def StopReplica(
-        self, request: pb.StopReplicaRequest, context: grpc.ServicerContext
-    ) -> pb.StopReplicaResponse:
+    def _stop_replica_now(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
         checks.require_at_least("controller_id", request.controller_id, 0)
         if not self._replicas.check_controller_epoch(request.controller_epoch):
             return pb.StopReplicaResponse(error=pb.STALE_CONTROLLER_EPOCH)
@@ -139,8 +185,8 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
             errors.append(_partition_error(p.topic, p.partition, error))
         return pb.StopReplicaResponse(partition_errors=errors)
 
-    def ControlledShutdown(
-        self, request: pb.ControlledShutdownRequest, context: grpc.ServicerContext
+    def _controlled_shutdown_now(
+        self, request: pb.ControlledShutdownRequest
     ) -> pb.ControlledShutdownResponse:
         checks.require_at_least("broker_id", request.broker_id, 0)
         remaining = self._controlled_shutdown(request.broker_id)

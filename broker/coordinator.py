@@ -13,8 +13,10 @@ latest value of each key winning, tombstones deleting) on its own thread and
 answers COORDINATOR_LOAD_IN_PROGRESS meanwhile; one that stops leading drops
 the partition's cache and answers NOT_COORDINATOR.
 
-Thread safety: ``self._lock`` guards the caches and the loading set; appends
-and the wait for replication happen outside it.
+Thread safety: ``self._lock`` guards the caches and the loading set (loads
+run on their own threads); ``commit`` runs on the broker's event loop, and
+its append and its wait for replication (a delayed operation) happen
+outside the lock.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from annal.broker.offsets_schema import (
@@ -61,7 +63,7 @@ class CommitEntry:
 # last offset) and the wait for the in-sync replicas ({tp: (error, message)}).
 Append = Callable[[TopicPartition, bytes], tuple[str, int]]
 AwaitReplication = Callable[
-    [Mapping[TopicPartition, int], int], Mapping[TopicPartition, tuple[str, str]]
+    [dict[TopicPartition, int], int], Awaitable[Mapping[TopicPartition, tuple[str, str]]]
 ]
 
 
@@ -150,7 +152,7 @@ class OffsetsCoordinator:
 
     # -- the requests ----------------------------------------------------------------
 
-    def commit(
+    async def commit(
         self, group: str, entries: Sequence[CommitEntry], timeout_ms: int
     ) -> dict[Partitions, tuple[str, str]]:
         """(error, message) per (topic, partition) of ``entries``."""
@@ -187,7 +189,7 @@ class OffsetsCoordinator:
         tp = TopicPartition(OFFSETS_TOPIC, index)
         error, last = self._append(tp, batch)
         if error == "NONE":
-            error, message = self._await({tp: last}, timeout_ms)[tp]
+            error, message = (await self._await({tp: last}, timeout_ms))[tp]
         else:
             message = f"appending to {tp}: {error}"
         error = _COMMIT_ERRORS.get(error, error)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot
-from annal.broker.purgatory import DelayedOperation, Purgatory
+from annal.broker.purgatory import DelayedOperation, Parking, Purgatory
 from annal.storage.files import TopicPartition
 
 # (error name, message) per partition, as the replica manager reports outcomes
@@ -188,15 +188,17 @@ class MetadataWait(DelayedOperation[bool]):
 class Purgatories:
     """The broker's purgatories, one per kind, on one event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, loop_thread: int) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, loop_thread: int, parking: Parking | None = None
+    ) -> None:
         self.loop = loop
         self._loop_thread = loop_thread
-        self.fetch: Purgatory[bool] = Purgatory("fetch", loop)
-        self.produce: Purgatory[dict[TopicPartition, Outcome]] = Purgatory("produce", loop)
+        self.fetch: Purgatory[bool] = Purgatory("fetch", loop, parking)
+        self.produce: Purgatory[dict[TopicPartition, Outcome]] = Purgatory("produce", loop, parking)
         self.delete_records: Purgatory[dict[TopicPartition, tuple[str, int, str]]] = Purgatory(
-            "delete-records", loop
+            "delete-records", loop, parking
         )
-        self.metadata: Purgatory[bool] = Purgatory("metadata", loop)
+        self.metadata: Purgatory[bool] = Purgatory("metadata", loop, parking)
 
     def touch(self, tp: TopicPartition) -> None:
         """Something happened to ``tp``: waiting operations on it look again.

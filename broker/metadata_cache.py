@@ -8,8 +8,10 @@ A broker that has not yet heard from a controller knows no topics.
 
 Thread safety: ``update`` builds a new immutable ``MetadataSnapshot`` and
 swaps it in under ``self._changed``; readers take ``snapshot()`` and never
-see a half-applied update.  ``wait_until`` lets a request wait (bounded)
-for the cache to reach a state, e.g. CreateTopics for its leaders.
+see a half-applied update.  After each update the cache tells its listener
+(the broker's metadata purgatory, where admin requests wait for it to reach
+a state, e.g. CreateTopics for its leaders); ``wait_until`` blocks a thread
+for the same, for code that is not on the event loop.
 """
 
 from __future__ import annotations
@@ -57,9 +59,10 @@ class MetadataSnapshot:
 class MetadataCache:
     """See the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_update: Callable[[], None] | None = None) -> None:
         self._changed = threading.Condition()
         self._snapshot = MetadataSnapshot()
+        self.on_update = on_update or (lambda: None)
 
     def snapshot(self) -> MetadataSnapshot:
         return self._snapshot
@@ -91,6 +94,7 @@ class MetadataCache:
                 MappingProxyType({t: MappingProxyType(ps) for t, ps in topics.items()}),
             )
             self._changed.notify_all()
+        self.on_update()
 
     def wait_until(self, predicate: Callable[[MetadataSnapshot], bool], timeout_s: float) -> bool:
         """Block until ``predicate(snapshot)`` holds or ``timeout_s`` passes; its last value."""

@@ -36,7 +36,7 @@ import abc
 import asyncio
 import logging
 from collections.abc import Hashable, Iterable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +68,26 @@ class _Watch(Generic[T]):
         self.future = future
 
 
+class Parking(Protocol):
+    """Told when a request starts and stops waiting (the broker's request limits)."""
+
+    def parked(self) -> None: ...
+
+    def unparked(self) -> None: ...
+
+
 class Purgatory(Generic[T]):
     """Delayed operations of one kind, watched by key; see the module docstring."""
 
-    def __init__(self, name: str, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        loop: asyncio.AbstractEventLoop | None = None,
+        parking: Parking | None = None,
+    ) -> None:
         self.name = name
         self._loop = loop
+        self._parking = parking
         self._watchers: dict[Hashable, dict[_Watch[T], None]] = {}
         self._waiting = 0
 
@@ -102,12 +116,16 @@ class Purgatory(Generic[T]):
         for key in watch.keys:
             self._watchers.setdefault(key, {})[watch] = None
         self._waiting += 1
+        if self._parking is not None:
+            self._parking.parked()
         timer = loop.call_later(max(timeout_ms, 0) / 1000, self._expire, watch)
         try:
             return await future
         finally:
             timer.cancel()
             self._waiting -= 1
+            if self._parking is not None:
+                self._parking.unparked()
             self._unwatch(watch)
 
     def check_and_complete(self, key: Hashable) -> int:

@@ -5,23 +5,28 @@ applies those decisions, fenced by controller epoch and leader epoch, opens
 the logs, serves produce, fetch and list-offsets for the partitions this
 broker leads, and hands the partitions it follows to the replica fetchers
 (``replica_fetcher.py``).  Consumers see only records below the high
-watermark, followers read up to the log end; with a single in-sync replica
-(followers do not join the ISR yet) the high watermark follows the log end.
+watermark, followers read up to the log end.
+
+Nothing here waits.  Requests that must (a long poll, acks=all, DeleteRecords)
+wait in the broker's purgatories (``delayed.py``), asking this manager
+whether they are done (``bytes_available``, ``replication_outcome``,
+``delete_records_outcome``); every event that can finish one (an append, a
+follower's fetch, a moved log start, a written ISR change, a leadership
+change) is reported to ``on_change`` with its partition.
 
 Thread safety: ``self._lock`` guards the partition map and the controller
 epoch; each ``Partition`` guards its leader state with its own lock; logs
-guard themselves.  Fetches that want more data wait on ``self._appended``,
-a condition notified on every append (no busy waiting).
+guard themselves.  ``on_change`` may be called from any thread.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from annal.broker.delayed import FetchStart
 from annal.broker.isr_changes import IsrChangeWriter
 from annal.broker.partition import Applied, IsrChange, LeaderAndIsrState, Partition
 from annal.broker.replica_fetcher import ReplicaFetcherManager
@@ -67,6 +72,7 @@ class ReplicaManager:
         isr_writer: IsrChangeWriter | None = None,
         replica_lag_time_max_ms: int = 30_000,
         on_leadership: Callable[[TopicPartition, Log | None], None] | None = None,
+        on_change: Callable[[TopicPartition], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.fetchers = fetchers
@@ -82,7 +88,7 @@ class ReplicaManager:
         self._lock = threading.Lock()
         self._partitions: dict[TopicPartition, Partition] = {}
         self.controller_epoch = 0
-        self._appended = threading.Condition()
+        self._on_change = on_change or (lambda tp: None)
 
     # -- controller requests -------------------------------------------------
 
@@ -114,6 +120,7 @@ class ReplicaManager:
             if applied is not Applied.NEW:
                 results[tp] = "FENCED_LEADER_EPOCH" if applied is Applied.FENCED else "NONE"
                 continue
+            self._on_change(tp)  # waiting requests on it answer NOT_LEADER_OR_FOLLOWER
             if state.leader == self.broker_id:
                 if self.fetchers is not None:
                     self.fetchers.unfollow([tp])
@@ -188,6 +195,7 @@ class ReplicaManager:
         self._on_leadership(tp, None)
         with self._lock:
             self._partitions.pop(tp, None)
+        self._on_change(tp)
         if delete:
             self.logs.delete_log(tp)
         return "NONE"
@@ -227,8 +235,7 @@ class ReplicaManager:
         except StorageError as exc:
             return AppendResult(exc.code, message=str(exc))
         partition.after_leader_append()
-        with self._appended:  # consumers and followers waiting for data
-            self._appended.notify_all()
+        self._on_change(tp)  # followers and consumers waiting for data, acks=all
         return AppendResult(
             "NONE",
             info.first_offset,
@@ -237,33 +244,11 @@ class ReplicaManager:
             log.log_start_offset,
         )
 
-    def await_replication(
-        self, appended: Mapping[TopicPartition, int], timeout_ms: int
-    ) -> dict[TopicPartition, tuple[str, str]]:
-        """For acks=-1: wait until each partition's high watermark passes its
-        appended last offset, at most ``timeout_ms``.  (error, message) per partition:
-        NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND (replicated, but by fewer than
-        ``min.insync.replicas``), NOT_LEADER_OR_FOLLOWER, or REQUEST_TIMED_OUT."""
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
-        done: dict[TopicPartition, tuple[str, str]] = {}
-        with self._appended:
-            while True:
-                for tp, last_offset in appended.items():
-                    if tp not in done:
-                        outcome = self._replicated(tp, last_offset)
-                        if outcome is not None:
-                            done[tp] = outcome
-                remaining = deadline - time.monotonic()
-                if len(done) == len(appended) or remaining <= 0:
-                    break
-                self._appended.wait(remaining)
-        for tp in appended:
-            done.setdefault(
-                tp, ("REQUEST_TIMED_OUT", f"{tp} not replicated to the ISR within {timeout_ms} ms")
-            )
-        return done
-
-    def _replicated(self, tp: TopicPartition, last_offset: int) -> tuple[str, str] | None:
+    def replication_outcome(self, tp: TopicPartition, last_offset: int) -> tuple[str, str] | None:
+        """acks=all: (error, message) once ``last_offset`` is on the whole ISR (NONE),
+        or can no longer be (NOT_ENOUGH_REPLICAS_AFTER_APPEND: replicated, but by
+        fewer than ``min.insync.replicas``; NOT_LEADER_OR_FOLLOWER); None while
+        still waiting."""
         partition = self.partition(tp)
         if partition is None or not partition.is_leader:
             return "NOT_LEADER_OR_FOLLOWER", f"broker {self.broker_id} no longer leads {tp}"
@@ -278,13 +263,12 @@ class ReplicaManager:
             )
         return "NONE", ""
 
-    def delete_records(
-        self, tp: TopicPartition, offset: int, timeout_ms: int = 30_000
-    ) -> tuple[str, int, str]:
-        """Kafka's DeleteRecords on the leader: (error, low watermark, message).
-        ``offset`` -1 means the high watermark; above it is OFFSET_OUT_OF_RANGE.
-        Answers once the in-sync followers, told by their next fetch, have
-        moved their log starts too (REQUEST_TIMED_OUT after ``timeout_ms``)."""
+    def delete_records(self, tp: TopicPartition, offset: int) -> tuple[str, int, str]:
+        """Kafka's DeleteRecords on the leader: move the log start to ``offset`` (-1:
+        the high watermark; above it is OFFSET_OUT_OF_RANGE).  (error, low
+        watermark, message) when refused; ("NONE", the new log start, "") when
+        done here, and the request then waits for ``delete_records_outcome``
+        (the in-sync followers, told by their next fetch, follow)."""
         partition = self.partition(tp)
         if partition is None or not partition.is_leader:
             error = self._not_leader_error(tp, partition)
@@ -303,20 +287,25 @@ class ReplicaManager:
             log.delete_records_before(target)
         except StorageError as exc:
             return exc.code, log.log_start_offset, str(exc)
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
-        with self._appended:
-            self._appended.notify_all()  # followers' long polls answer with the new start
-            while partition.low_watermark() < target:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not partition.is_leader:
-                    return (
-                        "REQUEST_TIMED_OUT",
-                        max(partition.low_watermark(), -1),
-                        f"records of {tp} before {target} deleted on the leader; in-sync "
-                        f"followers had not followed within {timeout_ms} ms",
-                    )
-                self._appended.wait(remaining)
-        return "NONE", partition.low_watermark(), ""
+        self._on_change(tp)  # followers' long polls answer with the new start
+        return "NONE", log.log_start_offset, ""
+
+    def delete_records_outcome(
+        self, tp: TopicPartition, target: int
+    ) -> tuple[str, int, str] | None:
+        """(NONE, low watermark, "") once the in-sync followers' log starts reached
+        ``target``, an error once leadership is lost; None while waiting."""
+        partition = self.partition(tp)
+        if partition is None or not partition.is_leader:
+            return "NOT_LEADER_OR_FOLLOWER", -1, f"broker {self.broker_id} no longer leads {tp}"
+        low_watermark = partition.low_watermark()
+        if low_watermark < target:
+            return None
+        return "NONE", low_watermark, ""
+
+    def low_watermark(self, tp: TopicPartition) -> int:
+        partition = self.partition(tp)
+        return -1 if partition is None else partition.low_watermark()
 
     # -- the ISR ---------------------------------------------------------------------
 
@@ -340,8 +329,7 @@ class ReplicaManager:
         partition = self.partition(change.tp)
         if partition is not None:
             partition.complete_isr_change(change, version)
-        with self._appended:
-            self._appended.notify_all()
+        self._on_change(change.tp)
 
     def shutdown(self) -> None:
         self._expiry_stop.set()
@@ -404,19 +392,37 @@ class ReplicaManager:
             moved |= partition.record_follower_log_start(replica_id, follower_log_start)
             if moved:
                 high_watermark = log.high_watermark
-                with self._appended:  # acks=all, consumers and DeleteRecords waiting
-                    self._appended.notify_all()
+                self._on_change(tp)  # acks=all, consumers and DeleteRecords waiting
         return ReadResult("NONE", records, high_watermark, log.log_start_offset, log_end)
 
-    def wait_for_data(self, ready: Callable[[], bool], max_wait_ms: int) -> None:
-        """Block until ``ready()`` or ``max_wait_ms`` passes; woken by appends."""
-        deadline = time.monotonic() + max_wait_ms / 1000
-        with self._appended:
-            while not ready():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                self._appended.wait(remaining)
+    def fetch_start(
+        self, tp: TopicPartition, fetch_offset: int, follower_log_start: int
+    ) -> FetchStart:
+        """Where a fetch that has to wait begins: for ``bytes_available`` later."""
+        partition = self.partition(tp)
+        segment = position = -1
+        if partition is not None:
+            segment, position = partition.log.end_position()
+        return FetchStart(tp, fetch_offset, follower_log_start, segment, position)
+
+    def bytes_available(self, start: FetchStart, follower: bool) -> int | None:
+        """Bytes a waiting fetch could read now past ``start``, estimated from byte
+        positions (up to the log end, also for consumers); None when it must
+        answer at once: the partition is no longer led here, the active segment
+        rolled, or a follower's log start is behind the leader's."""
+        partition = self.partition(start.tp)
+        if partition is None or not partition.is_leader:
+            return None
+        log = partition.log
+        if follower and 0 <= start.follower_log_start < log.log_start_offset:
+            return None  # the follower must delete records too
+        end = log.log_end_offset if follower else log.high_watermark
+        if end <= start.fetch_offset:
+            return 0
+        segment, position = log.end_position()
+        if segment != start.end_segment:
+            return None
+        return max(position - start.end_position, 1)
 
     def end_offset_for_epoch(
         self, tp: TopicPartition, current_leader_epoch: int, epoch: int

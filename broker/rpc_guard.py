@@ -1,24 +1,34 @@
-"""The gRPC edge of every broker service: what a handler raises becomes a status.
+"""The gRPC edge of every broker service: request limits, and what a handler
+raises becomes a status.
 
-``RequestGuard`` is a server interceptor wrapped around every unary rpc of the
-broker (``annal.v1.Annal``, ``annal.v1.BrokerControl``):
+``RequestGuard`` is a ``grpc.aio`` server interceptor wrapped around every
+unary rpc of the broker (``annal.v1.Annal``, ``annal.v1.BrokerControl``,
+health):
 
+* the request limits (``RequestLimits``, Kafka's ``queued.max.requests`` and
+  ``queued.max.request.bytes``) admit the request or answer
+  RESOURCE_EXHAUSTED with the setting named, before any work is done;
 * ``InvalidRequest`` (``request_checks``: a request-level field out of range)
   becomes INVALID_ARGUMENT with its message, which names the field and value;
 * any other exception is a bug: it is logged once, with its traceback, and
   the caller gets INTERNAL with a one-line message, never gRPC's UNKNOWN
   "Exception calling application" (nor a second traceback from gRPC);
-* ``context.abort`` from a handler passes through untouched.
+* ``context.abort`` from a handler, and a caller's cancellation, pass
+  through untouched.
 
 Handlers answer everything they expect (unknown topics, bad partitions,
 fenced epochs) in their responses; this is the net under them, not a way to
-answer.  Thread-safe: it keeps no state.
+answer.  A single request larger than ``socket.request.max.bytes`` never
+gets here: gRPC refuses it (RESOURCE_EXHAUSTED) while reading it.
+
+Thread safety: runs on the event loop only, as does ``RequestLimits``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -36,35 +46,95 @@ def one_line(exc: BaseException) -> str:
     return detail if len(detail) <= MAX_DETAIL_CHARS else detail[: MAX_DETAIL_CHARS - 3] + "..."
 
 
-class RequestGuard(grpc.ServerInterceptor):  # type: ignore[misc]
+class RequestLimits:
+    """What the broker holds at once, as Kafka bounds its request queue.
+
+    ``max_requests`` (``queued.max.requests``): requests being worked on; one
+    parked in a purgatory (a long poll, an acks=all wait) does not count, as
+    in Kafka, where a delayed operation has left the request queue.
+    ``max_bytes`` (``queued.max.request.bytes``, -1 for no limit): the bytes
+    of every request in the broker, parked ones included.
+    """
+
+    def __init__(self, max_requests: int, max_bytes: int) -> None:
+        self.max_requests = max_requests
+        self.max_bytes = max_bytes
+        self.active = 0
+        self.bytes = 0
+        self.refused = 0
+
+    def admit(self, size: int) -> str | None:
+        """Take a request of ``size`` bytes in, or say why not."""
+        if self.active >= self.max_requests:
+            self.refused += 1
+            return (
+                f"the broker is working on queued.max.requests={self.max_requests} requests; "
+                "try again shortly"
+            )
+        if self.max_bytes >= 0 and self.bytes + size > self.max_bytes:
+            self.refused += 1
+            return (
+                f"a {size}-byte request would take the broker past queued.max.request.bytes="
+                f"{self.max_bytes} ({self.bytes} bytes held now); try again shortly"
+            )
+        self.active += 1
+        self.bytes += size
+        return None
+
+    def release(self, size: int) -> None:
+        self.active -= 1
+        self.bytes -= size
+
+    def parked(self) -> None:
+        """A request started waiting in a purgatory."""
+        self.active -= 1
+
+    def unparked(self) -> None:
+        self.active += 1
+
+
+Behaviour = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+class RequestGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """See the module docstring."""
 
-    def intercept_service(
-        self, continuation: Callable[[Any], Any], handler_call_details: Any
+    def __init__(self, limits: RequestLimits | None = None) -> None:
+        self._limits = limits
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
     ) -> Any:
-        handler = continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler  # streaming rpcs (health Watch) keep gRPC's own handling
         return grpc.unary_unary_rpc_method_handler(
-            _guarded(handler_call_details.method, handler.unary_unary),
+            _guarded(handler_call_details.method, handler.unary_unary, self._limits),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
 
 
-def _guarded(method: str, behaviour: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    def guarded(request: Any, context: grpc.ServicerContext) -> Any:
+def _guarded(method: str, behaviour: Behaviour, limits: RequestLimits | None) -> Behaviour:
+    async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        size = request.ByteSize() if hasattr(request, "ByteSize") else len(request)
+        if limits is not None and (refusal := limits.admit(size)) is not None:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
         try:
-            return behaviour(request, context)
+            result = behaviour(request, context)
+            return await result if asyncio.iscoroutine(result) else result
         except InvalidRequest as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
         except Exception as exc:
-            if context.code() is not None:
-                raise  # the handler called context.abort: its status stands
             logger.exception("%s failed", method)
-            context.abort(
+            await context.abort(
                 grpc.StatusCode.INTERNAL,
                 f"{method} failed on the broker: {one_line(exc)} (see the broker log)",
             )
+        finally:
+            if limits is not None:
+                limits.release(size)
 
     return guarded

@@ -8,7 +8,8 @@ Start-up, in order (DESIGN §4):
    (written on first start), then recover every log;
 4. register the ephemeral ``/brokers/ids/<id>`` (a live holder of the same id
    is a start-up error naming it);
-5. serve gRPC on the listener, and report SERVING on ``grpc.health.v1``.
+5. serve gRPC on the listener from the broker's event loop
+   (``network.py``), and report SERVING on ``grpc.health.v1``.
 
 A lost ZooKeeper session removes the registration; the session thread
 re-registers as soon as a new session is connected.  ``shutdown`` (SIGTERM)
@@ -27,19 +28,22 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
-from concurrent import futures
 
 import grpc
+from annal.broker.admin_manager import AdminManager
 from annal.broker.config import BrokerConfig
 from annal.broker.config_changes import ConfigChangeListener
 from annal.broker.control import ControllerChannel, ControlService
 from annal.broker.coordinator import OFFSETS_TOPIC, OffsetsCoordinator
+from annal.broker.data_api import DataApi
+from annal.broker.delayed import Purgatories
+from annal.broker.group_api import GroupApi
 from annal.broker.isr_changes import IsrChangeWriter
 from annal.broker.metadata_cache import MetadataCache
+from annal.broker.network import NetworkLayer
 from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from annal.broker.replica_manager import ReplicaManager
-from annal.broker.rpc_guard import RequestGuard
+from annal.broker.rpc_guard import RequestLimits
 from annal.broker.service import AnnalService
 from annal.controller.controller import Controller, RebalanceSettings
 from annal.storage.errors import LogDirError
@@ -50,7 +54,6 @@ from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 from annal.zk.client import BrokerIdTakenError, SessionEvent, ZkClient, ZkError
 from annal.zk.layout import BrokerRegistration, PartitionState
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from kazoo.exceptions import KazooException
 
 logger = logging.getLogger(__name__)
@@ -75,14 +78,13 @@ class BrokerServer:
         self.cluster_id: str | None = None
         self.logs: LogManager | None = None
         self.port: int | None = None
-        self._grpc: grpc.Server | None = None
+        self.network: NetworkLayer | None = None
         self.replicas: ReplicaManager
         self.fetchers: ReplicaFetcherManager | None = None
         self._config_changes: ConfigChangeListener | None = None
         self.controller: Controller | None = None
         self.metadata = MetadataCache()
         self._channel: ControllerChannel | None = None
-        self._health = health.HealthServicer()
         self._stopping = threading.Event()
         self._shutdown_begun = False
         self._session_thread: threading.Thread | None = None
@@ -120,14 +122,13 @@ class BrokerServer:
             self.zk.stop()
             raise BrokerStartupError(str(exc)) from exc
         self.logs = logs
-        self._grpc = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="grpc"),
-            interceptors=[RequestGuard()],  # no handler's exception reaches gRPC
-            options=[
-                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                ("grpc.max_send_message_length", 64 * 1024 * 1024),
-            ],
-        )
+        limits = RequestLimits(config.queued_max_requests, config.queued_max_request_bytes)
+        network = NetworkLayer(limits, config.socket_request_max_bytes)
+        network.start()
+        self.network = network
+        purgatories = Purgatories(network.loop, network.thread_id, limits)
+        self.purgatories = purgatories
+        self.metadata.on_update = purgatories.metadata_changed
         self.fetchers = ReplicaFetcherManager(
             config.broker_id,
             FetcherSettings(
@@ -140,7 +141,9 @@ class BrokerServer:
             ),
         )
         self.coordinator = OffsetsCoordinator(
-            config.offsets_topic_num_partitions, self._append_offsets, self._await_offsets
+            config.offsets_topic_num_partitions,
+            self._append_offsets,
+            lambda appended, timeout_ms: data.await_replication(appended, timeout_ms),
         )
         self._isr_writer = IsrChangeWriter(
             self._write_partition_state,
@@ -156,27 +159,38 @@ class BrokerServer:
             self._isr_writer,
             config.replica_lag_time_max_ms,
             self._leadership_changed,
+            purgatories.touch,
         )
         self._isr_writer.start()
-        service = AnnalService(self)
-        control = ControlService(self.replicas, self.metadata, self._controlled_shutdown_request)
-        annal_pb2_grpc.add_AnnalServicer_to_server(service, self._grpc)
-        annal_pb2_grpc.add_BrokerControlServicer_to_server(control, self._grpc)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
+        data = DataApi(self.replicas, purgatories)
+        admin = AdminManager(
+            config, self.zk, self.metadata, purgatories, network.admin_pool, lambda: self.cluster_id
+        )
+        service = AnnalService(data, admin, GroupApi(self.coordinator, self.metadata, admin))
+        control = ControlService(
+            self.replicas,
+            self.metadata,
+            self._controlled_shutdown_request,
+            network.run_control,
+            network.run_admin,
+        )
+
+        def add_services(server: grpc.aio.Server) -> None:
+            annal_pb2_grpc.add_AnnalServicer_to_server(service, server)
+            annal_pb2_grpc.add_BrokerControlServicer_to_server(control, server)
+
         address = f"{config.listener.host or '0.0.0.0'}:{config.listener.port}"
-        try:
-            self.port = self._grpc.add_insecure_port(address)
-        except RuntimeError as exc:
-            self._abort()
-            raise BrokerStartupError(f"cannot listen on {address}: {exc}") from exc
         # Serve before registering: the controller talks to a broker as soon as
         # it appears in /brokers/ids, and a LeaderAndIsr or UpdateMetadata sent
         # to a port not yet listening would be lost.
-        self._grpc.start()
+        try:
+            self.port = network.serve(address, add_services)
+        except RuntimeError as exc:
+            self._abort()
+            raise BrokerStartupError(f"cannot listen on {address}: {exc}") from exc
         try:
             self._register()
         except ZkError as exc:
-            self._grpc.stop(None)
             self._abort()
             raise BrokerStartupError(str(exc)) from exc
         self._channel = ControllerChannel(config.broker_id)
@@ -197,8 +211,7 @@ class BrokerServer:
         self.replicas.start_isr_expiration()
         self._config_changes = ConfigChangeListener(self.zk, self.replicas.update_topic_config)
         self._config_changes.start()
-        for name in ("", SERVICE_NAME):
-            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        network.set_serving(["", SERVICE_NAME])
         self._session_thread = threading.Thread(
             target=self._watch_session, name="zk-session", daemon=True
         )
@@ -239,11 +252,6 @@ class BrokerServer:
         result = self.replicas.append(tp, records, acks=-1)
         return result.error, result.last_offset
 
-    def _await_offsets(
-        self, appended: Mapping[TopicPartition, int], timeout_ms: int
-    ) -> Mapping[TopicPartition, tuple[str, str]]:
-        return self.replicas.await_replication(appended, timeout_ms)
-
     def _write_partition_state(
         self, tp: TopicPartition, state: PartitionState, version: int
     ) -> int:
@@ -258,6 +266,9 @@ class BrokerServer:
         return found is not None and tp.partition in found[0].partitions
 
     def _abort(self) -> None:
+        if self.network is not None:
+            self.network.stop(0)
+            self.network = None
         if self.fetchers is not None:
             self.fetchers.shutdown()
         if self.logs is not None:
@@ -350,10 +361,9 @@ class BrokerServer:
         if self._stopping.is_set() or self._shutdown_begun:
             return
         self._shutdown_begun = True
-        if self.config.controlled_shutdown_enable and self._grpc is not None:
+        if self.config.controlled_shutdown_enable and self.network is not None:
             self._controlled_shutdown()
         self._stopping.set()
-        self._health.enter_graceful_shutdown()
         if self.controller is not None:
             self.controller.initiate_shutdown()
             self.controller.await_shutdown()
@@ -367,8 +377,8 @@ class BrokerServer:
             self.replicas.shutdown()
             self._isr_writer.initiate_shutdown()
             self._isr_writer.await_shutdown()
-        if self._grpc is not None:
-            self._grpc.stop(grace_s).wait(grace_s + 1)
+        if self.network is not None:
+            self.network.stop(grace_s)
         if self._session_thread is not None:
             self._session_thread.join(5)
         self.zk.stop()

@@ -340,6 +340,13 @@ class Log:
         """A snapshot of the segment list, oldest first."""
         return self._view.segments
 
+    def end_position(self) -> tuple[int, int]:
+        """Where the log ends in bytes: (the active segment's base offset, its size).
+        Two of these taken at different times tell how many bytes were appended
+        in between, while the segment did not roll."""
+        active = self._view.segments[-1]
+        return active.base_offset, active.size
+
     @property
     def active_segment(self) -> LogSegment:
         return self._view.segments[-1]

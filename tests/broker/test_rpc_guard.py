@@ -1,65 +1,105 @@
-"""The safety net under every rpc handler: an in-process gRPC server whose
-handlers fail in each way a handler can."""
+"""The safety net under every rpc handler: an in-process ``grpc.aio`` server whose
+handlers fail in each way a handler can, and the request limits."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Iterator
-from concurrent import futures
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import grpc
 import pytest
 from annal.broker.request_checks import InvalidRequest
-from annal.broker.rpc_guard import RequestGuard, one_line
+from annal.broker.rpc_guard import RequestGuard, RequestLimits, one_line
 
 
-def _ok(request: bytes, context: grpc.ServicerContext) -> bytes:
+async def _ok(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
     return b"fine:" + request
 
 
-def _bug(request: bytes, context: grpc.ServicerContext) -> bytes:
+async def _bug(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
     raise RuntimeError("no such thing\nsecond line")
 
 
-def _invalid(request: bytes, context: grpc.ServicerContext) -> bytes:
+async def _invalid(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
     raise InvalidRequest("timeout_ms", -1, ">= 0")
 
 
-def _aborted(request: bytes, context: grpc.ServicerContext) -> bytes:
-    context.abort(grpc.StatusCode.NOT_FOUND, "gone")
+async def _aborted(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    await context.abort(grpc.StatusCode.NOT_FOUND, "gone")
     raise AssertionError("abort returns by raising")
 
 
-HANDLERS: dict[str, Callable[[bytes, grpc.ServicerContext], bytes]] = {
+RELEASE = threading.Event()
+
+
+async def _slow(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    """Holds its request until the test releases it."""
+    while not RELEASE.is_set():
+        await asyncio.sleep(0.01)
+    return b"done"
+
+
+HANDLERS: dict[str, Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]] = {
     "Ok": _ok,
     "Bug": _bug,
     "Invalid": _invalid,
     "Aborted": _aborted,
+    "Slow": _slow,
 }
 
 
-@pytest.fixture
-def call() -> Iterator[Callable[[str], Any]]:
-    server = grpc.server(futures.ThreadPoolExecutor(2), interceptors=[RequestGuard()])
-    server.add_generic_rpc_handlers(
-        [
-            grpc.method_handlers_generic_handler(
-                "test.Guarded",
-                {n: grpc.unary_unary_rpc_method_handler(h) for n, h in HANDLERS.items()},
-            )
-        ]
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+class Server:
+    """A guarded aio server on its own event loop thread."""
+
+    def __init__(self, limits: RequestLimits | None) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.port = self.run(self._start(limits))
+
+    def run(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(30)
+
+    async def _start(self, limits: RequestLimits | None) -> int:
+        self.server = grpc.aio.server(interceptors=[RequestGuard(limits)])
+        self.server.add_generic_rpc_handlers(
+            [
+                grpc.method_handlers_generic_handler(
+                    "test.Guarded",
+                    {n: grpc.unary_unary_rpc_method_handler(h) for n, h in HANDLERS.items()},
+                )
+            ]
+        )
+        port: int = self.server.add_insecure_port("127.0.0.1:0")
+        await self.server.start()
+        return port
+
+    def stop(self) -> None:
+        self.run(self.server.stop(None))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def client(port: int) -> tuple[grpc.Channel, Callable[..., Any]]:
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
 
-    def invoke(method: str) -> Any:
-        return channel.unary_unary(f"/test.Guarded/{method}")(b"x", timeout=10)
+    def invoke(method: str, payload: bytes = b"x") -> Any:
+        return channel.unary_unary(f"/test.Guarded/{method}")(payload, timeout=10)
 
+    return channel, invoke
+
+
+@pytest.fixture
+def call() -> Iterator[Callable[..., Any]]:
+    server = Server(None)
+    channel, invoke = client(server.port)
     yield invoke
     channel.close()
-    server.stop(None)
+    server.stop()
 
 
 def status(call: Callable[[str], Any], method: str) -> tuple[grpc.StatusCode, str]:
@@ -96,6 +136,34 @@ def test_invalid_requests_and_aborts_keep_their_status(
     )
     assert status(call, "Aborted") == (grpc.StatusCode.NOT_FOUND, "gone")
     assert [r for r in caplog.records if r.exc_info is not None] == []
+
+
+@pytest.mark.timeout(60)
+def test_request_limits_answer_resource_exhausted() -> None:
+    limits = RequestLimits(max_requests=1, max_bytes=100)
+    server = Server(limits)
+    channel, invoke = client(server.port)
+    RELEASE.clear()
+    try:
+        with pytest.raises(grpc.RpcError) as too_big:
+            invoke("Ok", b"y" * 101)
+        assert too_big.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "queued.max.request.bytes=100" in (too_big.value.details() or "")
+        held = channel.unary_unary("/test.Guarded/Slow").future(b"x", timeout=10)
+        while limits.active == 0:  # the slow request is in
+            time.sleep(0.01)
+        with pytest.raises(grpc.RpcError) as busy:
+            invoke("Ok")
+        assert busy.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "queued.max.requests=1" in (busy.value.details() or "")
+        RELEASE.set()
+        assert held.result() == b"done"
+        assert invoke("Ok") == b"fine:x"  # released: admitted again
+        assert (limits.active, limits.bytes, limits.refused) == (0, 0, 2)
+    finally:
+        RELEASE.set()
+        channel.close()
+        server.stop()
 
 
 def test_one_line() -> None:

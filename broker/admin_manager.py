@@ -1,0 +1,514 @@
+"""Cluster metadata and administration (Kafka's AdminManager): Metadata, topics,
+partitions, configs, preferred elections and reassignments.
+
+Topic admin writes ZooKeeper, the source of truth in this era of Kafka's
+design, and then waits for this broker's metadata cache (which the controller
+keeps current) to show the result, so that a client asking this broker next
+finds it.  ZooKeeper calls block, so they run on the broker's small admin
+pool (``blocking``), never on the event loop; the waits for the cache are
+delayed operations in the metadata purgatory, holding no thread.  Metadata
+itself is answered from the cache on the loop.
+
+Thread safety: the handlers run on the event loop; the ``_..._now`` methods
+run on the admin pool and touch only ZooKeeper and immutable snapshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import TypeVar
+
+import grpc
+from annal.broker import request_checks as checks
+from annal.broker.config import BrokerConfig
+from annal.broker.coordinator import OFFSETS_TOPIC
+from annal.broker.data_api import code, wait_ms
+from annal.broker.delayed import Purgatories
+from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot
+from annal.broker.request_checks import Refusal
+from annal.storage.config import LogConfig
+from annal.v1 import annal_pb2 as pb
+from annal.zk.client import StaleVersionError, ZkClient
+from annal.zk.layout import TopicAssignment
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+ELECTION_RETRY_S = 0.05  # an earlier election request is being handled: milliseconds
+
+
+class AdminManager:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        zk: ZkClient,
+        metadata: MetadataCache,
+        purgatories: Purgatories,
+        pool: Executor,
+        cluster_id: Callable[[], str | None],
+    ) -> None:
+        self._config = config
+        self._zk = zk
+        self._metadata = metadata
+        self._purgatories = purgatories
+        self._pool = pool
+        self._cluster_id = cluster_id
+
+    async def blocking(self, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)`` on the admin pool: ZooKeeper work, off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool, functools.partial(fn, *args)
+        )
+
+    async def wait_for_cache(
+        self, ready: Callable[[MetadataSnapshot], bool], timeout_ms: int
+    ) -> bool:
+        return await self._purgatories.wait_for_metadata(self._metadata, ready, timeout_ms)
+
+    # -- metadata --------------------------------------------------------------------
+
+    async def metadata(self, request: pb.MetadataRequest) -> pb.MetadataResponse:
+        cache = self._metadata.snapshot()
+        response = pb.MetadataResponse(
+            brokers=[
+                pb.Broker(id=b.broker_id, host=b.host, port=b.port, rack=b.rack or "")
+                for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
+            ],
+            cluster_id=self._cluster_id() or "",
+            controller_id=cache.controller_id,
+        )
+        for name in list(request.topics) or sorted(cache.topics):
+            if checks.topic_name(name):
+                response.topics.add(name=name, error=pb.INVALID_TOPIC_EXCEPTION)
+                continue
+            partitions = cache.topics.get(name)
+            if partitions is None:
+                response.topics.append(await self._unknown_topic(name, request))
+                continue
+            topic = response.topics.add(name=name, is_internal=name.startswith("__"))
+            for partition, view in sorted(partitions.items()):
+                leader = cache.leader_of(name, partition)
+                topic.partitions.add(
+                    partition=partition,
+                    leader=leader,
+                    leader_epoch=view.leader_epoch,
+                    replicas=list(view.replicas),
+                    isr=list(view.isr),
+                    offline_replicas=[r for r in view.replicas if r not in cache.brokers],
+                    error=pb.NONE if leader >= 0 else pb.LEADER_NOT_AVAILABLE,
+                )
+        return response
+
+    async def _unknown_topic(self, name: str, request: pb.MetadataRequest) -> pb.TopicMetadata:
+        """A topic the cache does not know: created when auto-creation is on and
+        asked for (its partitions have no leader yet: clients retry), else unknown."""
+        if request.allow_auto_topic_creation and self._config.auto_create_topics_enable:
+            return await self.blocking(self._auto_create_now, name)
+        return pb.TopicMetadata(name=name, error=pb.UNKNOWN_TOPIC_OR_PARTITION)
+
+    def _auto_create_now(self, name: str) -> pb.TopicMetadata:
+        self._create_topic_now(
+            pb.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1), False
+        )
+        found = self._zk.get_topic_assignment(name)
+        if found is None:
+            return pb.TopicMetadata(name=name, error=pb.UNKNOWN_TOPIC_OR_PARTITION)
+        return pb.TopicMetadata(
+            name=name,
+            partitions=[
+                pb.PartitionMetadata(
+                    partition=p, leader=-1, replicas=list(replicas), error=pb.LEADER_NOT_AVAILABLE
+                )
+                for p, replicas in sorted(found[0].partitions.items())
+            ],
+        )
+
+    # -- topics ------------------------------------------------------------------------
+
+    async def create_topics(
+        self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateTopicsResponse:
+        checks.check_timeout_ms(request.timeout_ms)
+        response, created = await self.blocking(self._create_topics_now, request)
+        await self._await_leaders(created, wait_ms(request.timeout_ms, context))
+        return response
+
+    def _create_topics_now(
+        self, request: pb.CreateTopicsRequest
+    ) -> tuple[pb.CreateTopicsResponse, list[tuple[str, int]]]:
+        repeated = checks.repeated(t.name for t in request.topics)
+        response = pb.CreateTopicsResponse()
+        created: list[tuple[str, int]] = []
+        for topic in request.topics:
+            if topic.name in repeated:
+                refusal = checks.repeated_refusal(topic.name)
+                error, message, partitions = code(refusal.error), refusal.message, 0
+            else:
+                error, message, partitions = self._create_topic_now(topic, request.validate_only)
+            response.topics.add(name=topic.name, error=error, error_message=message)
+            if error == pb.NONE and not request.validate_only:
+                created.append((topic.name, partitions))
+        return response, created
+
+    async def _await_leaders(self, wanted: list[tuple[str, int]], timeout_ms: int) -> None:
+        """Wait (bounded) until this broker's metadata cache knows a live leader for
+        every partition of ``wanted`` (topic, partition count), as Kafka's
+        delayed CreateTopics/CreatePartitions do; then clients asking this broker
+        find the leaders."""
+        if not wanted:
+            return
+
+        def led(cache: MetadataSnapshot) -> bool:
+            return all(cache.leader_of(t, p) >= 0 for t, n in wanted for p in range(n))
+
+        await self.wait_for_cache(led, timeout_ms)
+
+    def _create_topic_now(
+        self, topic: pb.CreatableTopic, validate_only: bool
+    ) -> tuple[pb.ErrorCode.ValueType, str, int]:
+        """(error, message, partition count) for one topic of CreateTopics, checked in
+        Kafka's order: the name, whether it exists, its configs, then its partitions
+        and replicas."""
+        config = self._config
+        zk = self._zk
+        refusal = checks.topic_name(topic.name)
+        if refusal is None and zk.get_topic_assignment(topic.name) is not None:
+            refusal = Refusal("TOPIC_ALREADY_EXISTS", f"topic {topic.name!r} already exists")
+        refusal = refusal or checks.topic_configs(dict(topic.configs))
+        if refusal is not None:
+            return code(refusal.error), refusal.message, 0
+        planned = checks.new_topic_assignment(
+            topic.num_partitions,
+            topic.replication_factor,
+            {p: list(r.brokers) for p, r in topic.assignment.items()},
+            [b.broker_id for b in zk.get_brokers()],
+            config.num_partitions,
+            config.default_replication_factor,
+        )
+        if isinstance(planned, Refusal):
+            return code(planned.error), planned.message, 0
+        if validate_only:
+            return pb.NONE, "", len(planned)
+        if not zk.create_topic(topic.name, TopicAssignment(planned), dict(topic.configs)):
+            return pb.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists", 0
+        return pb.NONE, "", len(planned)
+
+    def create_offsets_topic_now(self, live_brokers: int) -> None:
+        """``__consumer_offsets`` on first use (FindCoordinator), Kafka's settings."""
+        config = self._config
+        topic = pb.CreatableTopic(
+            name=OFFSETS_TOPIC,
+            num_partitions=config.offsets_topic_num_partitions,
+            replication_factor=max(1, min(config.offsets_topic_replication_factor, live_brokers)),
+            configs={"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
+        )
+        error, message, _ = self._create_topic_now(topic, validate_only=False)
+        if error not in (pb.NONE, pb.TOPIC_ALREADY_EXISTS):
+            logger.warning("cannot create %s: %s", OFFSETS_TOPIC, message)
+
+    def _topic_refusal_now(self, name: str) -> Refusal | None:
+        """Why an existing topic named ``name`` cannot be acted on: an illegal name,
+        or ZooKeeper does not hold it; None when it does."""
+        if refusal := checks.topic_name(name):
+            return refusal
+        if self._zk.get_topic_assignment(name) is None:
+            return Refusal("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+        return None
+
+    async def create_partitions(
+        self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreatePartitionsResponse:
+        checks.check_timeout_ms(request.timeout_ms)
+        response, grown = await self.blocking(self._create_partitions_now, request)
+        await self._await_leaders(grown, wait_ms(request.timeout_ms, context))
+        return response
+
+    def _create_partitions_now(
+        self, request: pb.CreatePartitionsRequest
+    ) -> tuple[pb.CreatePartitionsResponse, list[tuple[str, int]]]:
+        repeated = checks.repeated(t.name for t in request.topics)
+        response = pb.CreatePartitionsResponse()
+        grown: list[tuple[str, int]] = []
+        for topic in request.topics:
+            if topic.name in repeated:
+                refusal: Refusal | None = checks.repeated_refusal(topic.name)
+            else:
+                refusal = self._grow_topic_now(topic, request.validate_only)
+            response.topics.add(
+                name=topic.name,
+                error=code(refusal.error) if refusal else pb.NONE,
+                error_message=refusal.message if refusal else "",
+            )
+            if refusal is None and not request.validate_only:
+                grown.append((topic.name, topic.count))
+        return response, grown
+
+    def _grow_topic_now(
+        self, topic: pb.CreatePartitionsTopic, validate_only: bool
+    ) -> Refusal | None:
+        """Extend the topic's assignment in ZooKeeper; the controller's watch on
+        the topic brings the new partitions online."""
+        zk = self._zk
+        name = topic.name
+        if refusal := self._topic_refusal_now(name):
+            return refusal
+        if name in zk.topics_to_delete():
+            return Refusal("INVALID_TOPIC_EXCEPTION", f"topic {name!r} is queued for deletion")
+        found = zk.get_topic_assignment(name)
+        if found is None:
+            return Refusal("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+        assignment, version = found
+        new = checks.added_partitions_assignment(
+            name,
+            topic.count,
+            assignment.partitions,
+            [list(r.brokers) for r in topic.assignment],
+            [b.broker_id for b in zk.get_brokers()],
+        )
+        if isinstance(new, Refusal):
+            return new
+        if validate_only:
+            return None
+        grown = TopicAssignment(
+            {**assignment.partitions, **new},
+            assignment.adding_replicas,
+            assignment.removing_replicas,
+        )
+        try:
+            zk.update_topic_assignment(name, grown, version)
+        except StaleVersionError as exc:
+            return Refusal("INVALID_REQUEST", f"{exc}: changed concurrently, try again")
+        return None
+
+    async def delete_topics(
+        self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteTopicsResponse:
+        checks.check_timeout_ms(request.timeout_ms)
+        response, marked = await self.blocking(self._delete_topics_now, request)
+        if marked:
+            await self.wait_for_cache(
+                lambda cache: not any(t in cache.topics for t in marked),
+                wait_ms(request.timeout_ms, context),
+            )
+        return response
+
+    def _delete_topics_now(
+        self, request: pb.DeleteTopicsRequest
+    ) -> tuple[pb.DeleteTopicsResponse, list[str]]:
+        repeated = checks.repeated(request.topics)
+        response = pb.DeleteTopicsResponse()
+        marked = []
+        for name in request.topics:
+            refusal = checks.repeated_refusal(name) if name in repeated else None
+            if refusal := refusal or self._topic_refusal_now(name):
+                response.topics.add(
+                    name=name, error=code(refusal.error), error_message=refusal.message
+                )
+                continue
+            self._zk.mark_topic_for_deletion(name)
+            marked.append(name)
+            response.topics.add(name=name)
+        return response, marked
+
+    # -- configs -----------------------------------------------------------------------
+
+    async def describe_configs(
+        self, request: pb.DescribeConfigsRequest
+    ) -> pb.DescribeConfigsResponse:
+        return await self.blocking(self._describe_configs_now, request)
+
+    def _describe_configs_now(
+        self, request: pb.DescribeConfigsRequest
+    ) -> pb.DescribeConfigsResponse:
+        defaults = self._config.log_config()
+        response = pb.DescribeConfigsResponse()
+        for name in request.topics:
+            if refusal := self._topic_refusal_now(name):
+                response.topics.add(
+                    name=name, error=code(refusal.error), error_message=refusal.message
+                )
+                continue
+            overrides = self._zk.get_topic_config(name)
+            shown = dict(overrides)
+            if request.include_defaults:
+                effective = LogConfig.from_properties(overrides, defaults).to_properties()
+                shown = {**effective, **overrides}
+            response.topics.add(
+                name=name,
+                entries=[
+                    pb.ConfigEntry(name=k, value=v, is_default=k not in overrides)
+                    for k, v in sorted(shown.items())
+                ],
+            )
+        return response
+
+    async def alter_configs(self, request: pb.AlterConfigsRequest) -> pb.AlterConfigsResponse:
+        return await self.blocking(self._alter_configs_now, request)
+
+    def _alter_configs_now(self, request: pb.AlterConfigsRequest) -> pb.AlterConfigsResponse:
+        """Validate each topic's new overrides as a whole, then write them (the
+        brokers hosting it follow ``/config/changes``)."""
+        zk = self._zk
+        response = pb.AlterConfigsResponse()
+        for change in request.topics:
+            result = response.topics.add(name=change.name)
+            if refusal := self._topic_refusal_now(change.name):
+                result.error = code(refusal.error)
+                result.error_message = refusal.message
+                continue
+            overrides = zk.get_topic_config(change.name)
+            missing = sorted(set(change.delete) - set(overrides))
+            overrides.update(change.set)
+            for key in change.delete:
+                overrides.pop(key, None)
+            if missing:
+                refusal = Refusal(
+                    "INVALID_CONFIG", f"cannot delete {missing}: not set on {change.name}"
+                )
+            else:
+                refusal = checks.topic_configs(overrides)
+            if refusal is not None:
+                result.error = code(refusal.error)
+                result.error_message = refusal.message
+                continue
+            if not request.validate_only:
+                zk.set_topic_config(change.name, overrides)
+        return response
+
+    # -- elections and reassignments -----------------------------------------------------
+
+    async def elect_leaders(
+        self, request: pb.ElectLeadersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ElectLeadersResponse:
+        """Preferred leader election: asks the controller through
+        ``/admin/preferred_replica_election`` (as kafka-preferred-replica-election.sh
+        did) and answers once this broker's cache shows the new leaders."""
+        checks.check_timeout_ms(request.timeout_ms)
+        deadline = time.monotonic() + wait_ms(request.timeout_ms, context) / 1000
+        cache = self._metadata.snapshot()
+        outcome: dict[tuple[str, int], tuple[pb.ErrorCode.ValueType, str]] = {}
+        asked: list[tuple[str, int]] = []
+        if request.topic_partitions:
+            for entry in request.topic_partitions:
+                if refusal := checks.topic_name(entry.topic):
+                    for partition in list(entry.partitions) or [-1]:
+                        outcome[(entry.topic, partition)] = (code(refusal.error), refusal.message)
+                    continue
+                known = cache.topics.get(entry.topic, {})
+                for partition in list(entry.partitions) or sorted(known):
+                    if refusal := checks.partition_index(entry.topic, partition):
+                        outcome[(entry.topic, partition)] = (code(refusal.error), refusal.message)
+                    else:
+                        asked.append((entry.topic, partition))
+                if not known and not entry.partitions:
+                    outcome[(entry.topic, -1)] = (
+                        pb.UNKNOWN_TOPIC_OR_PARTITION,
+                        f"unknown topic {entry.topic}",
+                    )
+        else:
+            asked = [(t, p) for t, ps in sorted(cache.topics.items()) for p in sorted(ps)]
+        pending = []
+        for key in asked:
+            verdict = preferred_verdict(cache, *key)
+            if verdict is None:
+                pending.append(key)
+            else:
+                outcome[key] = verdict
+        if pending:
+            await self._request_preferred_election(pending, deadline)
+
+            def settled(snapshot: MetadataSnapshot) -> bool:
+                return all(
+                    preferred_verdict(snapshot, *key, after=True) is not None for key in pending
+                )
+
+            remaining_ms = max(int((deadline - time.monotonic()) * 1000), 0)
+            await self.wait_for_cache(settled, remaining_ms)
+            final = self._metadata.snapshot()
+            for key in pending:
+                outcome[key] = preferred_verdict(final, *key, after=True) or (
+                    pb.REQUEST_TIMED_OUT,
+                    f"the controller did not move {key[0]}-{key[1]} in time",
+                )
+        return pb.ElectLeadersResponse(
+            results=[
+                pb.ElectionResult(topic=t, partition=p, error=error, error_message=message)
+                for (t, p), (error, message) in outcome.items()
+            ]
+        )
+
+    async def _request_preferred_election(
+        self, partitions: list[tuple[str, int]], deadline: float
+    ) -> None:
+        """Write the request znode, waiting (bounded) for an earlier one to be taken."""
+        while not await self.blocking(self._zk.request_preferred_election, partitions):
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(ELECTION_RETRY_S)
+
+    async def alter_partition_reassignments(
+        self, request: pb.AlterPartitionReassignmentsRequest
+    ) -> pb.AlterPartitionReassignmentsResponse:
+        """Checks each target and writes ``/admin/reassign_partitions`` for the
+        controller; answers at once (a move takes as long as copying the data)."""
+        cache = self._metadata.snapshot()
+        results: list[pb.ReassignmentResult] = []
+        targets: dict[tuple[str, int], tuple[int, ...]] = {}
+        for wanted in request.partitions:
+            refusal = checks.topic_partition(wanted.topic, wanted.partition)
+            if refusal is None and cache.topics.get(wanted.topic, {}).get(wanted.partition) is None:
+                refusal = Refusal(
+                    "UNKNOWN_TOPIC_OR_PARTITION",
+                    f"unknown partition {wanted.topic}-{wanted.partition}",
+                )
+            refusal = refusal or checks.reassignment(
+                wanted.topic, wanted.partition, list(wanted.replicas), list(cache.brokers)
+            )
+            if refusal is None:
+                targets[(wanted.topic, wanted.partition)] = tuple(wanted.replicas)
+            results.append(
+                pb.ReassignmentResult(
+                    topic=wanted.topic,
+                    partition=wanted.partition,
+                    error=code(refusal.error) if refusal else pb.NONE,
+                    error_message=refusal.message if refusal else "",
+                )
+            )
+        if targets and not await self.blocking(self._zk.request_reassignments, targets):
+            for result in results:
+                if result.error == pb.NONE:
+                    result.error = pb.REASSIGNMENT_IN_PROGRESS
+                    result.error_message = "another reassignment is still running"
+        return pb.AlterPartitionReassignmentsResponse(results=results)
+
+
+def preferred_verdict(
+    cache: MetadataSnapshot, topic: str, partition: int, after: bool = False
+) -> tuple[pb.ErrorCode.ValueType, str] | None:
+    """How a preferred election of one partition ends, judged from ``cache``: None
+    while it can still happen.  ``after`` the request, the preferred replica leading
+    is a success rather than an election not needed."""
+    view = cache.topics.get(topic, {}).get(partition)
+    if view is None:
+        return pb.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{partition}"
+    preferred = view.replicas[0] if view.replicas else -1
+    if view.leader == preferred:
+        if after:
+            return pb.NONE, ""
+        return pb.ELECTION_NOT_NEEDED, f"the preferred replica {preferred} leads already"
+    if preferred not in cache.brokers:
+        return pb.PREFERRED_LEADER_NOT_AVAILABLE, f"the preferred replica {preferred} is down"
+    if preferred not in view.isr:
+        return (
+            pb.PREFERRED_LEADER_NOT_AVAILABLE,
+            f"the preferred replica {preferred} is not in the ISR {list(view.isr)}",
+        )
+    return None

@@ -1,0 +1,303 @@
+"""The data path: Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch, DeleteRecords.
+
+These run on the broker's event loop.  What they do at once (append to and
+read from the page cache, look up offsets) is short and runs inline; what
+they wait for (a long poll short of ``min_bytes``, an acks=all append not
+yet on the ISR, followers that must move their log starts) waits in a
+purgatory (``delayed.py``), holding no thread.
+
+Every handler checks the request's fields first (``request_checks``):
+request-level faults raise ``InvalidRequest`` (INVALID_ARGUMENT, by the
+request guard), per-partition ones are answered with Kafka's error codes.
+
+Thread safety: runs on the event loop only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+from annal.broker import request_checks as checks
+from annal.broker.delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, Purgatories
+from annal.broker.replica_manager import ReplicaManager
+from annal.storage.files import TopicPartition
+from annal.v1 import annal_pb2 as pb
+
+DEFAULT_TIMEOUT_MS = 30_000
+DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024
+
+
+def code(name: str) -> pb.ErrorCode.ValueType:
+    return pb.ErrorCode.Value(name)
+
+
+def wait_ms(timeout_ms: int, context: grpc.aio.ServicerContext) -> int:
+    """A request's wait: its timeout (0 for the default), cut at the caller's deadline."""
+    return checks.bounded_wait_ms(timeout_ms, DEFAULT_TIMEOUT_MS, context.time_remaining())
+
+
+@dataclass(frozen=True, slots=True)
+class _Awaited:
+    """An acks=-1 append waiting for its ISR: where its answer is in the response."""
+
+    tp: TopicPartition
+    last_offset: int
+    topic_slot: int
+    partition_slot: int
+
+
+class DataApi:
+    """See the module docstring."""
+
+    def __init__(self, replicas: ReplicaManager, purgatories: Purgatories) -> None:
+        self._replicas = replicas
+        self._purgatories = purgatories
+
+    # -- produce -------------------------------------------------------------------
+
+    async def produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ProduceResponse:
+        checks.check_timeout_ms(request.timeout_ms)
+        refused_acks = checks.acks(request.acks)
+        replicas = self._replicas
+        response = pb.ProduceResponse()
+        waiting: list[_Awaited] = []
+        for topic in request.topics:
+            out = response.topics.add(name=topic.name)
+            for data in topic.partitions:
+                refusal = refused_acks or checks.produce_partition(topic.name, data.partition)
+                if refusal is not None:
+                    out.partitions.add(
+                        partition=data.partition,
+                        error=code(refusal.error),
+                        base_offset=-1,
+                        log_append_time_ms=-1,
+                        log_start_offset=-1,
+                        error_message=refusal.message,
+                    )
+                    continue
+                tp = TopicPartition(topic.name, data.partition)
+                result = replicas.append(tp, data.records, request.acks)
+                if request.acks == -1 and result.error == "NONE":
+                    waiting.append(
+                        _Awaited(
+                            tp, result.last_offset, len(response.topics) - 1, len(out.partitions)
+                        )
+                    )
+                out.partitions.add(
+                    partition=data.partition,
+                    error=code(result.error),
+                    base_offset=result.base_offset,
+                    log_append_time_ms=result.log_append_time_ms,
+                    log_start_offset=result.log_start_offset,
+                    error_message=result.message,
+                )
+        if waiting:
+            await self._await_replication(response, waiting, wait_ms(request.timeout_ms, context))
+        return response
+
+    async def _await_replication(
+        self, response: pb.ProduceResponse, waiting: list[_Awaited], timeout_ms: int
+    ) -> None:
+        """acks=-1: answer each appended partition once the ISR holds it, or with
+        the reason it does not (the records stay appended, as in Kafka)."""
+        last: dict[TopicPartition, int] = {}
+        for awaited in waiting:  # a partition named twice waits for its later append
+            last[awaited.tp] = max(last.get(awaited.tp, -1), awaited.last_offset)
+        outcomes = await self.await_replication(last, timeout_ms)
+        for awaited in waiting:
+            error, message = outcomes[awaited.tp]
+            if error != "NONE":
+                answer = response.topics[awaited.topic_slot].partitions[awaited.partition_slot]
+                answer.error = code(error)
+                answer.error_message = message
+
+    async def await_replication(
+        self, appended: dict[TopicPartition, int], timeout_ms: int
+    ) -> dict[TopicPartition, tuple[str, str]]:
+        """(error, message) per partition once each appended last offset is on the
+        ISR, or cannot be, or ``timeout_ms`` passed (REQUEST_TIMED_OUT)."""
+        operation = DelayedProduce(self._replicas.replication_outcome, appended, timeout_ms)
+        return await self._purgatories.produce.wait(operation, appended, timeout_ms)
+
+    # -- fetch ---------------------------------------------------------------------
+
+    async def fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FetchResponse:
+        checks.check_replica_id(request.replica_id)
+        checks.check_fetch_limits(request.max_wait_ms, request.min_bytes, request.max_bytes)
+        response = self._fetch_once(request)
+        wanted = max(request.min_bytes, 1)
+        if request.max_wait_ms <= 0 or _size(response) >= wanted or _has_error(response):
+            return response
+        starts = [
+            self._replicas.fetch_start(
+                TopicPartition(topic.name, p.partition), p.fetch_offset, p.log_start_offset
+            )
+            for topic in request.topics
+            for p in topic.partitions
+        ]
+        follower = request.replica_id >= 0
+        operation = DelayedFetch(self._replicas, starts, wanted, follower)
+        timeout_ms = wait_ms(request.max_wait_ms, context)
+        await self._purgatories.fetch.wait(operation, [s.tp for s in starts], timeout_ms)
+        return self._fetch_once(request)
+
+    def _fetch_once(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        replicas = self._replicas
+        budget = request.max_bytes or DEFAULT_FETCH_MAX_BYTES
+        response = pb.FetchResponse()
+        for topic in request.topics:
+            out = response.topics.add(name=topic.name)
+            for p in topic.partitions:
+                epoch = p.current_leader_epoch if p.HasField("current_leader_epoch") else -1
+                refusal = checks.fetch_partition(
+                    topic.name,
+                    p.partition,
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                    epoch,
+                    p.log_start_offset,
+                )
+                if refusal is not None:
+                    out.partitions.add(
+                        partition=p.partition,
+                        error=code(refusal.error),
+                        high_watermark=-1,
+                        log_start_offset=-1,
+                        log_end_offset=-1,
+                        error_message=refusal.message,
+                    )
+                    continue
+                limit = min(p.partition_max_bytes or budget, budget)
+                result = replicas.read(
+                    TopicPartition(topic.name, p.partition),
+                    p.fetch_offset,
+                    max(limit, 1),
+                    epoch,
+                    request.replica_id,
+                    p.log_start_offset,
+                )
+                budget = max(budget - len(result.records), 0)
+                out.partitions.add(
+                    partition=p.partition,
+                    error=code(result.error),
+                    high_watermark=result.high_watermark,
+                    log_start_offset=result.log_start_offset,
+                    log_end_offset=result.log_end_offset,
+                    records=result.records,
+                    error_message=result.message,
+                )
+        return response
+
+    # -- offsets -------------------------------------------------------------------
+
+    def list_offsets(self, request: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
+        checks.check_replica_id(request.replica_id)
+        response = pb.ListOffsetsResponse()
+        for topic in request.topics:
+            out = response.topics.add(name=topic.name)
+            for p in topic.partitions:
+                refusal = checks.list_offsets_partition(
+                    topic.name, p.partition, p.timestamp, p.current_leader_epoch
+                )
+                if refusal is not None:
+                    error, timestamp, offset, epoch = refusal.error, -1, -1, -1
+                else:
+                    error, timestamp, offset, epoch = self._replicas.list_offset(
+                        TopicPartition(topic.name, p.partition), p.timestamp
+                    )
+                out.partitions.add(
+                    partition=p.partition,
+                    error=code(error),
+                    timestamp=timestamp,
+                    offset=offset,
+                    leader_epoch=epoch,
+                )
+        return response
+
+    def offsets_for_leader_epoch(
+        self, request: pb.OffsetsForLeaderEpochRequest
+    ) -> pb.OffsetsForLeaderEpochResponse:
+        """Where each asked-for leader epoch ends on this leader (KIP-101/279): what
+        a follower truncates to before it fetches."""
+        checks.check_replica_id(request.replica_id)
+        response = pb.OffsetsForLeaderEpochResponse()
+        for topic in request.topics:
+            out = response.topics.add(name=topic.name)
+            for p in topic.partitions:
+                refusal = checks.epoch_partition(
+                    topic.name, p.partition, p.current_leader_epoch, p.leader_epoch
+                )
+                if refusal is not None:
+                    error, epoch, end_offset = refusal.error, -1, -1
+                else:
+                    error, epoch, end_offset = self._replicas.end_offset_for_epoch(
+                        TopicPartition(topic.name, p.partition),
+                        p.current_leader_epoch,
+                        p.leader_epoch,
+                    )
+                out.partitions.add(
+                    partition=p.partition,
+                    error=code(error),
+                    leader_epoch=epoch,
+                    end_offset=end_offset,
+                )
+        return response
+
+    # -- delete records ------------------------------------------------------------
+
+    async def delete_records(
+        self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteRecordsResponse:
+        """Move each partition's log start on its leader (this broker), then answer
+        once the in-sync followers have followed (or the wait ran out)."""
+        checks.check_timeout_ms(request.timeout_ms)
+        outcomes: dict[int, tuple[str, int, str]] = {}
+        targets: dict[TopicPartition, int] = {}
+        slots: dict[int, TopicPartition] = {}
+        for slot, wanted in enumerate(request.partitions):
+            refusal = checks.delete_records_partition(wanted.topic, wanted.partition, wanted.offset)
+            if refusal is not None:
+                outcomes[slot] = (refusal.error, -1, refusal.message)
+                continue
+            tp = TopicPartition(wanted.topic, wanted.partition)
+            error, low_watermark, message = self._replicas.delete_records(tp, wanted.offset)
+            if error != "NONE":
+                outcomes[slot] = (error, low_watermark, message)
+                continue
+            targets[tp] = max(targets.get(tp, -1), low_watermark)
+            slots[slot] = tp
+        if targets:
+            timeout_ms = wait_ms(request.timeout_ms, context)
+            operation = DelayedDeleteRecords(
+                self._replicas.delete_records_outcome,
+                self._replicas.low_watermark,
+                targets,
+                timeout_ms,
+            )
+            done = await self._purgatories.delete_records.wait(operation, targets, timeout_ms)
+            for slot, tp in slots.items():
+                outcomes[slot] = done[tp]
+        response = pb.DeleteRecordsResponse()
+        for slot, wanted in enumerate(request.partitions):
+            error, low_watermark, message = outcomes[slot]
+            response.results.add(
+                topic=wanted.topic,
+                partition=wanted.partition,
+                low_watermark=low_watermark,
+                error=code(error),
+                error_message=message,
+            )
+        return response
+
+
+def _size(response: pb.FetchResponse) -> int:
+    return sum(len(p.records) for t in response.topics for p in t.partitions)
+
+
+def _has_error(response: pb.FetchResponse) -> bool:
+    return any(p.error != pb.NONE for t in response.topics for p in t.partitions)
