@@ -5,7 +5,8 @@
 On a one-broker local cluster, N idle consumers each hold their own gRPC
 channel and long-poll an empty partition without pause (Fetch with
 ``max_wait_ms`` 1000 and ``min_bytes`` 1, asked again as soon as answered),
-from helper processes.  Meanwhile this process sends 200 one-record Produce
+from helper processes, each starting at a random moment within the first second
+(independent consumers are not in step).  Meanwhile this process sends 200 one-record Produce
 requests (acks=1) to another topic, one at a time, and times each.  For
 every N it reports ``produce_p50_ms``, ``produce_p99_ms``, the broker's
 thread count and resident memory, and errors (failed produces plus failed
@@ -42,7 +43,7 @@ POLLERS_PER_PROCESS = 250
 # A helper process: ``count`` channels, each looping an idle long poll until
 # stdin closes; prints how many polls failed when it ends.
 POLLER = """
-import asyncio, sys
+import asyncio, random, sys
 import grpc
 from annal.v1 import annal_pb2 as pb, annal_pb2_grpc
 
@@ -54,6 +55,8 @@ request = pb.FetchRequest(replica_id=-1, max_wait_ms=1000, min_bytes=1, max_byte
 async def poll(stop, errors, started):
     async with grpc.aio.insecure_channel(endpoint) as channel:
         stub = annal_pb2_grpc.AnnalStub(channel)
+        await channel.channel_ready()
+        await asyncio.sleep(random.random())  # independent consumers: not in step
         first = True
         while not stop.is_set():
             try:

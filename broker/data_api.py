@@ -144,6 +144,8 @@ class DataApi:
         operation = DelayedFetch(self._replicas, starts, wanted, follower)
         timeout_ms = wait_ms(request.max_wait_ms, context)
         await self._purgatories.fetch.wait(operation, [s.tp for s in starts], timeout_ms)
+        if operation.saw_nothing:
+            return response  # expired with nothing new: the first answer still holds
         return self._fetch_once(request)
 
     def _fetch_once(self, request: pb.FetchRequest) -> pb.FetchResponse:

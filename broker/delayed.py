@@ -76,16 +76,21 @@ class DelayedFetch(DelayedOperation[bool]):
         self._starts = starts
         self._min_bytes = max(min_bytes, 1)
         self._follower = follower
+        self.saw_nothing = True  # no byte, no error since it began: nothing to read again
 
     def try_complete(self) -> bool | None:
         total = 0
         for start in self._starts:
             available = self._replicas.bytes_available(start, self._follower)
             if available is None:
+                self.saw_nothing = False
                 return True
             total += available
             if total >= self._min_bytes:
+                self.saw_nothing = False
                 return True
+        if total:
+            self.saw_nothing = False
         return None
 
     def on_expire(self) -> bool:
