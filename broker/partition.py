@@ -22,9 +22,16 @@ still count; a second change waits until the first is settled.  When the
 znode's version has moved (the controller wrote in between) the leader keeps
 its ISR and waits for the controller's next LeaderAndIsr, as Kafka's does.
 
+Leader-side appends happen under the partition's lock
+(``append_as_leader``, Kafka's ``Partition.appendRecordsToLeader``), so a
+LeaderAndIsr that makes this broker a follower cannot land in the middle of
+one; which offsets a reader may see (the high watermark for consumers, the
+log end for followers, nothing for a broker that is not a replica) is
+decided in one place, ``fetch_bound``.
+
 Thread safety: ``self._lock`` guards leadership, ISR, the pending change,
-follower states and the high watermark's moves.  Nothing under it waits for
-ZooKeeper.
+follower states and the high watermark's moves, and is held across a
+leader's append.  Nothing under it waits for ZooKeeper.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from annal.storage.files import TopicPartition
-from annal.storage.log import Log
+from annal.storage.log import Log, LogAppendInfo
 from annal.zk.layout import PartitionState
 
 logger = logging.getLogger(__name__)
@@ -51,6 +58,14 @@ class IsrChange:
     state: PartitionState  # the state to write: this leader, its epoch, the new ISR
     expected_version: int  # the znode version the leader last knew
     why: str
+
+
+class PartitionStateError(Exception):
+    """A request this partition's state refuses; ``code`` is Kafka's error name."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 # Takes a leader's ISR change for writing; must not block (it is called from requests).
@@ -164,6 +179,63 @@ class Partition:
         with self._lock:
             found = self._followers.get(replica_id)
             return -1 if found is None else found.log_end_offset
+
+    # -- the leader's requests -----------------------------------------------------
+
+    def append_as_leader(self, records: bytes, acks: int) -> LogAppendInfo:
+        """Append a producer's batches as this partition's leader, under the lock.
+        With ``acks`` -1 the ISR must hold at least ``min.insync.replicas``
+        first.  Raises PartitionStateError (NOT_LEADER_OR_FOLLOWER,
+        NOT_ENOUGH_REPLICAS; nothing stored) or the log's InvalidRecordError."""
+        with self._lock:
+            if self.leader != self.broker_id:
+                raise PartitionStateError(
+                    "NOT_LEADER_OR_FOLLOWER", f"broker {self.broker_id} does not lead {self.tp}"
+                )
+            if acks == -1:
+                needed = self.log.config.min_insync_replicas
+                if len(self.isr) < needed:
+                    raise PartitionStateError(
+                        "NOT_ENOUGH_REPLICAS",
+                        f"the ISR of {self.tp} is {list(self.isr)}, fewer than "
+                        f"min.insync.replicas {needed}",
+                    )
+            info = self.log.append_as_leader(records, self.leader_epoch)
+            self._maybe_increment_high_watermark()
+            return info
+
+    def fetch_bound(self, replica_id: int, leader_epoch: int) -> int | None:
+        """Where a fetch must stop: the high watermark for a consumer, None (the log
+        end) for one of this partition's followers.  Raises PartitionStateError when
+        this broker does not lead, the fetch's epoch is not the current one
+        (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), or a broker that is not a
+        follower asks to read as one."""
+        with self._lock:
+            if self.leader != self.broker_id:
+                raise PartitionStateError(
+                    "NOT_LEADER_OR_FOLLOWER", f"broker {self.broker_id} does not lead {self.tp}"
+                )
+            if leader_epoch >= 0 and leader_epoch != self.leader_epoch:
+                code = (
+                    "FENCED_LEADER_EPOCH"
+                    if leader_epoch < self.leader_epoch
+                    else "UNKNOWN_LEADER_EPOCH"
+                )
+                raise PartitionStateError(
+                    code, f"leader epoch {leader_epoch} vs {self.leader_epoch}"
+                )
+            if replica_id < 0:
+                return self.log.high_watermark
+            if replica_id == self.broker_id or replica_id not in self.replicas:
+                # Kafka's rule: only an assigned follower reads past the high watermark.
+                # With a matching epoch the follower may be newer than this leader's
+                # state (a reassignment): UNKNOWN_LEADER_EPOCH makes it ask again.
+                raise PartitionStateError(
+                    "UNKNOWN_LEADER_EPOCH" if leader_epoch >= 0 else "NOT_LEADER_OR_FOLLOWER",
+                    f"replica {replica_id} is not a follower of {self.tp} "
+                    f"(replicas {list(self.replicas)})",
+                )
+            return None
 
     # -- the leader's bookkeeping --------------------------------------------------
 

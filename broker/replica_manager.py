@@ -28,7 +28,13 @@ from dataclasses import dataclass
 
 from annal.broker.delayed import FetchStart
 from annal.broker.isr_changes import IsrChangeWriter
-from annal.broker.partition import Applied, IsrChange, LeaderAndIsrState, Partition
+from annal.broker.partition import (
+    Applied,
+    IsrChange,
+    LeaderAndIsrState,
+    Partition,
+    PartitionStateError,
+)
 from annal.broker.replica_fetcher import ReplicaFetcherManager
 from annal.storage.config import LogConfig
 from annal.storage.errors import StorageError
@@ -214,34 +220,25 @@ class ReplicaManager:
     # -- produce -------------------------------------------------------------------
 
     def append(self, tp: TopicPartition, records: bytes, acks: int = 1) -> AppendResult:
-        """Append as leader.  With ``acks`` -1 the ISR must hold at least the
-        topic's ``min.insync.replicas`` first (NOT_ENOUGH_REPLICAS, nothing
-        stored); ``await_replication`` then waits for the high watermark."""
+        """Append as leader (``Partition.append_as_leader``); with ``acks`` -1 the
+        request then waits for ``replication_outcome``."""
         partition = self.partition(tp)
-        if partition is None or not partition.is_leader:
+        if partition is None:
             error = self._not_leader_error(tp, partition)
             return AppendResult(error, message=f"broker {self.broker_id} does not lead {tp}")
-        log = partition.log
-        if acks == -1:
-            isr, needed = partition.isr, log.config.min_insync_replicas
-            if len(isr) < needed:
-                return AppendResult(
-                    "NOT_ENOUGH_REPLICAS",
-                    message=f"the ISR of {tp} is {list(isr)}, fewer than min.insync.replicas "
-                    f"{needed}",
-                )
         try:
-            info = log.append_as_leader(records, partition.leader_epoch)
+            info = partition.append_as_leader(records, acks)
+        except PartitionStateError as exc:
+            return AppendResult(exc.code, message=str(exc))
         except StorageError as exc:
             return AppendResult(exc.code, message=str(exc))
-        partition.after_leader_append()
         self._on_change(tp)  # followers and consumers waiting for data, acks=all
         return AppendResult(
             "NONE",
             info.first_offset,
             info.last_offset,
             info.log_append_time_ms,
-            log.log_start_offset,
+            partition.log.log_start_offset,
         )
 
     def replication_outcome(self, tp: TopicPartition, last_offset: int) -> tuple[str, str] | None:
@@ -350,35 +347,18 @@ class ReplicaManager:
         """Batches from ``offset``: below the high watermark for consumers, up to the
         log end for a follower (``replica_id`` >= 0) copying the log."""
         partition = self.partition(tp)
-        if partition is None or not partition.is_leader:
+        if partition is None:
             error = self._not_leader_error(tp, partition)
             return ReadResult(error, message=f"broker {self.broker_id} does not lead {tp}")
-        if leader_epoch >= 0 and leader_epoch != partition.leader_epoch:
-            error = (
-                "FENCED_LEADER_EPOCH"
-                if leader_epoch < partition.leader_epoch
-                else "UNKNOWN_LEADER_EPOCH"
-            )
-            return ReadResult(
-                error, message=f"leader epoch {leader_epoch} vs {partition.leader_epoch}"
-            )
-        replicas = partition.replicas
-        if replica_id >= 0 and (replica_id == self.broker_id or replica_id not in replicas):
-            # Kafka's rule: only an assigned follower reads past the high watermark.
-            # With a matching epoch the follower may be newer than this leader's
-            # state (a reassignment): UNKNOWN_LEADER_EPOCH makes it ask again.
-            return ReadResult(
-                "UNKNOWN_LEADER_EPOCH" if leader_epoch >= 0 else "NOT_LEADER_OR_FOLLOWER",
-                message=f"replica {replica_id} is not a follower of {tp} "
-                f"(replicas {list(replicas)})",
-            )
+        try:
+            bound = partition.fetch_bound(replica_id, leader_epoch)
+        except PartitionStateError as exc:
+            return ReadResult(exc.code, message=str(exc))
         log = partition.log
         high_watermark = log.high_watermark
         log_end = log.log_end_offset
         try:
-            records = log.read(
-                offset, max_bytes, max_offset=high_watermark if replica_id < 0 else None
-            )
+            records = log.read(offset, max_bytes, max_offset=bound)
         except StorageError as exc:
             return ReadResult(
                 exc.code,
