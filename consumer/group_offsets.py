@@ -21,14 +21,9 @@ from annal.client.cluster import ClientError, ClusterConnection
 from annal.consumer.simple import ConsumerError
 from annal.v1 import annal_pb2 as pb
 
-T = TypeVar("T")
+from annal.errors import is_retriable, transport_error
 
-RETRIABLE = {
-    "NOT_COORDINATOR",
-    "COORDINATOR_LOAD_IN_PROGRESS",
-    "COORDINATOR_NOT_AVAILABLE",
-    "BROKER_NOT_AVAILABLE",  # no broker answering yet (restarting)
-}
+T = TypeVar("T")
 
 
 class GroupOffsets:
@@ -114,9 +109,10 @@ class GroupOffsets:
         try:
             return getattr(stub, method)(request, timeout=self.timeout_s)
         except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                raise ConsumerError("COORDINATOR_NOT_AVAILABLE", exc.details() or "") from None
-            raise ConsumerError(exc.code().name, exc.details() or "") from None
+            failed = transport_error(exc)
+            if failed.name == "BROKER_NOT_AVAILABLE":  # the coordinator's broker is gone
+                raise ConsumerError("COORDINATOR_NOT_AVAILABLE", exc.details() or "") from exc
+            raise ConsumerError(failed.name, exc.details() or "") from exc
 
     def _retry(self, attempt: Callable[[], T]) -> T:
         deadline = time.monotonic() + self.timeout_s
@@ -125,7 +121,7 @@ class GroupOffsets:
             try:
                 return attempt()
             except ConsumerError as exc:
-                if exc.error not in RETRIABLE or time.monotonic() + backoff_s > deadline:
+                if not is_retriable(exc.error) or time.monotonic() + backoff_s > deadline:
                     raise
                 self._coordinator = None  # find it again: it may have moved
                 time.sleep(backoff_s)

@@ -28,6 +28,8 @@ from annal.storage.batch import last_header
 from annal.storage.records import Header, iter_records
 from annal.v1 import annal_pb2 as pb
 
+from annal.errors import is_retriable, transport_error
+
 EARLIEST = -2
 LATEST = -1
 new = tuple.__new__
@@ -47,7 +49,7 @@ def _advance(
                 header = last_header(p.records)
                 if header is not None:
                     positions[key] = header.next_offset
-            elif pb.ErrorCode.Name(p.error) in RETRIABLE:
+            elif is_retriable(pb.ErrorCode.Name(p.error)):
                 retry[key] = positions[key]
     return retry
 
@@ -64,8 +66,6 @@ def paused_gc() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-RETRIABLE = {"NOT_LEADER_OR_FOLLOWER", "UNKNOWN_TOPIC_OR_PARTITION", "LEADER_NOT_AVAILABLE"}
 
 
 class ConsumerError(ClientError):
@@ -186,9 +186,9 @@ class SimpleConsumer:
         try:
             response = self.cluster.stub(endpoint).Fetch(request, timeout=self.timeout_s)
         except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+            if transport_error(exc).retriable:
                 return dict(wanted)
-            raise ConsumerError(exc.code().name, exc.details() or "") from None
+            raise ConsumerError(transport_error(exc).name, exc.details() or "") from exc
         return self._read_response(response, wanted, results)
 
     def _fetch_request(
@@ -225,7 +225,7 @@ class SimpleConsumer:
                     key = (topic.name, p.partition)
                     offset = wanted[key]
                     error = pb.ErrorCode.Name(p.error)
-                    if error in RETRIABLE:
+                    if is_retriable(error):
                         retry[key] = offset
                         continue
                     if error == "OFFSET_OUT_OF_RANGE":
@@ -266,8 +266,10 @@ class SimpleConsumer:
                     try:
                         response = call.result()
                     except grpc.RpcError as exc:
-                        if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                            raise ConsumerError(exc.code().name, exc.details() or "") from None
+                        if not transport_error(exc).retriable:
+                            raise ConsumerError(
+                                transport_error(exc).name, exc.details() or ""
+                            ) from exc
                         retry.update(wanted)
                         continue
                     responses.append((wanted, response))
@@ -327,17 +329,16 @@ class SimpleConsumer:
             try:
                 response = self.cluster.stub(leader).ListOffsets(request, timeout=self.timeout_s)
             except grpc.RpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise ConsumerError(exc.code().name, exc.details() or "") from None
-                error, detail = "BROKER_NOT_AVAILABLE", f"leader {leader} of {topic}-{partition}"
+                failed = transport_error(exc)
+                if not failed.retriable:
+                    raise ConsumerError(failed.name, exc.details() or "") from exc
+                error, detail = failed.name, f"leader {leader} of {topic}-{partition}"
             else:
                 result = response.topics[0].partitions[0]
                 error, detail = pb.ErrorCode.Name(result.error), ""
                 if error == "NONE":
                     return int(result.offset)
-            if (error not in RETRIABLE and error != "BROKER_NOT_AVAILABLE") or (
-                attempt == self.retries
-            ):
+            if not is_retriable(error) or attempt == self.retries:
                 raise ConsumerError(error, detail or f"list offsets of {topic}-{partition}")
             self.cluster.forget()
             time.sleep(min(0.05 * 2**attempt, 1.0))

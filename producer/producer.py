@@ -45,17 +45,10 @@ from annal.storage.batch import Compression
 from annal.storage.records import BatchBuilder, Header
 from annal.v1 import annal_pb2 as pb
 
+from annal.errors import is_retriable, needs_metadata_refresh, transport_error
+
 logger = logging.getLogger(__name__)
 
-RETRIABLE = {
-    "NOT_LEADER_OR_FOLLOWER",
-    "UNKNOWN_TOPIC_OR_PARTITION",
-    "LEADER_NOT_AVAILABLE",
-    "NOT_ENOUGH_REPLICAS",
-    "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
-    "REQUEST_TIMED_OUT",
-    "BROKER_NOT_AVAILABLE",
-}
 CODECS = {c.name.lower(): c for c in Compression}
 
 Serializer = Callable[[object], bytes | None]
@@ -453,11 +446,7 @@ class Producer:
         self, leader: str, group: list[_Batch], answer: pb.ProduceResponse | grpc.RpcError
     ) -> None:
         if isinstance(answer, grpc.RpcError):
-            code = answer.code()
-            retriable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-            self._finished_request(
-                leader, group, {}, "BROKER_NOT_AVAILABLE" if retriable else code.name
-            )
+            self._finished_request(leader, group, {}, transport_error(answer).name)
             return
         results = {(t.name, p.partition): p for t in answer.topics for p in t.partitions}
         self._finished_request(leader, group, results, "UNKNOWN_SERVER_ERROR")
@@ -480,10 +469,11 @@ class Producer:
                 base = result.base_offset if result is not None and self.acks != 0 else -1
                 batch.future.set_result(base)
                 finished.append(batch)
-            elif error in RETRIABLE and batch.attempts < self.retries:
+            elif is_retriable(error) and batch.attempts < self.retries:
                 batch.attempts += 1
                 batch.retry_at = time.monotonic() + self.retry_backoff_s * batch.attempts
-                refresh.add(batch.topic)
+                if needs_metadata_refresh(error):
+                    refresh.add(batch.topic)
                 retry.append(batch)
             else:
                 message = result.error_message if result is not None else ""
