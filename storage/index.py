@@ -315,6 +315,14 @@ class OffsetIndex(_Index):
             return self.base_offset
         return self.base_offset + self._last_record()[0]
 
+    @property
+    def last_entry(self) -> OffsetPosition | None:
+        """The last entry, None when empty (read without mapping the file)."""
+        if self._entries == 0:
+            return None
+        relative, position = self._last_record()
+        return OffsetPosition(self.base_offset + relative, position)
+
     def append(self, offset: int, position: int) -> None:
         """Add an entry; offsets must strictly increase and fit the index."""
         entries = self._entries

@@ -6,7 +6,9 @@ segment is the active one; appends go there and it rolls (see ``_maybe_roll``)
 when any of Kafka's four conditions holds.
 
 Crash safety (details in docs/storage.md): everything after the recovery point
-is re-validated on open unless the log was shut down cleanly; transient files
+is re-validated on open unless the log was shut down cleanly; every segment
+that is not re-validated has its indexes and its tail checked, and is
+recovered when they fail (``_passes_load_checks``); transient files
 (``.cleaned``, ``.swap``, ``.deleted``) are resolved by ``_load_segments``.
 
 Thread safety: ``self._lock`` guards every mutation (append, roll, truncate,
@@ -163,7 +165,7 @@ class Log:
 
         ``recovery_point`` and ``log_start_offset`` come from the log dir's
         checkpoint files; with ``had_clean_shutdown`` recovery is skipped
-        except for segments whose indexes fail their sanity check.
+        except for segments whose indexes or tail fail their checks.
         """
         directory = Path(directory)
         if directory.exists() and not directory.is_dir():
@@ -203,11 +205,7 @@ class Log:
             next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
             needs_recovery = not clean and (next_base is None or next_base > recovery_point)
             if not needs_recovery:
-                try:
-                    segment.sanity_check()
-                except CorruptIndexError as exc:
-                    logger.warning("rebuilding indexes of %s: %s", segment.log_path, exc)
-                    needs_recovery = True
+                needs_recovery = not self._passes_load_checks(segment)
             if needs_recovery:
                 result = segment.recover()
                 for header in result.headers:
@@ -238,6 +236,28 @@ class Log:
         self._high_watermark = self._log_end_offset
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+
+    @staticmethod
+    def _passes_load_checks(segment: LogSegment) -> bool:
+        """Whether a segment that is not rescanned on open can be trusted as it is.
+
+        Its indexes must pass their sanity check and its tail (the batches after
+        the last ``.index`` entry) must be valid and agree with the indexes; a
+        failure is logged with its reason and the caller recovers the segment.
+        """
+        try:
+            segment.sanity_check()
+        except CorruptIndexError as exc:
+            logger.warning("rebuilding indexes of %s: %s", segment.log_path, exc)
+            return False
+        try:
+            segment.check_tail()
+        except (CorruptRecordError, CorruptIndexError) as exc:
+            logger.warning(
+                "recovering %s: its tail fails the load check: %s", segment.log_path, exc
+            )
+            return False
+        return True
 
     def _load_segments(self) -> list[LogSegment]:
         """Resolve transient files, then open every segment (protocol steps in docs/storage.md)."""

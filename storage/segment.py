@@ -7,6 +7,14 @@
 
 The ``.log`` is the source of truth.  Indexes are derived: ``recover()``
 rebuilds both from the log and cuts the log at the first invalid batch.
+A segment that is not recovered on open (after a clean shutdown, or below
+the recovery point) is trusted only once ``check_tail()`` has validated the
+batches from its last ``.index`` entry to the end of the file.
+
+Every walk over batch lengths (reads, ``iter_headers``, ``check_tail``)
+advances by at least a batch header and stays inside the file, so garbage
+in a length field ends the walk or raises CorruptRecordError; it never loops
+and never sizes a read beyond the file.
 
 Thread safety: a segment is not thread-safe for writers; its owning Log's
 lock serialises append, truncate, roll and recovery.  Readers may call
@@ -27,10 +35,13 @@ from typing import NamedTuple
 
 from . import files
 from .batch import (
+    CURRENT_MAGIC,
     HEADER,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
+    RECORD_BATCH_OVERHEAD,
     BatchHeader,
+    check_batch,
     read_header,
     scan_valid_prefix,
 )
@@ -45,6 +56,9 @@ _LAST_DELTA_OFFSET = 23
 _LENGTH = struct.Struct(">i")
 _WALK_WINDOW_BYTES = 4608  # batch starts a read's end walk finds without another pread
 _SCAN_HEADER_BYTES = 27  # enough for baseOffset, length and lastOffsetDelta
+_TAIL_FIELDS = struct.Struct(">qi4xb6xi")  # baseOffset, length, magic, lastOffsetDelta
+_TAIL_WINDOW_BYTES = 64 * 1024  # check_tail's header reads: one covers a usual tail
+_MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD  # a batchLength that holds the header
 RECOVERY_CHUNK_BYTES = 8 * 1024 * 1024
 INT32_MAX = 2**31 - 1
 
@@ -116,17 +130,40 @@ class LogSegment:
         return os.pread(self._fd, size, position)
 
     def translate_offset(self, offset: int, start_position: int = 0) -> LogOffsetPosition | None:
-        """The first batch at or after ``start_position`` whose last offset is >= ``offset``."""
+        """The first batch at or after ``start_position`` whose last offset is >= ``offset``.
+
+        Raises CorruptRecordError at a batch length that cannot be right."""
         position = start_position
         size = self.size
         while position + _SCAN_HEADER_BYTES <= size:
             head = self._pread(_SCAN_HEADER_BYTES, position)
             base, length = _PREFIX.unpack_from(head)
             (delta,) = _LAST_DELTA.unpack_from(head, _LAST_DELTA_OFFSET)
+            following = self._batch_end(length, position, size)
             if base + delta >= offset:
                 return LogOffsetPosition(base + delta, position, length + LOG_OVERHEAD)
-            position += length + LOG_OVERHEAD
+            position = following
         return None
+
+    def _batch_end(self, length: int, position: int, size: int) -> int:
+        """Where the batch at ``position`` declaring ``batchLength`` ``length`` ends.
+
+        Raises CorruptRecordError, naming the file, when the length is too small
+        to hold a batch header (a walk would stall or go backwards) or runs past
+        ``size``."""
+        following = position + LOG_OVERHEAD + length
+        if length < _MIN_BATCH_LENGTH:
+            raise self._corrupt(
+                f"batch length {length} is smaller than the minimum {_MIN_BATCH_LENGTH}", position
+            )
+        if following > size:
+            raise self._corrupt(
+                f"batch length {length} runs past the end of the file ({size} bytes)", position
+            )
+        return following
+
+    def _corrupt(self, reason: str, position: int) -> CorruptRecordError:
+        return CorruptRecordError(f"{reason} in {self.log_path}", position)
 
     def read(
         self,
@@ -167,20 +204,24 @@ class LogSegment:
             else:
                 (length,) = _LENGTH.unpack(self._pread(4, position + 8))
             following = position + LOG_OVERHEAD + length
-            if following > end:
+            if following > end or length < _MIN_BATCH_LENGTH:
                 break
             position = following
         return position
 
     def iter_headers(self, start_position: int = 0) -> list[BatchHeader]:
-        """Headers of every batch from ``start_position`` to the end (unvalidated)."""
+        """Headers of every batch from ``start_position`` to the end.
+
+        Only the lengths are checked (CorruptRecordError for one that cannot be
+        right); CRCs and offsets are not.  Bytes after the last whole header are
+        ignored."""
         headers: list[BatchHeader] = []
         position = start_position
         size = self.size
         while position + HEADER.size <= size:
             header = read_header(self._pread(HEADER.size, position))
             headers.append(_at(header, position))
-            position += header.size
+            position = self._batch_end(header.batch_length, position, size)
         return headers
 
     def read_batch(self, header: BatchHeader) -> bytes:
@@ -207,7 +248,10 @@ class LogSegment:
         return None
 
     def read_next_offset(self) -> int:
-        """The offset after this segment's last batch (base offset when empty)."""
+        """The offset after this segment's last batch (base offset when empty).
+
+        Walks from the last ``.index`` entry, trusting the offsets it finds: call
+        it on a recovered segment or one whose ``check_tail`` passed."""
         start = (
             self.offset_index.lookup(self.offset_index.last_offset).position
             if self.offset_index.entries
@@ -399,6 +443,96 @@ class LogSegment:
             if index.created and self.size > 0:
                 raise CorruptIndexError(f"missing index file {index.path}")
             index.sanity_check()
+
+    def check_tail(self) -> int:
+        """Validate the segment's tail without recovering it; return its next offset.
+
+        The tail runs from the position of the last ``.index`` entry (the start
+        of the file when there is none) to the end of the file: about
+        ``index.interval.bytes`` plus the last append, never the whole segment.
+        Each batch in it must have a length that holds a batch header and stays
+        in the file, magic 2, and offsets that increase, fit an int32 relative
+        to the base offset and include the last ``.index`` entry's offset; the
+        last batch must pass every check recovery makes (counts, CRC), so the
+        file ends exactly at the end of a valid batch.  The last ``.timeindex``
+        entry must name an offset the segment holds.
+
+        Raises CorruptRecordError or CorruptIndexError naming the file, the
+        position and the values; the caller then recovers the segment.  Call
+        ``sanity_check`` first.
+        """
+        size = self.size
+        index = self.offset_index
+        indexed = index.last_entry
+        position = 0
+        if indexed is not None:
+            position = indexed.position
+            if not 0 <= position < size:
+                raise CorruptIndexError(
+                    f"last entry of {index.path} (offset {indexed.offset}, position "
+                    f"{position}) points outside {self.log_path} ({size} bytes)"
+                )
+        next_offset = self.base_offset
+        found_indexed = indexed is None
+        last_position = -1
+        # Headers are read in windows: one read covers a usual tail.
+        window = b""
+        window_start = position
+        while position < size:
+            remaining = size - position
+            if remaining < RECORD_BATCH_OVERHEAD:
+                raise self._corrupt(
+                    f"truncated batch: {remaining} bytes left, fewer than the "
+                    f"{RECORD_BATCH_OVERHEAD}-byte batch header",
+                    position,
+                )
+            if position + _SCAN_HEADER_BYTES > window_start + len(window):
+                window_start = position
+                window = self._pread(min(remaining, _TAIL_WINDOW_BYTES), position)
+            base, length, magic, delta = _TAIL_FIELDS.unpack_from(window, position - window_start)
+            following = self._batch_end(length, position, size)
+            if magic != CURRENT_MAGIC:
+                raise self._corrupt(
+                    f"unsupported magic {magic}, expected {CURRENT_MAGIC}", position
+                )
+            if delta < 0:
+                raise self._corrupt(f"negative lastOffsetDelta {delta}", position)
+            if base < next_offset:
+                raise self._corrupt(
+                    f"batch offset {base} does not follow {next_offset - 1}", position
+                )
+            if base + delta - self.base_offset > INT32_MAX:
+                raise self._corrupt(
+                    f"last offset {base + delta} does not fit an int32 relative to "
+                    f"base offset {self.base_offset}",
+                    position,
+                )
+            if indexed is not None and base + delta == indexed.offset:
+                found_indexed = True
+            next_offset = base + delta + 1
+            last_position = position
+            position = following
+        if last_position >= 0:
+            if last_position < window_start or size > window_start + len(window):
+                window_start = last_position
+                window = self._pread(size - last_position, last_position)
+            try:
+                check_batch(window, last_position - window_start, size - window_start)
+            except CorruptRecordError as exc:
+                raise self._corrupt(exc.reason, last_position) from exc
+        if indexed is not None and not found_indexed:
+            raise CorruptIndexError(
+                f"last entry of {index.path} (offset {indexed.offset}, position "
+                f"{indexed.position}) matches no batch of {self.log_path}, whose last offset "
+                f"is {next_offset - 1}"
+            )
+        timed = self.time_index.last_entry
+        if self.time_index.entries and timed.offset >= next_offset:
+            raise CorruptIndexError(
+                f"last entry of {self.time_index.path} (timestamp {timed.timestamp}, offset "
+                f"{timed.offset}) is past the last offset {next_offset - 1} of {self.log_path}"
+            )
+        return next_offset
 
     @property
     def is_full(self) -> bool:

@@ -135,19 +135,24 @@ def test_crash_during_roll_leaves_a_readable_log(tmp_path: Path) -> None:
 
 
 def test_clean_shutdown_skips_recovery(tmp_path: Path) -> None:
+    """Only the tail after the last index entry is checked (test_clean_load.py);
+    a bad batch before it goes unseen until a recovery scans the segment."""
     log = filled_log(tmp_path / "t-0")
+    assert log.active_segment.offset_index.lookup(60).position > 0
     log.flush()
     log.close()
     active = sorted((tmp_path / "t-0").glob("*.log"))[-1]
     size = active.stat().st_size
-    with open(active, "ab") as f:
-        f.write(b"junk" * 10)
+    with open(active, "r+b") as f:  # the first batch's records: its CRC no longer matches
+        f.seek(70)
+        f.write(b"junk")
     clean = reopen(tmp_path / "t-0", clean=True, recovery_point=60)
-    assert active.stat().st_size == size + 40  # not scanned, not cut
+    assert active.stat().st_size == size  # not scanned, not cut
+    assert clean.log_end_offset == 60
     clean.close()
     unclean = reopen(tmp_path / "t-0", clean=False, recovery_point=60)
-    assert active.stat().st_size == size  # scanned and cut
-    assert unclean.log_end_offset == 60
+    assert active.stat().st_size == 0  # scanned and cut at the first batch
+    assert unclean.log_end_offset == unclean.active_segment.base_offset
     unclean.close()
 
 
