@@ -234,9 +234,10 @@ def last_header(buf: bytes | bytearray | memoryview) -> BatchHeader | None:
     limit = end - RECORD_BATCH_OVERHEAD
     unpack = _LENGTH.unpack_from
     while position <= limit:
-        following = position + LOG_OVERHEAD + unpack(buf, position + 8)[0]
-        if following > end:
-            break
+        length = unpack(buf, position + 8)[0]
+        following = position + LOG_OVERHEAD + length
+        if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or following > end:
+            break  # a torn tail, or a length that is no batch's: never walk back
         last = position
         position = following
     return None if last < 0 else read_header(buf, last)

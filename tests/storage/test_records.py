@@ -454,3 +454,14 @@ def test_iter_records_reads_legacy_and_v2_entries_in_one_buffer() -> None:
     expected = [Record(0, 10, b"old", b"v1 message"), Record(1, 20, b"new", b"v2 record")]
     assert list(iter_records(both)) == expected
     assert list(iter_records(memoryview(both))) == expected
+
+
+@pytest.mark.timeout(10)
+def test_last_header_stops_at_a_length_that_is_no_batchs() -> None:
+    """A negative or too small batch length ends the walk (it once looped forever)."""
+    good = encode_batch([Record(0, 0, b"k", b"v")])
+    for length in (-12, -200, 0, 48):
+        bad = bytearray(good)
+        struct.pack_into(">i", bad, 8, length)
+        assert last_header(bytes(bad) + b"\x00" * 100) is None
+        assert last_header(good + bytes(bad)) == read_header(good)
