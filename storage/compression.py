@@ -91,7 +91,7 @@ def decompress_bounded(
         elif codec == Compression.ZSTD:
             out = _zstd_bounded(bytes(data), limit)
         elif codec == Compression.SNAPPY:
-            out = _snappy_bounded(bytes(data), limit)
+            out = _xerial_decompress(bytes(data), limit)
         elif codec == Compression.NONE:
             out = bytes(data)
         else:
@@ -162,10 +162,21 @@ def _zstd_bounded(data: bytes, limit: int) -> bytes:
         raise RecordTooLargeError(f"zstd records inflate past {limit} bytes") from None
 
 
-def _snappy_bounded(data: bytes, limit: int) -> bytes:
-    """Snappy (xerial-framed or plain), each block's declared size checked first."""
+def _xerial_compress(data: bytes | bytearray | memoryview) -> bytes:
+    view = memoryview(data)
+    parts = [_XERIAL_HEADER.pack(XERIAL_MAGIC, 1, 1)]
+    for start in range(0, len(view), _XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(bytes(view[start : start + _XERIAL_BLOCK])))
+        parts.append(_I32.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _xerial_decompress(data: bytes, limit: int | None = None) -> bytes:
+    """Snappy, xerial-framed or plain; with ``limit``, each block's declared size
+    is added up before it is inflated, and past ``limit`` RecordTooLargeError."""
     if not data.startswith(XERIAL_MAGIC):
-        if cramjam.snappy.decompress_raw_len(data) > limit:
+        if limit is not None and cramjam.snappy.decompress_raw_len(data) > limit:
             raise RecordTooLargeError(f"snappy records inflate past {limit} bytes")
         return bytes(cramjam.snappy.decompress_raw(data))
     position = _XERIAL_HEADER.size
@@ -179,36 +190,10 @@ def _snappy_bounded(data: bytes, limit: int) -> bytes:
         if length < 0 or position + length > len(data):
             raise CorruptRecordError(f"xerial snappy block of {length} bytes overruns the data")
         block = data[position : position + length]
-        produced += cramjam.snappy.decompress_raw_len(block)
-        if produced > limit:
-            raise RecordTooLargeError(f"snappy records inflate past {limit} bytes")
+        if limit is not None:
+            produced += cramjam.snappy.decompress_raw_len(block)
+            if produced > limit:
+                raise RecordTooLargeError(f"snappy records inflate past {limit} bytes")
         out.append(bytes(cramjam.snappy.decompress_raw(block)))
-        position += length
-    return b"".join(out)
-
-
-def _xerial_compress(data: bytes | bytearray | memoryview) -> bytes:
-    view = memoryview(data)
-    parts = [_XERIAL_HEADER.pack(XERIAL_MAGIC, 1, 1)]
-    for start in range(0, len(view), _XERIAL_BLOCK):
-        block = bytes(cramjam.snappy.compress_raw(bytes(view[start : start + _XERIAL_BLOCK])))
-        parts.append(_I32.pack(len(block)))
-        parts.append(block)
-    return b"".join(parts)
-
-
-def _xerial_decompress(data: bytes) -> bytes:
-    if not data.startswith(XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
-    position = _XERIAL_HEADER.size
-    out = []
-    while position < len(data):
-        if position + 4 > len(data):
-            raise CorruptRecordError("truncated xerial snappy block length")
-        (length,) = _I32.unpack_from(data, position)
-        position += 4
-        if length < 0 or position + length > len(data):
-            raise CorruptRecordError(f"xerial snappy block of {length} bytes overruns the data")
-        out.append(bytes(cramjam.snappy.decompress_raw(data[position : position + length])))
         position += length
     return b"".join(out)
