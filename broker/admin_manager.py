@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 ELECTION_RETRY_S = 0.05  # an earlier election request is being handled: milliseconds
+ALTER_CONFIG_ATTEMPTS = 10
 
 
 class AdminManager:
@@ -356,32 +357,46 @@ class AdminManager:
     def _alter_configs_now(self, request: pb.AlterConfigsRequest) -> pb.AlterConfigsResponse:
         """Validate each topic's new overrides as a whole, then write them (the
         brokers hosting it follow ``/config/changes``)."""
-        zk = self._zk
         response = pb.AlterConfigsResponse()
         for change in request.topics:
             result = response.topics.add(name=change.name)
-            if refusal := self._topic_refusal_now(change.name):
-                result.error = code(refusal.error)
-                result.error_message = refusal.message
-                continue
-            overrides = zk.get_topic_config(change.name)
-            missing = sorted(set(change.delete) - set(overrides))
-            overrides.update(change.set)
-            for key in change.delete:
-                overrides.pop(key, None)
-            if missing:
-                refusal = Refusal(
-                    "INVALID_CONFIG", f"cannot delete {missing}: not set on {change.name}"
-                )
-            else:
-                refusal = checks.topic_configs(overrides)
+            refusal = self._topic_refusal_now(change.name) or self._alter_topic_config_now(
+                change, request.validate_only
+            )
             if refusal is not None:
                 result.error = code(refusal.error)
                 result.error_message = refusal.message
-                continue
-            if not request.validate_only:
-                zk.set_topic_config(change.name, overrides)
         return response
+
+    def _alter_topic_config_now(
+        self, change: pb.TopicConfigChange, validate_only: bool
+    ) -> Refusal | None:
+        """Read, change and write one topic's overrides, conditioned on the znode's
+        version; a concurrent writer makes it read and apply the change again."""
+        for _ in range(ALTER_CONFIG_ATTEMPTS):
+            overrides, version = self._zk.get_topic_config_versioned(change.name)
+            missing = sorted(set(change.delete) - set(overrides))
+            if missing:
+                return Refusal(
+                    "INVALID_CONFIG", f"cannot delete {missing}: not set on {change.name}"
+                )
+            overrides.update(change.set)
+            for key in change.delete:
+                overrides.pop(key, None)
+            if refusal := checks.topic_configs(overrides):
+                return refusal
+            if validate_only:
+                return None
+            try:
+                self._zk.set_topic_config(change.name, overrides, version)
+            except StaleVersionError:
+                continue  # another alter wrote in between: apply this one on top of it
+            return None
+        return Refusal(
+            "INVALID_REQUEST",
+            f"the config of {change.name} kept changing under {ALTER_CONFIG_ATTEMPTS} attempts; "
+            "try again",
+        )
 
     # -- elections and reassignments -----------------------------------------------------
 

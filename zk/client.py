@@ -272,8 +272,15 @@ class ZkClient:
         return None if found is None else (TopicAssignment.decode(topic, found[0]), found[1])
 
     def get_topic_config(self, topic: str) -> dict[str, str]:
+        return self.get_topic_config_versioned(topic)[0]
+
+    def get_topic_config_versioned(self, topic: str) -> tuple[dict[str, str], int]:
+        """A topic's overrides and the znode's version (-1: no znode yet), for a
+        conditional ``set_topic_config``."""
         found = self.get(layout.topic_config_path(topic))
-        return {} if found is None else layout.decode_topic_config(topic, found[0])
+        if found is None:
+            return {}, -1
+        return layout.decode_topic_config(topic, found[0]), found[1]
 
     def get_partition_state(self, topic: str, partition: int) -> tuple[PartitionState, int] | None:
         found = self.get(layout.partition_state_path(topic, partition))
@@ -410,12 +417,24 @@ class ZkClient:
 
     # -- /config/topics and /config/changes -----------------------------------------
 
-    def set_topic_config(self, topic: str, config: Mapping[str, str]) -> None:
-        """Replace a topic's overrides, then leave a change notification for brokers."""
+    def set_topic_config(
+        self, topic: str, config: Mapping[str, str], expected_version: int | None = None
+    ) -> None:
+        """Replace a topic's overrides, then leave a change notification for brokers.
+
+        With ``expected_version`` (from ``get_topic_config_versioned``; -1 for
+        "no znode yet") the write happens only if nobody wrote in between, else
+        StaleVersionError: a read-modify-write never loses a concurrent one."""
         path = layout.topic_config_path(topic)
         data = layout.encode_topic_config(config)
-        if not self._create(path, data):
-            self._call(self._kazoo.set, path, data)
+        if expected_version is None:
+            if not self._create(path, data):
+                self._call(self._kazoo.set, path, data)
+        elif expected_version < 0:
+            if not self._create(path, data):
+                raise StaleVersionError(f"{path} was created since it was read")
+        else:
+            self._set_versioned(path, data, expected_version)
         self._call(
             self._kazoo.create,
             layout.CONFIG_CHANGE_PREFIX,

@@ -88,3 +88,46 @@ def test_add_config_syntax(text: str, parsed: dict[str, str] | str) -> None:
             parse_assignments(text)
     else:
         assert parse_assignments(text) == parsed
+
+
+@pytest.mark.timeout(120)
+def test_concurrent_alters_lose_no_change(broker: BrokerProcess) -> None:
+    """Alters of different keys at once all land: each write is conditioned on the
+    config znode's version, and a writer that lost the race applies its change again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("contended", partitions=1)
+
+        keys = [
+            "retention.ms",
+            "segment.ms",
+            "max.message.bytes",
+            "min.insync.replicas",
+            "delete.retention.ms",
+            "segment.bytes",
+            "flush.ms",
+            "min.compaction.lag.ms",
+        ]
+        values = {
+            "retention.ms": "86400001",
+            "segment.ms": "86400002",
+            "max.message.bytes": "100003",
+            "min.insync.replicas": "1",
+            "delete.retention.ms": "86400005",
+            "segment.bytes": "1048582",
+            "flush.ms": "86400007",
+            "min.compaction.lag.ms": "8",
+        }
+
+        def set_one(key: str) -> None:
+            with AdminClient(broker.endpoint) as own:
+                own.alter_configs("contended", {key: values[key]})
+
+        for _ in range(3):
+            with ThreadPoolExecutor(len(keys)) as pool:
+                list(pool.map(set_one, keys))
+            shown = {name: value for name, value, _ in admin.describe_configs("contended")}
+            assert shown == values
+            admin.alter_configs("contended", delete=keys)
+            assert admin.describe_configs("contended") == []

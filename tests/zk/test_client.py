@@ -73,6 +73,22 @@ def test_topics_and_fenced_partition_state(zk_connect: str) -> None:
         assert zk.get_topics() == []
 
 
+def test_topic_config_writes_can_be_conditional(zk_connect: str) -> None:
+    with ZkClient(zk_connect) as zk:
+        assert zk.get_topic_config_versioned("logs") == ({}, -1)
+        zk.set_topic_config("logs", {"retention.ms": "1000"}, -1)
+        with pytest.raises(StaleVersionError):
+            zk.set_topic_config("logs", {"retention.ms": "2000"}, -1)  # created meanwhile
+        config, version = zk.get_topic_config_versioned("logs")
+        assert (config, version) == ({"retention.ms": "1000"}, 0)
+        zk.set_topic_config("logs", {"retention.ms": "3000"}, version)
+        with pytest.raises(StaleVersionError, match="changed since version 0"):
+            zk.set_topic_config("logs", {"retention.ms": "4000"}, version)  # a lost update
+        assert zk.get_topic_config("logs") == {"retention.ms": "3000"}
+        zk.set_topic_config("logs", {"retention.ms": "5000"})  # unconditional
+        assert zk.get_topic_config_versioned("logs") == ({"retention.ms": "5000"}, 2)
+
+
 def test_unreachable_zookeeper_is_a_clear_error() -> None:
     from annal.deploy.zookeeper import free_port
 
