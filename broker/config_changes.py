@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping
 
 from annal.zk import layout
 from annal.zk.client import ZkClient, ZkError
-from kazoo.recipe.watchers import ChildrenWatch
 
 logger = logging.getLogger(__name__)
 
@@ -34,13 +33,13 @@ class ConfigChangeListener:
         self._stopped = False
         self._last = -1
         self._thread = threading.Thread(target=self._run, name="config-changes", daemon=True)
-        self._watch: ChildrenWatch | None = None
+        self._watch: object | None = None
 
     def start(self) -> None:
         seen = [layout.config_change_number(c) for c in self.zk.children(layout.CONFIG_CHANGES)]
         self._last = max((n for n in seen if n is not None), default=-1)
         self._thread.start()
-        self._watch = ChildrenWatch(self.zk.kazoo, layout.CONFIG_CHANGES, self._on_change)
+        self._watch = self.zk.watch_children(layout.CONFIG_CHANGES, self._on_change)
 
     def _on_change(self, children: list[str]) -> bool:
         self._wake.set()

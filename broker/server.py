@@ -54,7 +54,6 @@ from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 from annal.zk.client import BrokerIdTakenError, SessionEvent, ZkClient, ZkError
 from annal.zk.layout import BrokerRegistration, PartitionState
-from kazoo.exceptions import KazooException
 
 logger = logging.getLogger(__name__)
 
@@ -301,7 +300,7 @@ class BrokerServer:
                 continue
             try:
                 self.zk.register_broker(self.registration)
-            except (ZkError, KazooException) as exc:
+            except ZkError as exc:
                 backoff_s = min(max(backoff_s * 2, 0.2), 5.0)
                 retry_at = time.monotonic() + backoff_s
                 logger.error(
@@ -349,7 +348,7 @@ class BrokerServer:
                 )
             except grpc.RpcError as exc:
                 reason = f"{exc.code().name}: {exc.details()}"
-            except (ZkError, KazooException) as exc:
+            except ZkError as exc:
                 reason = str(exc)
             logger.warning("controlled shutdown attempt %d of %d: %s", attempt, attempts, reason)
             if attempt < attempts:

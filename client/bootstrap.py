@@ -74,7 +74,6 @@ def servers_from_zookeeper(connect: str, timeout_s: float = DEFAULT_ZOOKEEPER_TI
     """
     from annal.zk.client import NoChrootError, ZkClient, ZkError
     from annal.zk.layout import BROKER_IDS
-    from kazoo.exceptions import KazooException
 
     hosts, chroot = parse_zookeeper_connect(connect)
     where = f"chroot {chroot}" if chroot else "no chroot"
@@ -95,7 +94,7 @@ def servers_from_zookeeper(connect: str, timeout_s: float = DEFAULT_ZOOKEEPER_TI
         ) from exc
     try:
         endpoints = _registered_endpoints(zk)
-    except (ZkError, KazooException) as exc:
+    except ZkError as exc:
         raise ClientError(
             "NETWORK_EXCEPTION",
             f"reading {BROKER_IDS} from ZooKeeper at {connect} failed: {exc!r}",

@@ -67,7 +67,6 @@ from annal.consumer.simple import (
 )
 from annal.zk import layout
 from annal.zk.client import SessionEvent, ZkClient, ZkError
-from kazoo.recipe.watchers import ChildrenWatch
 
 logger = logging.getLogger(__name__)
 
@@ -252,7 +251,7 @@ class GroupConsumer:
             thread.start()
         # Every change of members, brokers or topics asks for a rebalance.
         for path in (layout.consumer_ids_path(self.group), layout.BROKER_IDS, layout.BROKER_TOPICS):
-            self._watches.append(ChildrenWatch(self.zk.kazoo, path, self._on_change))
+            self._watches.append(self.zk.watch_children(path, self._on_change))
         self._rebalance_needed.set()
 
     def _on_change(self, children: list[str]) -> bool:
@@ -265,7 +264,7 @@ class GroupConsumer:
         lost = False
         while not self._stopped.is_set():
             lost |= self._session_lost()
-            if lost and self.zk.kazoo.connected:
+            if lost and self.zk.connected:
                 # A new session: our ephemeral registration and owner znodes are
                 # gone; register again and rebalance (Kafka's session-expiry path).
                 try:

@@ -55,7 +55,6 @@ from functools import partial
 from annal.zk import layout
 from annal.zk.client import StaleVersionError, ZkClient, ZkError
 from annal.zk.layout import BrokerRegistration, PartitionState, TopicAssignment
-from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from .election import PartitionState as State
 from .election import elect_leader, transition
@@ -162,9 +161,7 @@ class Controller:
             threading.Thread(
                 target=self._rebalance_timer, name="controller-rebalance", daemon=True
             ).start()
-        self._watches.append(
-            DataWatch(self.zk.kazoo, layout.CONTROLLER, self._on_controller_change)
-        )
+        self._watches.append(self.zk.watch_data(layout.CONTROLLER, self._on_controller_change))
         self._events.put(Event.ELECT)
 
     def initiate_shutdown(self) -> None:
@@ -277,25 +274,17 @@ class Controller:
         self._states = {}
         self._view = {}
         if not self._watches[1:]:
-            self._watches.append(ChildrenWatch(self.zk.kazoo, layout.BROKER_IDS, self._on_brokers))
+            self._watches.append(self.zk.watch_children(layout.BROKER_IDS, self._on_brokers))
+            self._watches.append(self.zk.watch_children(layout.BROKER_TOPICS, self._on_topics))
+            self._watches.append(self.zk.watch_children(layout.DELETE_TOPICS, self._on_deletions))
             self._watches.append(
-                ChildrenWatch(self.zk.kazoo, layout.BROKER_TOPICS, self._on_topics)
+                self.zk.watch_children(layout.ISR_CHANGE_NOTIFICATION, self._on_isr_changes)
             )
             self._watches.append(
-                ChildrenWatch(self.zk.kazoo, layout.DELETE_TOPICS, self._on_deletions)
+                self.zk.watch_data(layout.PREFERRED_REPLICA_ELECTION, self._on_preferred_election)
             )
             self._watches.append(
-                ChildrenWatch(
-                    self.zk.kazoo, layout.ISR_CHANGE_NOTIFICATION, self._on_isr_changes
-                )
-            )
-            self._watches.append(
-                DataWatch(
-                    self.zk.kazoo, layout.PREFERRED_REPLICA_ELECTION, self._on_preferred_election
-                )
-            )
-            self._watches.append(
-                DataWatch(self.zk.kazoo, layout.REASSIGN_PARTITIONS, self._on_reassignment)
+                self.zk.watch_data(layout.REASSIGN_PARTITIONS, self._on_reassignment)
             )
         topics = self.zk.get_topics()
         self._watch_topics(topics)
@@ -307,8 +296,8 @@ class Controller:
             if topic not in self._topic_watches:
                 self._topic_watches.add(topic)
                 self._watches.append(
-                    DataWatch(
-                        self.zk.kazoo, layout.topic_path(topic), partial(self._on_topic_data, topic)
+                    self.zk.watch_data(
+                        layout.topic_path(topic), partial(self._on_topic_data, topic)
                     )
                 )
 
@@ -679,9 +668,7 @@ class Controller:
                         state.leader, state.leader_epoch + 1, in_sync, self.epoch
                     )
                     try:
-                        version = self.zk.update_partition_state(
-                            topic, partition, changed, version
-                        )
+                        version = self.zk.update_partition_state(topic, partition, changed, version)
                     except StaleVersionError as exc:
                         logger.warning("%s; will retry on the next event", exc)
                     else:

@@ -23,7 +23,6 @@ from typing import Any
 from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
 from annal.deploy.zookeeper import ZooKeeperServer
 from annal.zk.client import ZkClient, ZkError
-from kazoo.exceptions import KazooException
 
 CHROOT = "/annal"
 # A short session: a killed broker's registration and leaderships move within seconds.
@@ -60,7 +59,7 @@ def _controller(state: ClusterState) -> int | None:
     try:
         with ZkClient(state.zookeeper_connect, timeout_s=5) as zk:
             return zk.get_controller()
-    except (ZkError, KazooException):
+    except ZkError:
         return None
 
 

@@ -11,6 +11,12 @@ ours is gone: resign, re-register, rebuild".  ``ZkClient`` only reports them:
 the listener puts each change on ``session_events`` (a queue) and returns at
 once; the owner (broker, controller, consumer) decides what to do.
 
+This module is the one owner of kazoo: nothing outside ``zk/`` imports it.
+Watches are set through ``watch_children`` and ``watch_data``, and every kazoo
+failure other than the node-level answers this module handles itself (no
+node, node exists, bad version, not empty) leaves as a ``ZkError`` whose
+cause is the kazoo exception.
+
 Thread safety: kazoo's client is thread-safe; ``ZkClient`` adds no state
 beyond the queue, which is thread-safe too.
 """
@@ -24,14 +30,31 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+)
 from kazoo.protocol.states import KazooState
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
 from . import layout
 from .layout import BrokerRegistration, PartitionState, TopicAssignment
 
 logger = logging.getLogger(__name__)
+
+# Answers about one znode that this module turns into return values or its own
+# errors; every other kazoo failure is a ZkError.
+_NODE_ANSWERS = (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError)
+
+# What a watch callback gets: a znode's children (watch_children) or its data
+# and version (watch_data; None data when the znode does not exist).  Returning
+# False ends the watch.
+ChildrenCallback = Callable[[list[str]], bool | None]
+DataCallback = Callable[[bytes | None, int], bool | None]
 
 
 class ZkError(Exception):
@@ -135,7 +158,7 @@ class ZkClient:
 
     @property
     def kazoo(self) -> KazooClient:
-        """The underlying client, for watches (``ChildrenWatch``, ``DataWatch``)."""
+        """The underlying client: for tests that expire sessions or plant bad znodes."""
         return self._kazoo
 
     @property
@@ -152,7 +175,37 @@ class ZkClient:
     # -- primitives ------------------------------------------------------------
 
     def _call(self, fn: Callable[..., Any], *args: object, **kwargs: object) -> Any:
-        return self._retry(fn, *args, **kwargs)
+        """``fn`` under the retry policy; kazoo's failures leave as ZkError."""
+        try:
+            return self._retry(fn, *args, **kwargs)
+        except _NODE_ANSWERS:
+            raise
+        except KazooException as exc:
+            name = getattr(fn, "__name__", "request")
+            raise ZkError(f"ZooKeeper {name} failed: {type(exc).__name__} {exc}") from exc
+
+    # -- watches -----------------------------------------------------------------
+
+    def watch_children(self, path: str, callback: ChildrenCallback) -> object:
+        """Call ``callback(children)`` now and on every change of ``path``'s
+        children, on kazoo's thread: it must only hand work on.  The returned
+        handle keeps the watch; ``callback`` returning False ends it."""
+        return ChildrenWatch(self._kazoo, path, callback)
+
+    def watch_data(self, path: str, callback: DataCallback) -> object:
+        """Call ``callback(data, version)`` now and on every change of ``path``
+        (data None, version -1 while it does not exist), on kazoo's thread."""
+
+        def on_data(data: bytes | None, stat: Any) -> bool | None:
+            return callback(
+                None if data is None else bytes(data), -1 if stat is None else stat.version
+            )
+
+        return DataWatch(self._kazoo, path, on_data)
+
+    @property
+    def connected(self) -> bool:
+        return bool(self._kazoo.connected)
 
     def ensure_persistent_paths(self) -> None:
         for path in layout.PERSISTENT_PATHS:

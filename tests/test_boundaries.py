@@ -1,0 +1,59 @@
+"""The dependency rules of docs/architecture.md, read from the source: what each
+package may import."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ["annal", "storage", "zk", "broker", "controller", "producer", "admin",
+            "consumer", "client", "pipeline", "deploy"]  # fmt: skip
+
+
+def imported_modules(package: str) -> dict[str, set[str]]:
+    """file → the top-level modules it imports (``annal.x.y`` counts as ``annal.x``)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+        found[str(path.relative_to(ROOT))] = {
+            ".".join(n.split(".")[:2]) if n.startswith("annal.") else n.split(".")[0] for n in names
+        }
+    return found
+
+
+def test_only_zk_talks_to_kazoo() -> None:
+    offenders = [
+        f
+        for package in PACKAGES
+        if package != "zk"
+        for f, names in imported_modules(package).items()
+        if "kazoo" in names
+    ]
+    assert offenders == [], f"kazoo imported outside zk/: {offenders}"
+
+
+def test_storage_imports_nothing_of_the_network_or_zookeeper() -> None:
+    forbidden = {"grpc", "kazoo", "annal.broker", "annal.controller", "annal.zk", "annal.v1"}
+    offenders = {
+        f: sorted(names & forbidden)
+        for f, names in imported_modules("storage").items()
+        if names & forbidden
+    }
+    assert offenders == {}
+
+
+def test_clients_never_import_broker_internals() -> None:
+    forbidden = {"annal.broker", "annal.controller"}
+    offenders = {
+        f: sorted(names & forbidden)
+        for package in ("producer", "consumer", "admin", "client", "pipeline")
+        for f, names in imported_modules(package).items()
+        if names & forbidden
+    }
+    assert offenders == {}
