@@ -19,9 +19,8 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
-from concurrent.futures import Executor
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import grpc
 from annal.broker import request_checks as checks
@@ -53,21 +52,21 @@ class AdminManager:
         zk: ZkClient,
         metadata: MetadataCache,
         purgatories: Purgatories,
-        pool: Executor,
+        run_admin: Callable[[Callable[[], Any]], Awaitable[Any]],
         cluster_id: Callable[[], str | None],
     ) -> None:
         self._config = config
         self._zk = zk
         self._metadata = metadata
         self._purgatories = purgatories
-        self._pool = pool
+        self._run_admin = run_admin
         self._cluster_id = cluster_id
 
     async def blocking(self, fn: Callable[..., T], *args: object) -> T:
-        """``fn(*args)`` on the admin pool: ZooKeeper work, off the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._pool, functools.partial(fn, *args)
-        )
+        """``fn(*args)`` on the admin pool (``NetworkLayer.run_admin``): ZooKeeper
+        work, off the event loop."""
+        result: T = await self._run_admin(functools.partial(fn, *args))
+        return result
 
     async def wait_for_cache(
         self, ready: Callable[[MetadataSnapshot], bool], timeout_ms: int

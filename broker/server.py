@@ -163,7 +163,7 @@ class BrokerServer:
         self._isr_writer.start()
         data = DataApi(self.replicas, purgatories)
         admin = AdminManager(
-            config, self.zk, self.metadata, purgatories, network.admin_pool, lambda: self.cluster_id
+            config, self.zk, self.metadata, purgatories, network.run_admin, lambda: self.cluster_id
         )
         service = AnnalService(data, admin, GroupApi(self.coordinator, self.metadata, admin))
         control = ControlService(
