@@ -15,8 +15,11 @@ Kafka's published single-producer benchmark; the consumer fetches all six in
 one request per round, the next round on its way while it reads this one
 (``SimpleConsumer.stream``).  For scale, the run also measures the client's own floors in
 this interpreter, with no network: ``send()`` into open batches
-(``send_floor_records_per_s``) and decoding fetched batches into records
-(``decode_floor_records_per_s``).  Last, on three fresh brokers, produce
+(``send_floor_records_per_s``), decoding fetched batches into records
+(``decode_floor_records_per_s``: each record dropped as soon as it is made),
+and the simple consumer's own work on fetched answers, as ``consume`` holds
+them, a round of six 1 MiB partitions at a time
+(``consumer_floor_records_per_s``).  Last, on three fresh brokers, produce
 throughput into a replicated topic (3 replicas, min.insync.replicas 2) at
 acks=all, ``produce_rf3_acks_all_records_per_s``, and its ratio to the
 single-broker acks=1 figure.
@@ -44,11 +47,12 @@ from pathlib import Path
 
 import grpc
 from annal.admin.client import AdminClient
-from annal.consumer.simple import SimpleConsumer
+from annal.consumer.simple import FetchResult, SimpleConsumer
 from annal.deploy.cluster import LocalCluster
 from annal.deploy.zookeeper import free_port
 from annal.producer.producer import Producer
 from annal.storage.records import BatchBuilder, iter_records
+from annal.v1 import annal_pb2 as pb
 
 RECORD_SIZE = 100
 PARTITIONS = 6
@@ -140,6 +144,26 @@ def decode_floor(batch: bytes, repeat: int) -> float:
     started = time.perf_counter()
     count = sum(1 for _ in iter_records(data))
     return count / (time.perf_counter() - started)
+
+
+def consumer_floor(batch: bytes, rounds: int) -> float:
+    """Records per second the simple consumer makes of fetched answers with no
+    network: its own decoding of six partitions' 1 MiB answers into consumer
+    records, a round's worth held at once, as ``consume`` gets them."""
+    data = batch * ((1 << 20) // len(batch))
+    answers = [pb.PartitionFetchResponse(partition=p, records=data) for p in range(PARTITIONS)]
+    topic = pb.TopicFetchResponse(name="floor", partitions=answers)
+    response = pb.FetchResponse(topics=[topic])
+    wanted = {("floor", p): 0 for p in range(PARTITIONS)}
+    count = 0
+    with SimpleConsumer("127.0.0.1:1") as consumer:
+        started = time.perf_counter()
+        for _ in range(rounds):
+            results: dict[tuple[str, int], FetchResult] = {}
+            consumer._read_response(response, wanted, results)
+            count += sum(len(result.records) for result in results.values())
+            del results
+        return count / (time.perf_counter() - started)
 
 
 READER = """
@@ -278,6 +302,7 @@ def main() -> int:
         print("client floors ...", flush=True)
         floor_send = max(send_floor(min(records, 300_000)) for _ in range(runs))
         floor_decode = max(decode_floor(batch, 200) for _ in range(runs))
+        floor_consumer = max(consumer_floor(batch, 3) for _ in range(runs))
     finally:
         try:
             cluster.down()
@@ -311,6 +336,8 @@ def main() -> int:
         "produce_rf3_acks_all_records_per_s": round(replicated),
         "replicated_vs_single": round(replicated / plain, 3),
         "consume_vs_decode_floor": round(consumed / floor_decode, 3),
+        "consumer_floor_records_per_s": round(floor_consumer),
+        "consume_vs_consumer_floor": round(consumed / floor_consumer, 3),
         "cpus": os.cpu_count(),
     }
     for key, value in result.items():

@@ -25,14 +25,13 @@ import grpc
 from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
 from annal.storage.batch import last_header
-from annal.storage.records import Header, iter_records
+from annal.storage.records import Header, decode_located
 from annal.v1 import annal_pb2 as pb
 
 from annal.errors import is_retriable, transport_error
 
 EARLIEST = -2
 LATEST = -1
-new = tuple.__new__
 
 
 def _advance(
@@ -236,12 +235,9 @@ class SimpleConsumer:
                         )
                     if error != "NONE":
                         raise ConsumerError(error, p.error_message)
-                    where = (topic.name, p.partition)
-                    records = [
-                        new(ConsumerRecord, where + r)
-                        for r in iter_records(p.records)
-                        if r.offset >= offset
-                    ]
+                    records = decode_located(
+                        p.records, ConsumerRecord, topic.name, p.partition, offset
+                    )
                     header = last_header(p.records)
                     next_offset = header.next_offset if header is not None else offset
                     results[key] = FetchResult(records, p.high_watermark, next_offset)

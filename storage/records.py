@@ -35,7 +35,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
 from operator import add, lt
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import crc32c
 
@@ -66,6 +66,7 @@ __all__ = [
     "Record",
     "decode_batch",
     "decode_keys",
+    "decode_located",
     "decode_varint",
     "encode_batch",
     "encode_values",
@@ -102,6 +103,11 @@ HeaderLike = Header | tuple[str, bytes | None]
 
 # Builds a Record from a 5-tuple without the Python-level __new__ (the decoders' hot path).
 _new_record = cast(Callable[[type[Record], tuple[Any, ...]], Record], tuple.__new__)
+
+T = TypeVar("T", bound=tuple[Any, ...])
+Located = tuple[type[Any], str, int]
+"""What ``decode_located`` builds: the record type, its topic and partition."""
+_new_located = cast(Callable[[type[T], tuple[Any, ...]], T], tuple.__new__)
 
 # -- encoding tables -----------------------------------------------------------
 # Records shorter than _SHORT bytes (a 1- or 2-byte length varint) in batches
@@ -627,10 +633,16 @@ def decode_batch(
     within its records section) for a bad CRC, a truncated batch or record,
     a bad varint, or a record count that does not match the records.
     """
+    return _decode_at(buf, position)
+
+
+def _decode_at(
+    buf: bytes | bytearray | memoryview, position: int, located: Located | None = None
+) -> tuple[BatchHeader, list[Any]]:
     header = check_batch(buf, position, len(buf))
     body = _records_section(buf, header)
     try:
-        return header, _decode_records(body, header)
+        return header, _decode_records(body, header, located)
     except CorruptRecordError as exc:
         raise CorruptRecordError(
             f"{exc.reason} (byte {exc.position} of the records section)", position
@@ -643,13 +655,18 @@ _ZIGZAG = [(z >> 1) ^ -(z & 1) for z in range(0x80)]  # one-byte varints, decode
 _ZIGZAG2 = [0] * 0x80 + [(z >> 1) ^ -(z & 1) for z in range(1 << 14)]
 
 
-def _decode_records(body: bytes, header: BatchHeader) -> list[Record]:
+def _decode_records(body: bytes, header: BatchHeader, located: Located | None = None) -> list[Any]:
     """Every record of a records section; one- and two-byte varints are read inline.
+
+    Records are ``Record`` tuples, or with ``located`` = (cls, topic,
+    partition) ``cls`` tuples that lead with the topic and partition, built
+    in one step (a consumer's records, without a second tuple each).
 
     A field that runs past the end surfaces as an IndexError (the slices of
     keys and values do not check; the next field's byte does), and every
     record's fields must add up to its declared length.
     """
+    cls, topic, partition = located if located is not None else (Record, "", 0)
     base = header.base_offset
     first_ts = header.first_timestamp
     zigzag = _ZIGZAG
@@ -724,7 +741,12 @@ def _decode_records(body: bytes, header: BatchHeader) -> list[Record]:
                     f"{pos - record_end + length}",
                     start,
                 )
-            append(new(Record, (base + offset_delta, first_ts + ts_delta, key, value, headers)))
+            if located is None:
+                append(new(Record, (base + offset_delta, first_ts + ts_delta, key, value, headers)))
+            else:
+                offset = base + offset_delta
+                timestamp = first_ts + ts_delta
+                append(new(cls, (topic, partition, offset, timestamp, key, value, headers)))
     except IndexError:
         raise CorruptRecordError(
             f"records end early: {len(records)} of {count} decoded", min(pos, end)
@@ -735,7 +757,8 @@ def _decode_records(body: bytes, header: BatchHeader) -> list[Record]:
         )
     if header.attributes & TIMESTAMP_TYPE_MASK:  # LogAppendTime: the batch's time for all
         max_ts = header.max_timestamp
-        records = [new(Record, (r[0], max_ts, r[2], r[3], r[4])) for r in records]
+        at = 0 if located is None else 2  # where the offset sits
+        records = [new(cls, (*r[:at], r[at], max_ts, *r[at + 2 :])) for r in records]
     return records
 
 
@@ -838,6 +861,36 @@ def iter_batches_records(
         header, records = decode_batch(buf, position)
         yield header, records
         position += header.size
+
+
+def decode_located(
+    buf: bytes | bytearray | memoryview, cls: type[T], topic: str, partition: int, start: int
+) -> list[T]:
+    """The records of ``buf`` at offsets from ``start`` on, as ``cls`` tuples
+    (topic, partition, offset, timestamp, key, value, headers): a fetch's
+    answer decoded for a consumer.  Batches wholly before ``start`` (a fetch
+    answers from the batch that holds its offset) are skipped undecoded."""
+    out: list[T] = []
+    position = 0
+    end = len(buf)
+    located = (cls, topic, partition)
+    while position < end:
+        if position + MAGIC_OFFSET < end and buf[position + MAGIC_OFFSET] < CURRENT_MAGIC:
+            from .legacy import decode_legacy_entry
+
+            legacy = buf if isinstance(buf, bytes) else bytes(buf)
+            records, position = decode_legacy_entry(legacy, position)
+            where = (topic, partition)
+            out += [_new_located(cls, where + r) for r in records if r.offset >= start]
+            continue
+        header = check_batch(buf, position, end)
+        if header.last_offset >= start:
+            _, decoded = _decode_at(buf, position, located)
+            if header.base_offset < start:
+                decoded = [r for r in decoded if r[2] >= start]
+            out += decoded
+        position += header.size
+    return out
 
 
 def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 import pytest
 from annal.storage.batch import (
@@ -22,6 +23,7 @@ from annal.storage.records import (
     Record,
     decode_batch,
     decode_keys,
+    decode_located,
     decode_varint,
     encode_batch,
     encode_values,
@@ -454,6 +456,51 @@ def test_iter_records_reads_legacy_and_v2_entries_in_one_buffer() -> None:
     expected = [Record(0, 10, b"old", b"v1 message"), Record(1, 20, b"new", b"v2 record")]
     assert list(iter_records(both)) == expected
     assert list(iter_records(memoryview(both))) == expected
+
+
+class Located(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+
+
+def test_decode_located_leads_with_topic_and_partition_from_the_start_offset() -> None:
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    legacy = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    legacy.append(0, 10, b"old", b"v1 message")
+    first = encode_batch([Record(i, 20, None, b"a") for i in range(1, 4)], base_offset=1)
+    second = encode_batch(
+        [Record(4, 30, b"k", b"b", (Header("h", b"x"),)), Record(5, 31, b"k", None)],
+        base_offset=4,
+        compression=Compression.LZ4,
+    )
+    appended = encode_batch(
+        [Record(6, 1, None, b"c")],
+        base_offset=6,
+        timestamp_type=TimestampType.LOG_APPEND_TIME,
+        max_timestamp=999,
+    )
+    data = bytes(legacy.build()) + first + second + appended
+    every = decode_located(data, Located, "t", 3, 0)
+    assert every == [Located("t", 3, *r) for r in iter_records(data)]
+    assert every[-1] == Located("t", 3, 6, 999, None, b"c", ())
+    assert [r.offset for r in decode_located(data, Located, "t", 3, 2)] == [2, 3, 4, 5, 6]
+    assert decode_located(data, Located, "t", 3, 7) == []
+    assert all(type(r) is Located for r in every)
+
+
+def test_decode_located_names_a_corrupt_batch_it_must_read() -> None:
+    good = encode_batch([Record(0, 0, None, b"v")])
+    bad = bytearray(encode_batch([Record(1, 0, None, b"w")], base_offset=1))
+    bad[-1] ^= 0xFF  # the CRC no longer matches
+    with pytest.raises(CorruptRecordError) as caught:
+        decode_located(good + bytes(bad), Located, "t", 0, 0)
+    assert caught.value.position == len(good)
 
 
 @pytest.mark.timeout(10)
