@@ -95,6 +95,10 @@ class _Index:
             if self.created:
                 length = self._round(max_index_size)
                 os.ftruncate(fd, length)
+                # The first page written through the map of a new sparse file
+                # costs milliseconds (the file's first block is allocated in
+                # the page fault); written here it costs microseconds.
+                os.pwrite(fd, bytes(min(length, mmap.PAGESIZE)), 0)
         finally:
             os.close(fd)
         self._size = length

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import os
 import struct
 from pathlib import Path
 
@@ -413,3 +414,18 @@ def test_reader_keeps_a_zero_entry_before_real_ones(tmp_path: Path) -> None:
     empty = tmp_path / "00000000000000000007.timeindex"
     empty.write_bytes(b"\0" * 120)
     assert read_time_index_entries(empty) == []
+
+
+@pytest.mark.parametrize("kind", [OffsetIndex, TimeIndex])
+def test_a_new_index_has_its_first_page_on_disk(tmp_path: Path, kind: type) -> None:
+    """The file is sparse past its first page, which is written at creation: the
+    first entry written through the map would otherwise allocate the file's
+    first block inside a page fault, milliseconds on the append that rolled."""
+    index = kind(tmp_path / f"{BASE:020d}{kind.suffix}", BASE, 10 << 20)
+    fd = os.open(index.path, os.O_RDONLY)
+    try:
+        assert os.lseek(fd, 0, os.SEEK_DATA) == 0
+        assert os.fstat(fd).st_blocks * 512 < 1 << 20  # the rest stays a hole
+    finally:
+        os.close(fd)
+        index.close()
