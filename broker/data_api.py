@@ -15,12 +15,14 @@ Thread safety: runs on the event loop only.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
 from annal.broker import request_checks as checks
 from annal.broker.delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, Purgatories
-from annal.broker.replica_manager import ReplicaManager
+from annal.broker.replica_manager import AppendResult, ReplicaManager
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 
@@ -50,9 +52,18 @@ class _Awaited:
 class DataApi:
     """See the module docstring."""
 
-    def __init__(self, replicas: ReplicaManager, purgatories: Purgatories) -> None:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        purgatories: Purgatories,
+        run_storage: Callable[[Callable[[], AppendResult]], Awaitable[AppendResult]],
+    ) -> None:
         self._replicas = replicas
         self._purgatories = purgatories
+        self._run_storage = run_storage
+        # Partitions with an append on the storage thread: the end of each one's
+        # chain.  Later appends to them queue behind it, in arrival order.
+        self._off_loop: dict[TopicPartition, asyncio.Future[AppendResult]] = {}
 
     # -- produce -------------------------------------------------------------------
 
@@ -79,7 +90,10 @@ class DataApi:
                     )
                     continue
                 tp = TopicPartition(topic.name, data.partition)
-                result = replicas.append(tp, data.records, request.acks)
+                if tp in self._off_loop or replicas.roll_due(tp, len(data.records)):
+                    result = await self._append_off_loop(tp, data.records, request.acks)
+                else:
+                    result = replicas.append(tp, data.records, request.acks)
                 if request.acks == -1 and result.error == "NONE":
                     waiting.append(
                         _Awaited(
@@ -97,6 +111,26 @@ class DataApi:
         if waiting:
             await self._await_replication(response, waiting, wait_ms(request.timeout_ms, context))
         return response
+
+    async def _append_off_loop(self, tp: TopicPartition, records: bytes, acks: int) -> AppendResult:
+        """An append that rolls its log runs on the storage thread (a new segment's
+        files take milliseconds to create), so the loop serves everyone else
+        meanwhile.  Appends to the same partition that arrive in the meantime
+        follow it there one by one, so they keep their order; a cancelled
+        request's append still finishes before the next begins."""
+        previous = self._off_loop.get(tp)
+
+        async def chained() -> AppendResult:
+            if previous is not None:
+                await asyncio.wait([previous])  # its outcome is its own request's
+            try:
+                return await self._run_storage(lambda: self._replicas.append(tp, records, acks))
+            finally:
+                if self._off_loop.get(tp) is task:
+                    del self._off_loop[tp]
+
+        task = self._off_loop[tp] = asyncio.ensure_future(chained())
+        return await asyncio.shield(task)
 
     async def _await_replication(
         self, response: pb.ProduceResponse, waiting: list[_Awaited], timeout_ms: int

@@ -4,13 +4,16 @@ The loop runs on one thread, ``network``, and serves the broker's gRPC
 services with ``grpc.aio``: every connection and every request, however many
 clients there are, is a coroutine on it.  A handler does its short work inline
 (appends to and reads from the page cache) and waits without a thread: in a
-purgatory (``delayed.py``) for events, or on one of two small pools for work
-that blocks:
+purgatory (``delayed.py``) for events, or on one of three small pools for
+work that blocks:
 
 * ``control`` (one thread): controller requests, applied in arrival order
   (opening logs, reading topic configs from ZooKeeper);
 * ``admin`` (``ADMIN_THREADS`` threads): ZooKeeper reads and writes of admin
-  requests, and ControlledShutdown's wait for the controller.
+  requests, and ControlledShutdown's wait for the controller;
+* ``storage`` (one thread): appends that roll their log to a new segment
+  (creating its files takes a millisecond or more, longer while another
+  thread's fsync holds the file system's journal).
 
 So the broker's thread count does not grow with its clients.  Requests are
 bounded by ``RequestLimits`` (``rpc_guard.py``) and, one by one, by
@@ -51,6 +54,7 @@ class NetworkLayer:
         self._running = threading.Event()
         self.admin_pool = ThreadPoolExecutor(ADMIN_THREADS, thread_name_prefix="admin")
         self.control_pool = ThreadPoolExecutor(1, thread_name_prefix="control")
+        self.storage_pool = ThreadPoolExecutor(1, thread_name_prefix="storage")
         self._max_request_bytes = max_request_bytes
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
@@ -81,6 +85,10 @@ class NetworkLayer:
     async def run_admin(self, fn: Callable[[], T]) -> T:
         """``fn()`` on the admin pool."""
         return await self.loop.run_in_executor(self.admin_pool, fn)
+
+    async def run_storage(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the storage thread: appends that roll a log."""
+        return await self.loop.run_in_executor(self.storage_pool, fn)
 
     def serve(self, address: str, add_services: Callable[[grpc.aio.Server], None]) -> int:
         """Bind ``address``, add the services and start serving; the port bound.
@@ -133,6 +141,7 @@ class NetworkLayer:
             self._thread.join(10)
         self.admin_pool.shutdown(wait=False, cancel_futures=True)
         self.control_pool.shutdown(wait=False, cancel_futures=True)
+        self.storage_pool.shutdown(wait=False, cancel_futures=True)
 
 
 async def _set_all(servicer: health.aio.HealthServicer, names: list[str], status: int) -> None:

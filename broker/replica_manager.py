@@ -219,6 +219,11 @@ class ReplicaManager:
 
     # -- produce -------------------------------------------------------------------
 
+    def roll_due(self, tp: TopicPartition, size: int) -> bool:
+        """Whether appending ``size`` bytes to ``tp`` here would roll its log (an estimate)."""
+        partition = self.partition(tp)
+        return partition is not None and partition.log.roll_due(size)
+
     def append(self, tp: TopicPartition, records: bytes, acks: int = 1) -> AppendResult:
         """Append as leader (``Partition.append_as_leader``); with ``acks`` -1 the
         request then waits for ``replication_outcome``."""

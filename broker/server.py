@@ -161,7 +161,7 @@ class BrokerServer:
             purgatories.touch,
         )
         self._isr_writer.start()
-        data = DataApi(self.replicas, purgatories)
+        data = DataApi(self.replicas, purgatories, network.run_storage)
         admin = AdminManager(
             config, self.zk, self.metadata, purgatories, network.run_admin, lambda: self.cluster_id
         )

@@ -580,6 +580,16 @@ class Log:
         logger.debug("rolling %s: %s", self.name, reason)
         return self._roll_locked(first_offset)
 
+    def roll_due(self, size: int) -> bool:
+        """Whether an append of ``size`` bytes would roll the log now: by the
+        active segment's size, a full index or its age by the clock.  Read
+        without the lock, so an estimate; it lets a caller on a thread that
+        must not block (the broker's event loop) hand that append to another."""
+        segment = self._view.segments[-1]
+        return not segment.accepts(
+            size, self._log_end_offset, self._time_ms(), self._segment_bytes, self._segment_ms
+        )
+
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset."""
         with self._lock:

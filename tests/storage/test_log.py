@@ -205,6 +205,22 @@ def test_truncate_to_removes_whole_batches_and_later_segments(tmp_path: Path) ->
     reopened.close()
 
 
+def test_roll_due_tells_an_append_that_would_roll(tmp_path: Path) -> None:
+    clock = FakeClock()  # the batches' timestamps are its time
+    log = open_log(tmp_path / "t-0", clock, segment_bytes=500)
+    assert not log.roll_due(400)  # an empty segment takes any first batch
+    data = batch([b"x" * 300])
+    log.append_as_leader(data, 0)
+    assert not log.roll_due(100)
+    assert log.roll_due(len(data))  # past segment.bytes
+    segments = len(log.segments())
+    log.append_as_leader(data, 0)
+    assert len(log.segments()) == segments + 1 and not log.roll_due(100)
+    clock.advance(7 * 24 * 3600 * 1000 + 1)  # past segment.ms
+    assert log.roll_due(100)
+    log.close()
+
+
 def test_truncate_below_start_restarts_log(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0")
     log.append_as_leader(batch([b"a", b"b"]), 0)
