@@ -19,6 +19,9 @@ from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
 from annal.v1 import annal_pb2 as pb
 
+from annal import errors
+from annal.errors import ErrorCode
+
 DEFAULT_TIMEOUT_S = 30.0
 
 
@@ -49,13 +52,13 @@ class TopicInfo:
 
 @dataclass(frozen=True, slots=True, order=True)
 class PartitionOutcome:
-    """One partition's answer to an election or a reassignment: ``error`` is NONE
-    (elected, or started) or Kafka's error name (ELECTION_NOT_NEEDED,
-    PREFERRED_LEADER_NOT_AVAILABLE, INVALID_REPLICA_ASSIGNMENT, ...)."""
+    """One partition's answer to an election or a reassignment: ``error`` is
+    ``errors.NONE`` (elected, or started) or another of Kafka's codes
+    (ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE, INVALID_REPLICA_ASSIGNMENT, ...)."""
 
     topic: str
     partition: int  # -1 for an unknown topic named without partitions
-    error: str
+    error: ErrorCode
     message: str
 
 
@@ -66,7 +69,7 @@ class DeletedRecords:
     topic: str
     partition: int
     low_watermark: int  # the log start offset afterwards; -1 on an error
-    error: str
+    error: ErrorCode
     message: str
 
 
@@ -90,7 +93,7 @@ class AdminClient:
         try:
             return self.cluster.call_any(method, request)
         except ClientError as exc:
-            raise AdminError(exc.error, exc.message) from None
+            raise AdminError(exc.code, exc.message) from exc
 
     def create_topic(
         self,
@@ -118,13 +121,13 @@ class AdminClient:
         request = pb.CreateTopicsRequest(topics=[topic], timeout_ms=int(self.timeout_s * 1000))
         result = self._call("CreateTopics", request).topics[0]
         if result.error != pb.NONE:
-            raise AdminError(pb.ErrorCode.Name(result.error), result.error_message)
+            raise AdminError(errors.from_wire(result.error), result.error_message)
 
     def delete_topic(self, name: str) -> None:
         request = pb.DeleteTopicsRequest(topics=[name], timeout_ms=int(self.timeout_s * 1000))
         result = self._call("DeleteTopics", request).topics[0]
         if result.error != pb.NONE:
-            raise AdminError(pb.ErrorCode.Name(result.error), result.error_message)
+            raise AdminError(errors.from_wire(result.error), result.error_message)
 
     def create_partitions(
         self, name: str, count: int, assignment: Sequence[Sequence[int]] | None = None
@@ -139,7 +142,7 @@ class AdminClient:
         request = pb.CreatePartitionsRequest(topics=[topic], timeout_ms=int(self.timeout_s * 1000))
         result = self._call("CreatePartitions", request).topics[0]
         if result.error != pb.NONE:
-            raise AdminError(pb.ErrorCode.Name(result.error), result.error_message)
+            raise AdminError(errors.from_wire(result.error), result.error_message)
 
     def list_topics(self) -> list[str]:
         metadata = self._call("Metadata", pb.MetadataRequest())
@@ -151,10 +154,12 @@ class AdminClient:
         for topic in metadata.topics:
             if topic.error == pb.UNKNOWN_TOPIC_OR_PARTITION:
                 raise AdminError(
-                    "UNKNOWN_TOPIC_OR_PARTITION", f"topic {topic.name!r} does not exist"
+                    errors.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r} does not exist"
                 )
             if topic.error == pb.INVALID_TOPIC_EXCEPTION:
-                raise AdminError("INVALID_TOPIC_EXCEPTION", f"illegal topic name {topic.name!r}")
+                raise AdminError(
+                    errors.INVALID_TOPIC_EXCEPTION, f"illegal topic name {topic.name!r}"
+                )
             out.append(
                 TopicInfo(
                     topic.name,
@@ -189,7 +194,7 @@ class AdminClient:
         )
         response = self._call("ElectLeaders", request)
         return sorted(
-            PartitionOutcome(r.topic, r.partition, pb.ErrorCode.Name(r.error), r.error_message)
+            PartitionOutcome(r.topic, r.partition, errors.from_wire(r.error), r.error_message)
             for r in response.results
         )
 
@@ -206,7 +211,7 @@ class AdminClient:
         )
         response = self._call("AlterPartitionReassignments", request)
         return sorted(
-            PartitionOutcome(r.topic, r.partition, pb.ErrorCode.Name(r.error), r.error_message)
+            PartitionOutcome(r.topic, r.partition, errors.from_wire(r.error), r.error_message)
             for r in response.results
         )
 
@@ -224,7 +229,7 @@ class AdminClient:
                 if leader is None:
                     results.append(
                         DeletedRecords(
-                            topic, partition, -1, "UNKNOWN_TOPIC_OR_PARTITION",
+                            topic, partition, -1, errors.UNKNOWN_TOPIC_OR_PARTITION,
                             f"no live leader known for {topic}-{partition}",
                         )
                     )  # fmt: skip
@@ -242,10 +247,10 @@ class AdminClient:
                         request, timeout=self.timeout_s
                     )
                 except grpc.RpcError as exc:
-                    raise AdminError(exc.code().name, exc.details() or "") from None
+                    raise AdminError.from_rpc(exc, f"DeleteRecords to {leader}") from exc
                 for r in response.results:
-                    error = pb.ErrorCode.Name(r.error)
-                    if error == "NOT_LEADER_OR_FOLLOWER" and attempt == 0:
+                    error = errors.from_wire(r.error)
+                    if error is errors.NOT_LEADER_OR_FOLLOWER and attempt == 0:
                         retry[(r.topic, r.partition)] = offsets[(r.topic, r.partition)]
                     else:
                         results.append(
@@ -262,7 +267,7 @@ class AdminClient:
         try:
             self.cluster.refresh(topics)
         except ClientError as exc:
-            raise AdminError(exc.error, exc.message) from None
+            raise AdminError(exc.code, exc.message) from exc
 
     def describe_configs(
         self, topic: str, include_defaults: bool = False
@@ -272,7 +277,7 @@ class AdminClient:
         request = pb.DescribeConfigsRequest(topics=[topic], include_defaults=include_defaults)
         (result,) = self._call("DescribeConfigs", request).topics
         if result.error != pb.NONE:
-            raise AdminError(pb.ErrorCode.Name(result.error), result.error_message)
+            raise AdminError(errors.from_wire(result.error), result.error_message)
         return [(e.name, e.value, e.is_default) for e in result.entries]
 
     def alter_configs(
@@ -287,7 +292,7 @@ class AdminClient:
         request = pb.AlterConfigsRequest(topics=[change], validate_only=validate_only)
         (result,) = self._call("AlterConfigs", request).topics
         if result.error != pb.NONE:
-            raise AdminError(pb.ErrorCode.Name(result.error), result.error_message)
+            raise AdminError(errors.from_wire(result.error), result.error_message)
 
     def close(self) -> None:
         self.cluster.close()

@@ -127,8 +127,7 @@ def _describe(event: dict[str, Any]) -> str:
         )
     if kind == "leaders_elected":
         return (
-            f"round {event['round']}: new leaders {event['leaders']} "
-            f"after {event['after_ms']} ms"
+            f"round {event['round']}: new leaders {event['leaders']} after {event['after_ms']} ms"
         )
     if kind == "broker_restarted":
         return f"round {event['round']}: broker {event['broker']} restarted"

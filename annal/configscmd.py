@@ -30,9 +30,7 @@ def add_parser(commands: Any) -> None:
         help="settings to set; a value holding commas goes in brackets: "
         "cleanup.policy=[compact,delete]",
     )  # fmt: skip
-    configs.add_argument(
-        "--delete-config", default="", metavar="K[,K]", help="overrides to remove"
-    )
+    configs.add_argument("--delete-config", default="", metavar="K[,K]", help="overrides to remove")
     configs.set_defaults(run=run)
 
 

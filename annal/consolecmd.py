@@ -67,8 +67,7 @@ def add_parsers(commands: Any) -> None:
         "--acks",
         default="1",
         choices=["all", "-1", "0", "1"],
-        help="all (-1): the whole ISR has each record; 1: the leader; 0: no answer "
-        "(default 1)",
+        help="all (-1): the whole ISR has each record; 1: the leader; 0: no answer (default 1)",
     )
     producer.add_argument(
         "--compression-codec", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"]

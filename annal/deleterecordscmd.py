@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from annal import errors
 from annal.planfiles import read_partition_file
 
 EXAMPLE = '{"version": 1, "partitions": [{"topic": "events", "partition": 0, "offset": 1000}]}'
@@ -67,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
             return 1
     print("Records delete operation completed:")
     for r in results:
-        if r.error == "NONE":
+        if r.error is errors.NONE:
             print(f"partition: {r.topic}-{r.partition}\tlow_watermark: {r.low_watermark}")
         else:
             print(f"partition: {r.topic}-{r.partition}\terror: {r.error} {r.message}".rstrip())
-    return 0 if all(r.error == "NONE" for r in results) else 1
+    return 0 if all(r.error is errors.NONE for r in results) else 1

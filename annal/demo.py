@@ -139,9 +139,7 @@ def crash_leader(cluster: LocalCluster, bootstrap: str) -> None:
         led = sorted(p for p, leader in leaders().items() if leader == victim)
         started = time.perf_counter()
         cluster.signal_broker(victim, signal.SIGKILL)
-        wait_until(
-            lambda: all(leaders()[p] not in (-1, victim) for p in led), 60, "new leaders"
-        )
+        wait_until(lambda: all(leaders()[p] not in (-1, victim) for p in led), 60, "new leaders")
         moved = ", ".join(f"{p}→{leaders()[p]}" for p in led)
     say(
         f"SIGKILLed broker {victim}, leader of partitions {led}: new leaders in "

@@ -9,6 +9,9 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
+from annal import errors
+from annal.errors import ErrorCode
+
 
 def add_parser(commands: Any) -> None:
     election = commands.add_parser(
@@ -65,21 +68,24 @@ def run(args: argparse.Namespace) -> int:
             return 1
     if args.json:
         for outcome in outcomes:
-            print(json.dumps(asdict(outcome)))
+            print(json.dumps({**asdict(outcome), "error": outcome.error.name}))
     else:
         _report(outcomes)
-    return 0 if all(o.error in ("NONE", "ELECTION_NOT_NEEDED") for o in outcomes) else 1
+    return 0 if all(o.error in _DONE for o in outcomes) else 1
+
+
+_DONE = (errors.NONE, errors.ELECTION_NOT_NEEDED)
 
 
 def _report(outcomes: list[Any]) -> None:
-    def names(error: str) -> str:
-        return ", ".join(f"{o.topic}-{o.partition}" for o in outcomes if o.error == error)
+    def names(error: ErrorCode) -> str:
+        return ", ".join(f"{o.topic}-{o.partition}" for o in outcomes if o.error is error)
 
-    if elected := names("NONE"):
+    if elected := names(errors.NONE):
         print(f"Successfully completed leader election (PREFERRED) for partitions {elected}")
-    if already := names("ELECTION_NOT_NEEDED"):
+    if already := names(errors.ELECTION_NOT_NEEDED):
         print(f"Valid replica already elected for partitions {already}")
-    failed = [o for o in outcomes if o.error not in ("NONE", "ELECTION_NOT_NEEDED")]
+    failed = [o for o in outcomes if o.error not in _DONE]
     if failed:
         print("Failed to elect leaders for partitions:")
         for o in failed:

@@ -9,6 +9,11 @@ client does with one follows from two flags, as in Kafka's ``Errors``:
 * ``invalid_metadata``: the client's view of the cluster is stale, so it
   refreshes its metadata (or finds its coordinator again) before retrying.
 
+Code compares codes, never names: ``result.error is errors.NONE``.  Every
+error annal raises is an ``AnnalError`` carrying its code (the storage
+engine's, the broker's, the clients'), so a caller asks ``exc.code.retriable``
+whatever raised it.
+
 Failures below Kafka's codes (the transport) are translated at one place,
 ``transport_error``: a broker that cannot be reached or timed out is
 BROKER_NOT_AVAILABLE or REQUEST_TIMED_OUT, a broker past its request limits
@@ -25,10 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import grpc
 
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class ErrorCode:
     """One of Kafka's error codes and what a client should do about it."""
 
@@ -37,52 +40,61 @@ class ErrorCode:
     retriable: bool = False
     invalid_metadata: bool = False
 
+    def __str__(self) -> str:
+        return self.name
 
-_CODES = (
-    ErrorCode("NONE", 0),
-    ErrorCode("UNKNOWN_SERVER_ERROR", -1),
-    ErrorCode("OFFSET_OUT_OF_RANGE", 1),
-    ErrorCode("CORRUPT_MESSAGE", 2),
-    ErrorCode("UNKNOWN_TOPIC_OR_PARTITION", 3, retriable=True, invalid_metadata=True),
-    ErrorCode("LEADER_NOT_AVAILABLE", 5, retriable=True, invalid_metadata=True),
-    ErrorCode("NOT_LEADER_OR_FOLLOWER", 6, retriable=True, invalid_metadata=True),
-    ErrorCode("REQUEST_TIMED_OUT", 7, retriable=True),
-    ErrorCode("BROKER_NOT_AVAILABLE", 8, retriable=True, invalid_metadata=True),
-    ErrorCode("REPLICA_NOT_AVAILABLE", 9, retriable=True, invalid_metadata=True),
-    ErrorCode("MESSAGE_TOO_LARGE", 10),
-    ErrorCode("STALE_CONTROLLER_EPOCH", 11),
-    ErrorCode("OFFSET_METADATA_TOO_LARGE", 12),
-    ErrorCode("COORDINATOR_LOAD_IN_PROGRESS", 14, retriable=True),
-    ErrorCode("COORDINATOR_NOT_AVAILABLE", 15, retriable=True, invalid_metadata=True),
-    ErrorCode("NOT_COORDINATOR", 16, retriable=True, invalid_metadata=True),
-    ErrorCode("INVALID_TOPIC_EXCEPTION", 17),
-    ErrorCode("NOT_ENOUGH_REPLICAS", 19, retriable=True),
-    ErrorCode("NOT_ENOUGH_REPLICAS_AFTER_APPEND", 20, retriable=True),
-    ErrorCode("INVALID_REQUIRED_ACKS", 21),
-    ErrorCode("INVALID_GROUP_ID", 24),
-    ErrorCode("INVALID_TIMESTAMP", 32),
-    ErrorCode("TOPIC_ALREADY_EXISTS", 36),
-    ErrorCode("INVALID_PARTITIONS", 37),
-    ErrorCode("INVALID_REPLICATION_FACTOR", 38),
-    ErrorCode("INVALID_REPLICA_ASSIGNMENT", 39),
-    ErrorCode("INVALID_CONFIG", 40),
-    ErrorCode("NOT_CONTROLLER", 41, retriable=True, invalid_metadata=True),
-    ErrorCode("INVALID_REQUEST", 42),
-    ErrorCode("INVALID_PRODUCER_ID_MAPPING", 49),
-    ErrorCode("KAFKA_STORAGE_ERROR", 56, retriable=True, invalid_metadata=True),
-    ErrorCode("REASSIGNMENT_IN_PROGRESS", 60),
-    ErrorCode("FENCED_LEADER_EPOCH", 74, retriable=True, invalid_metadata=True),
-    ErrorCode("UNKNOWN_LEADER_EPOCH", 75, retriable=True),
-    ErrorCode("PREFERRED_LEADER_NOT_AVAILABLE", 80, retriable=True, invalid_metadata=True),
-    ErrorCode("ELECTION_NOT_NEEDED", 84),
-    ErrorCode("INVALID_RECORD", 87),
-)
 
-# Not on the wire: the broker answered RESOURCE_EXHAUSTED (its request limits).
+NONE = ErrorCode("NONE", 0)
+UNKNOWN_SERVER_ERROR = ErrorCode("UNKNOWN_SERVER_ERROR", -1)
+OFFSET_OUT_OF_RANGE = ErrorCode("OFFSET_OUT_OF_RANGE", 1)
+CORRUPT_MESSAGE = ErrorCode("CORRUPT_MESSAGE", 2)
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode("UNKNOWN_TOPIC_OR_PARTITION", 3, True, True)
+LEADER_NOT_AVAILABLE = ErrorCode("LEADER_NOT_AVAILABLE", 5, True, True)
+NOT_LEADER_OR_FOLLOWER = ErrorCode("NOT_LEADER_OR_FOLLOWER", 6, True, True)
+REQUEST_TIMED_OUT = ErrorCode("REQUEST_TIMED_OUT", 7, True)
+BROKER_NOT_AVAILABLE = ErrorCode("BROKER_NOT_AVAILABLE", 8, True, True)
+REPLICA_NOT_AVAILABLE = ErrorCode("REPLICA_NOT_AVAILABLE", 9, True, True)
+MESSAGE_TOO_LARGE = ErrorCode("MESSAGE_TOO_LARGE", 10)
+STALE_CONTROLLER_EPOCH = ErrorCode("STALE_CONTROLLER_EPOCH", 11)
+OFFSET_METADATA_TOO_LARGE = ErrorCode("OFFSET_METADATA_TOO_LARGE", 12)
+COORDINATOR_LOAD_IN_PROGRESS = ErrorCode("COORDINATOR_LOAD_IN_PROGRESS", 14, True)
+COORDINATOR_NOT_AVAILABLE = ErrorCode("COORDINATOR_NOT_AVAILABLE", 15, True, True)
+NOT_COORDINATOR = ErrorCode("NOT_COORDINATOR", 16, True, True)
+INVALID_TOPIC_EXCEPTION = ErrorCode("INVALID_TOPIC_EXCEPTION", 17)
+NOT_ENOUGH_REPLICAS = ErrorCode("NOT_ENOUGH_REPLICAS", 19, True)
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = ErrorCode("NOT_ENOUGH_REPLICAS_AFTER_APPEND", 20, True)
+INVALID_REQUIRED_ACKS = ErrorCode("INVALID_REQUIRED_ACKS", 21)
+INVALID_GROUP_ID = ErrorCode("INVALID_GROUP_ID", 24)
+INVALID_TIMESTAMP = ErrorCode("INVALID_TIMESTAMP", 32)
+TOPIC_ALREADY_EXISTS = ErrorCode("TOPIC_ALREADY_EXISTS", 36)
+INVALID_PARTITIONS = ErrorCode("INVALID_PARTITIONS", 37)
+INVALID_REPLICATION_FACTOR = ErrorCode("INVALID_REPLICATION_FACTOR", 38)
+INVALID_REPLICA_ASSIGNMENT = ErrorCode("INVALID_REPLICA_ASSIGNMENT", 39)
+INVALID_CONFIG = ErrorCode("INVALID_CONFIG", 40)
+NOT_CONTROLLER = ErrorCode("NOT_CONTROLLER", 41, True, True)
+INVALID_REQUEST = ErrorCode("INVALID_REQUEST", 42)
+INVALID_PRODUCER_ID_MAPPING = ErrorCode("INVALID_PRODUCER_ID_MAPPING", 49)
+KAFKA_STORAGE_ERROR = ErrorCode("KAFKA_STORAGE_ERROR", 56, True, True)
+REASSIGNMENT_IN_PROGRESS = ErrorCode("REASSIGNMENT_IN_PROGRESS", 60)
+FENCED_LEADER_EPOCH = ErrorCode("FENCED_LEADER_EPOCH", 74, True, True)
+UNKNOWN_LEADER_EPOCH = ErrorCode("UNKNOWN_LEADER_EPOCH", 75, True)
+PREFERRED_LEADER_NOT_AVAILABLE = ErrorCode("PREFERRED_LEADER_NOT_AVAILABLE", 80, True, True)
+ELECTION_NOT_NEEDED = ErrorCode("ELECTION_NOT_NEEDED", 84)
+INVALID_RECORD = ErrorCode("INVALID_RECORD", 87)
+
+# Not in annal's answers, only raised by clients.  BROKER_BUSY: the broker
+# answered RESOURCE_EXHAUSTED (its request limits).  NETWORK_EXCEPTION:
+# Kafka's code for a client that could not reach what it needed (here
+# ZooKeeper, when brokers are found through it).
 BROKER_BUSY = ErrorCode("BROKER_BUSY", -100, retriable=True)
+NETWORK_EXCEPTION = ErrorCode("NETWORK_EXCEPTION", 13, True, True)
 
-CODES: dict[str, ErrorCode] = {c.name: c for c in (*_CODES, BROKER_BUSY)}
+CODES: dict[str, ErrorCode] = {
+    code.name: code for code in globals().copy().values() if isinstance(code, ErrorCode)
+}
 """Every code by name."""
+
+_BY_NUMBER = {c.number: c for c in CODES.values() if c not in (BROKER_BUSY, NETWORK_EXCEPTION)}
 
 
 def lookup(name: str) -> ErrorCode:
@@ -90,30 +102,41 @@ def lookup(name: str) -> ErrorCode:
     return CODES.get(name) or ErrorCode(name, -1)
 
 
-def is_retriable(name: str) -> bool:
-    return lookup(name).retriable
+def from_wire(number: int) -> ErrorCode:
+    """The code an answer carries (``annal.v1.ErrorCode``); an unknown number is
+    a non-retriable server error that keeps its number."""
+    return _BY_NUMBER.get(number) or ErrorCode(f"UNKNOWN_ERROR_{number}", number)
 
 
-def needs_metadata_refresh(name: str) -> bool:
-    return lookup(name).invalid_metadata
+class AnnalError(Exception):
+    """Base of the errors annal raises for a request or a record: ``code`` says
+    what failed (and whether trying again can help), the text says where."""
+
+    code: ErrorCode = UNKNOWN_SERVER_ERROR
+
+    @property
+    def retriable(self) -> bool:
+        return self.code.retriable
 
 
 _TRANSPORT = {
-    grpc.StatusCode.UNAVAILABLE: "BROKER_NOT_AVAILABLE",
-    grpc.StatusCode.DEADLINE_EXCEEDED: "REQUEST_TIMED_OUT",
-    grpc.StatusCode.RESOURCE_EXHAUSTED: "BROKER_BUSY",
-    grpc.StatusCode.INVALID_ARGUMENT: "INVALID_REQUEST",
-    grpc.StatusCode.CANCELLED: "REQUEST_TIMED_OUT",
+    "UNAVAILABLE": BROKER_NOT_AVAILABLE,
+    "DEADLINE_EXCEEDED": REQUEST_TIMED_OUT,
+    "RESOURCE_EXHAUSTED": BROKER_BUSY,
+    "INVALID_ARGUMENT": INVALID_REQUEST,
+    "CANCELLED": REQUEST_TIMED_OUT,
 }
 
 
-def transport_error(exc: grpc.RpcError) -> ErrorCode:
-    """The Kafka code that stands for a failed call (UNKNOWN_SERVER_ERROR for the rest).
+def transport_error(exc: object) -> ErrorCode:
+    """The Kafka code that stands for a failed gRPC call (UNKNOWN_SERVER_ERROR
+    for the rest), read by the status's name so this module needs no gRPC.
     A single request over the broker's ``socket.request.max.bytes`` is
     MESSAGE_TOO_LARGE, not a busy broker: sending it again cannot help."""
-    code = exc.code() if callable(getattr(exc, "code", None)) else None
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        details = exc.details() if callable(getattr(exc, "details", None)) else ""
+    status = exc.code() if callable(getattr(exc, "code", None)) else None  # type: ignore[attr-defined]
+    name = getattr(status, "name", "")
+    if name == "RESOURCE_EXHAUSTED":
+        details = exc.details() if callable(getattr(exc, "details", None)) else ""  # type: ignore[attr-defined]
         if "larger than max" in (details or ""):
-            return lookup("MESSAGE_TOO_LARGE")
-    return lookup(_TRANSPORT.get(code, "UNKNOWN_SERVER_ERROR"))
+            return MESSAGE_TOO_LARGE
+    return _TRANSPORT.get(name, UNKNOWN_SERVER_ERROR)

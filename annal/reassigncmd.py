@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from annal import errors
 from annal.planfiles import read_partition_file
 
 EXAMPLE = '{"version": 1, "partitions": [{"topic": "events", "partition": 0, "replicas": [2, 3]}]}'
@@ -75,10 +76,10 @@ def run(args: argparse.Namespace) -> int:
     print("Current partition replica assignment\n")
     print(_plan_json({k: current[k] for k in plan if k in current}))
     print("\nSave this to use as the --reassignment-json-file option during rollback")
-    started = [f"{o.topic}-{o.partition}" for o in outcomes if o.error == "NONE"]
+    started = [f"{o.topic}-{o.partition}" for o in outcomes if o.error is errors.NONE]
     if started:
         print(f"Successfully started partition reassignments for {','.join(started)}")
-    failed = [o for o in outcomes if o.error != "NONE"]
+    failed = [o for o in outcomes if o.error is not errors.NONE]
     for o in failed:
         print(f"Failed to reassign {o.topic}-{o.partition}: {o.error} {o.message}")
     return 1 if failed else 0

@@ -8,6 +8,8 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
+from annal import errors
+
 
 def add_parser(commands: Any) -> None:
     topics = commands.add_parser(
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             if (
                 args.action == "create"
                 and args.if_not_exists
-                and exc.error == "TOPIC_ALREADY_EXISTS"
+                and exc.code is errors.TOPIC_ALREADY_EXISTS
             ):
                 return 0
             print(f"annal topics {args.action}: {exc}", file=sys.stderr)

@@ -37,8 +37,7 @@ def add_parsers(commands: Any) -> None:
         "--acks",
         default="all",
         choices=["all", "-1", "0", "1"],
-        help="all (-1): the whole ISR has each record; 1: the leader; 0: no answer "
-        "(default all)",
+        help="all (-1): the whole ISR has each record; 1: the leader; 0: no answer (default all)",
     )
     producer.add_argument("--value-prefix", type=int, help="values become PREFIX.N")
     producer.add_argument("--keyed", action="store_true", help="key each record with its value")

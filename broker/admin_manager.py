@@ -35,6 +35,8 @@ from annal.v1 import annal_pb2 as pb
 from annal.zk.client import StaleVersionError, ZkClient
 from annal.zk.layout import TopicAssignment
 
+from annal import errors
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -181,7 +183,7 @@ class AdminManager:
         zk = self._zk
         refusal = checks.topic_name(topic.name)
         if refusal is None and zk.get_topic_assignment(topic.name) is not None:
-            refusal = Refusal("TOPIC_ALREADY_EXISTS", f"topic {topic.name!r} already exists")
+            refusal = Refusal(errors.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists")
         refusal = refusal or checks.topic_configs(dict(topic.configs))
         if refusal is not None:
             return code(refusal.error), refusal.message, 0
@@ -220,7 +222,7 @@ class AdminManager:
         if refusal := checks.topic_name(name):
             return refusal
         if self._zk.get_topic_assignment(name) is None:
-            return Refusal("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+            return Refusal(errors.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         return None
 
     async def create_partitions(
@@ -261,10 +263,10 @@ class AdminManager:
         if refusal := self._topic_refusal_now(name):
             return refusal
         if name in zk.topics_to_delete():
-            return Refusal("INVALID_TOPIC_EXCEPTION", f"topic {name!r} is queued for deletion")
+            return Refusal(errors.INVALID_TOPIC_EXCEPTION, f"topic {name!r} is queued for deletion")
         found = zk.get_topic_assignment(name)
         if found is None:
-            return Refusal("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+            return Refusal(errors.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         assignment, version = found
         new = checks.added_partitions_assignment(
             name,
@@ -285,7 +287,7 @@ class AdminManager:
         try:
             zk.update_topic_assignment(name, grown, version)
         except StaleVersionError as exc:
-            return Refusal("INVALID_REQUEST", f"{exc}: changed concurrently, try again")
+            return Refusal(errors.INVALID_REQUEST, f"{exc}: changed concurrently, try again")
         return None
 
     async def delete_topics(
@@ -377,7 +379,7 @@ class AdminManager:
             missing = sorted(set(change.delete) - set(overrides))
             if missing:
                 return Refusal(
-                    "INVALID_CONFIG", f"cannot delete {missing}: not set on {change.name}"
+                    errors.INVALID_CONFIG, f"cannot delete {missing}: not set on {change.name}"
                 )
             overrides.update(change.set)
             for key in change.delete:
@@ -392,7 +394,7 @@ class AdminManager:
                 continue  # another alter wrote in between: apply this one on top of it
             return None
         return Refusal(
-            "INVALID_REQUEST",
+            errors.INVALID_REQUEST,
             f"the config of {change.name} kept changing under {ALTER_CONFIG_ATTEMPTS} attempts; "
             "try again",
         )
@@ -480,7 +482,7 @@ class AdminManager:
             refusal = checks.topic_partition(wanted.topic, wanted.partition)
             if refusal is None and cache.topics.get(wanted.topic, {}).get(wanted.partition) is None:
                 refusal = Refusal(
-                    "UNKNOWN_TOPIC_OR_PARTITION",
+                    errors.UNKNOWN_TOPIC_OR_PARTITION,
                     f"unknown partition {wanted.topic}-{wanted.partition}",
                 )
             refusal = refusal or checks.reassignment(

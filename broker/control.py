@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import grpc
 from annal.broker import request_checks as checks
+from annal.broker.data_api import code
 from annal.broker.metadata_cache import LiveBroker, MetadataCache, PartitionView
 from annal.broker.partition import LeaderAndIsrState
 from annal.broker.replica_manager import ReplicaManager
@@ -38,6 +39,8 @@ from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 from annal.zk.layout import BrokerRegistration
+
+from annal.errors import ErrorCode
 
 logger = logging.getLogger(__name__)
 
@@ -197,8 +200,8 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
         )
 
 
-def _partition_error(topic: str, partition: int, error: str) -> pb.PartitionError:
-    return pb.PartitionError(topic=topic, partition=partition, error=pb.ErrorCode.Value(error))
+def _partition_error(topic: str, partition: int, error: ErrorCode) -> pb.PartitionError:
+    return pb.PartitionError(topic=topic, partition=partition, error=code(error))
 
 
 class ControllerChannel:

@@ -42,6 +42,9 @@ from annal.storage.files import TopicPartition
 from annal.storage.log import Log
 from annal.storage.records import Record, encode_batch, iter_records
 
+from annal import errors
+from annal.errors import ErrorCode
+
 logger = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -61,9 +64,9 @@ class CommitEntry:
 
 # What the coordinator needs of the replica manager: an acks=all append (error,
 # last offset) and the wait for the in-sync replicas ({tp: (error, message)}).
-Append = Callable[[TopicPartition, bytes], tuple[str, int]]
+Append = Callable[[TopicPartition, bytes], tuple[ErrorCode, int]]
 AwaitReplication = Callable[
-    [dict[TopicPartition, int], int], Awaitable[Mapping[TopicPartition, tuple[str, str]]]
+    [dict[TopicPartition, int], int], Awaitable[Mapping[TopicPartition, tuple[ErrorCode, str]]]
 ]
 
 
@@ -142,32 +145,32 @@ class OffsetsCoordinator:
             (time.monotonic() - started) * 1000,
         )
 
-    def _state(self, index: int) -> str:
+    def _state(self, index: int) -> ErrorCode:
         """NONE when this broker can answer for partition ``index`` (caller holds the lock)."""
         if index in self._loading:
-            return "COORDINATOR_LOAD_IN_PROGRESS"
+            return errors.COORDINATOR_LOAD_IN_PROGRESS
         if index not in self._caches:
-            return "NOT_COORDINATOR"
-        return "NONE"
+            return errors.NOT_COORDINATOR
+        return errors.NONE
 
     # -- the requests ----------------------------------------------------------------
 
     async def commit(
         self, group: str, entries: Sequence[CommitEntry], timeout_ms: int
-    ) -> dict[Partitions, tuple[str, str]]:
+    ) -> dict[Partitions, tuple[ErrorCode, str]]:
         """(error, message) per (topic, partition) of ``entries``."""
         index = self.partition_of(group)
         with self._lock:
             state = self._state(index)
             generation = self._generation.get(index)
-        if state != "NONE":
+        if state != errors.NONE:
             return {(e.topic, e.partition): (state, "") for e in entries}
-        out: dict[Partitions, tuple[str, str]] = {}
+        out: dict[Partitions, tuple[ErrorCode, str]] = {}
         accepted = []
         for e in entries:
             if len(e.metadata.encode("utf-8")) > MAX_METADATA_BYTES:
                 out[(e.topic, e.partition)] = (
-                    "OFFSET_METADATA_TOO_LARGE",
+                    errors.OFFSET_METADATA_TOO_LARGE,
                     f"metadata is limited to {MAX_METADATA_BYTES} bytes",
                 )
             else:
@@ -188,12 +191,12 @@ class OffsetsCoordinator:
         )
         tp = TopicPartition(OFFSETS_TOPIC, index)
         error, last = self._append(tp, batch)
-        if error == "NONE":
+        if error == errors.NONE:
             error, message = (await self._await({tp: last}, timeout_ms))[tp]
         else:
             message = f"appending to {tp}: {error}"
         error = _COMMIT_ERRORS.get(error, error)
-        if error == "NONE":
+        if error == errors.NONE:
             with self._lock:
                 cache = self._caches.get(index)
                 if cache is not None and self._generation.get(index) == generation:
@@ -203,23 +206,23 @@ class OffsetsCoordinator:
                             e.offset, e.leader_epoch, e.metadata, now
                         )
         for e in accepted:
-            out[(e.topic, e.partition)] = (error, message if error != "NONE" else "")
+            out[(e.topic, e.partition)] = (error, message if error != errors.NONE else "")
         return out
 
     def fetch(
         self, group: str, wanted: Sequence[Partitions] | None
-    ) -> tuple[str, dict[Partitions, OffsetValue | None]]:
+    ) -> tuple[ErrorCode, dict[Partitions, OffsetValue | None]]:
         """(error, committed value per partition: None when the group has none);
         ``wanted`` None means every partition the group committed."""
         index = self.partition_of(group)
         with self._lock:
             state = self._state(index)
-            if state != "NONE":
+            if state != errors.NONE:
                 return state, {}
             offsets = dict(self._caches[index].get(group, {}))
         if wanted is None:
-            return "NONE", dict(offsets)
-        return "NONE", {key: offsets.get(key) for key in wanted}
+            return errors.NONE, dict(offsets)
+        return errors.NONE, {key: offsets.get(key) for key in wanted}
 
     def groups(self) -> list[str]:
         """Groups with committed offsets in the partitions this broker leads."""
@@ -229,10 +232,10 @@ class OffsetsCoordinator:
 
 # Commit failures as Kafka reports them to the committing consumer.
 _COMMIT_ERRORS = {
-    "NOT_LEADER_OR_FOLLOWER": "NOT_COORDINATOR",
-    "UNKNOWN_TOPIC_OR_PARTITION": "NOT_COORDINATOR",
-    "NOT_ENOUGH_REPLICAS": "COORDINATOR_NOT_AVAILABLE",
-    "NOT_ENOUGH_REPLICAS_AFTER_APPEND": "COORDINATOR_NOT_AVAILABLE",
+    errors.NOT_LEADER_OR_FOLLOWER: errors.NOT_COORDINATOR,
+    errors.UNKNOWN_TOPIC_OR_PARTITION: errors.NOT_COORDINATOR,
+    errors.NOT_ENOUGH_REPLICAS: errors.COORDINATOR_NOT_AVAILABLE,
+    errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: errors.COORDINATOR_NOT_AVAILABLE,
 }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import cast
 
 import grpc
 from annal.broker import request_checks as checks
@@ -26,12 +27,16 @@ from annal.broker.replica_manager import AppendResult, ReplicaManager
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 
+from annal import errors
+from annal.errors import ErrorCode
+
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024
 
 
-def code(name: str) -> pb.ErrorCode.ValueType:
-    return pb.ErrorCode.Value(name)
+def code(error: ErrorCode) -> pb.ErrorCode.ValueType:
+    """The wire value of ``error`` (``annal.v1.ErrorCode`` numbers are Kafka's)."""
+    return cast(pb.ErrorCode.ValueType, error.number)
 
 
 def wait_ms(timeout_ms: int, context: grpc.aio.ServicerContext) -> int:
@@ -94,7 +99,7 @@ class DataApi:
                     result = await self._append_off_loop(tp, data.records, request.acks)
                 else:
                     result = replicas.append(tp, data.records, request.acks)
-                if request.acks == -1 and result.error == "NONE":
+                if request.acks == -1 and result.error == errors.NONE:
                     waiting.append(
                         _Awaited(
                             tp, result.last_offset, len(response.topics) - 1, len(out.partitions)
@@ -143,14 +148,14 @@ class DataApi:
         outcomes = await self.await_replication(last, timeout_ms)
         for awaited in waiting:
             error, message = outcomes[awaited.tp]
-            if error != "NONE":
+            if error != errors.NONE:
                 answer = response.topics[awaited.topic_slot].partitions[awaited.partition_slot]
                 answer.error = code(error)
                 answer.error_message = message
 
     async def await_replication(
         self, appended: dict[TopicPartition, int], timeout_ms: int
-    ) -> dict[TopicPartition, tuple[str, str]]:
+    ) -> dict[TopicPartition, tuple[ErrorCode, str]]:
         """(error, message) per partition once each appended last offset is on the
         ISR, or cannot be, or ``timeout_ms`` passed (REQUEST_TIMED_OUT)."""
         operation = DelayedProduce(self._replicas.replication_outcome, appended, timeout_ms)
@@ -292,7 +297,7 @@ class DataApi:
         """Move each partition's log start on its leader (this broker), then answer
         once the in-sync followers have followed (or the wait ran out)."""
         checks.check_timeout_ms(request.timeout_ms)
-        outcomes: dict[int, tuple[str, int, str]] = {}
+        outcomes: dict[int, tuple[ErrorCode, int, str]] = {}
         targets: dict[TopicPartition, int] = {}
         slots: dict[int, TopicPartition] = {}
         for slot, wanted in enumerate(request.partitions):
@@ -302,7 +307,7 @@ class DataApi:
                 continue
             tp = TopicPartition(wanted.topic, wanted.partition)
             error, low_watermark, message = self._replicas.delete_records(tp, wanted.offset)
-            if error != "NONE":
+            if error != errors.NONE:
                 outcomes[slot] = (error, low_watermark, message)
                 continue
             targets[tp] = max(targets.get(tp, -1), low_watermark)

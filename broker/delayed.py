@@ -38,8 +38,11 @@ from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot
 from annal.broker.purgatory import DelayedOperation, Parking, Purgatory
 from annal.storage.files import TopicPartition
 
+from annal import errors
+from annal.errors import ErrorCode
+
 # (error name, message) per partition, as the replica manager reports outcomes
-Outcome = tuple[str, str]
+Outcome = tuple[ErrorCode, str]
 
 METADATA_KEY = "metadata"
 
@@ -126,7 +129,7 @@ class DelayedProduce(DelayedOperation[dict[TopicPartition, Outcome]]):
             tp: self._done.get(
                 tp,
                 (
-                    "REQUEST_TIMED_OUT",
+                    errors.REQUEST_TIMED_OUT,
                     f"{tp} not replicated to the ISR within {self._timeout_ms} ms",
                 ),
             )
@@ -134,13 +137,13 @@ class DelayedProduce(DelayedOperation[dict[TopicPartition, Outcome]]):
         }
 
 
-class DelayedDeleteRecords(DelayedOperation[dict[TopicPartition, tuple[str, int, str]]]):
+class DelayedDeleteRecords(DelayedOperation[dict[TopicPartition, tuple[ErrorCode, int, str]]]):
     """DeleteRecords: done when the in-sync followers have moved their log starts
     to the target too (or leadership is lost).  (error, low watermark, message)."""
 
     def __init__(
         self,
-        outcome_of: Callable[[TopicPartition, int], tuple[str, int, str] | None],
+        outcome_of: Callable[[TopicPartition, int], tuple[ErrorCode, int, str] | None],
         low_watermark_of: Callable[[TopicPartition], int],
         targets: Mapping[TopicPartition, int],
         timeout_ms: int,
@@ -149,9 +152,9 @@ class DelayedDeleteRecords(DelayedOperation[dict[TopicPartition, tuple[str, int,
         self._low_watermark_of = low_watermark_of
         self._targets = targets
         self._timeout_ms = timeout_ms
-        self._done: dict[TopicPartition, tuple[str, int, str]] = {}
+        self._done: dict[TopicPartition, tuple[ErrorCode, int, str]] = {}
 
-    def try_complete(self) -> dict[TopicPartition, tuple[str, int, str]] | None:
+    def try_complete(self) -> dict[TopicPartition, tuple[ErrorCode, int, str]] | None:
         for tp, target in self._targets.items():
             if tp not in self._done:
                 outcome = self._outcome_of(tp, target)
@@ -159,13 +162,13 @@ class DelayedDeleteRecords(DelayedOperation[dict[TopicPartition, tuple[str, int,
                     self._done[tp] = outcome
         return dict(self._done) if len(self._done) == len(self._targets) else None
 
-    def on_expire(self) -> dict[TopicPartition, tuple[str, int, str]]:
+    def on_expire(self) -> dict[TopicPartition, tuple[ErrorCode, int, str]]:
         self.try_complete()
         return {
             tp: self._done.get(
                 tp,
                 (
-                    "REQUEST_TIMED_OUT",
+                    errors.REQUEST_TIMED_OUT,
                     max(self._low_watermark_of(tp), -1),
                     f"records of {tp} before {target} deleted on the leader; in-sync "
                     f"followers had not followed within {self._timeout_ms} ms",
@@ -200,8 +203,8 @@ class Purgatories:
         self._loop_thread = loop_thread
         self.fetch: Purgatory[bool] = Purgatory("fetch", loop, parking)
         self.produce: Purgatory[dict[TopicPartition, Outcome]] = Purgatory("produce", loop, parking)
-        self.delete_records: Purgatory[dict[TopicPartition, tuple[str, int, str]]] = Purgatory(
-            "delete-records", loop, parking
+        self.delete_records: Purgatory[dict[TopicPartition, tuple[ErrorCode, int, str]]] = (
+            Purgatory("delete-records", loop, parking)
         )
         self.metadata: Purgatory[bool] = Purgatory("metadata", loop, parking)
 

@@ -15,6 +15,8 @@ from annal.broker.data_api import code, wait_ms
 from annal.broker.metadata_cache import MetadataCache
 from annal.v1 import annal_pb2 as pb
 
+from annal.errors import ErrorCode
+
 
 class GroupApi:
     """See the module docstring."""
@@ -59,7 +61,7 @@ class GroupApi:
     ) -> pb.OffsetCommitResponse:
         checks.check_timeout_ms(request.timeout_ms)
         group_refusal = checks.group_id(request.group)
-        outcome: dict[tuple[str, int], tuple[str, str]] = {}
+        outcome: dict[tuple[str, int], tuple[ErrorCode, str]] = {}
         entries = []
         for t in request.topics:
             for p in t.partitions:

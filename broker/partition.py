@@ -47,6 +47,9 @@ from annal.storage.files import TopicPartition
 from annal.storage.log import Log, LogAppendInfo
 from annal.zk.layout import PartitionState
 
+from annal import errors
+from annal.errors import AnnalError, ErrorCode
+
 logger = logging.getLogger(__name__)
 
 
@@ -60,10 +63,10 @@ class IsrChange:
     why: str
 
 
-class PartitionStateError(Exception):
-    """A request this partition's state refuses; ``code`` is Kafka's error name."""
+class PartitionStateError(AnnalError):
+    """A request this partition's state refuses, with the code to answer."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
 
@@ -190,13 +193,14 @@ class Partition:
         with self._lock:
             if self.leader != self.broker_id:
                 raise PartitionStateError(
-                    "NOT_LEADER_OR_FOLLOWER", f"broker {self.broker_id} does not lead {self.tp}"
+                    errors.NOT_LEADER_OR_FOLLOWER,
+                    f"broker {self.broker_id} does not lead {self.tp}",
                 )
             if acks == -1:
                 needed = self.log.config.min_insync_replicas
                 if len(self.isr) < needed:
                     raise PartitionStateError(
-                        "NOT_ENOUGH_REPLICAS",
+                        errors.NOT_ENOUGH_REPLICAS,
                         f"the ISR of {self.tp} is {list(self.isr)}, fewer than "
                         f"min.insync.replicas {needed}",
                     )
@@ -213,13 +217,14 @@ class Partition:
         with self._lock:
             if self.leader != self.broker_id:
                 raise PartitionStateError(
-                    "NOT_LEADER_OR_FOLLOWER", f"broker {self.broker_id} does not lead {self.tp}"
+                    errors.NOT_LEADER_OR_FOLLOWER,
+                    f"broker {self.broker_id} does not lead {self.tp}",
                 )
             if leader_epoch >= 0 and leader_epoch != self.leader_epoch:
                 code = (
-                    "FENCED_LEADER_EPOCH"
+                    errors.FENCED_LEADER_EPOCH
                     if leader_epoch < self.leader_epoch
-                    else "UNKNOWN_LEADER_EPOCH"
+                    else errors.UNKNOWN_LEADER_EPOCH
                 )
                 raise PartitionStateError(
                     code, f"leader epoch {leader_epoch} vs {self.leader_epoch}"
@@ -231,7 +236,9 @@ class Partition:
                 # With a matching epoch the follower may be newer than this leader's
                 # state (a reassignment): UNKNOWN_LEADER_EPOCH makes it ask again.
                 raise PartitionStateError(
-                    "UNKNOWN_LEADER_EPOCH" if leader_epoch >= 0 else "NOT_LEADER_OR_FOLLOWER",
+                    errors.UNKNOWN_LEADER_EPOCH
+                    if leader_epoch >= 0
+                    else errors.NOT_LEADER_OR_FOLLOWER,
                     f"replica {replica_id} is not a follower of {self.tp} "
                     f"(replicas {list(self.replicas)})",
                 )

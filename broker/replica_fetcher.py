@@ -48,6 +48,9 @@ from annal.storage.log import Log
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 
+from annal import errors
+from annal.errors import ErrorCode
+
 logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -74,7 +77,7 @@ class _Follow:
     leader_epoch: int
     truncated: bool = False  # epoch truncation done for this leader epoch
     delayed_until: float = 0.0
-    errors: dict[str, int] = field(default_factory=dict)
+    errors: dict[ErrorCode, int] = field(default_factory=dict)
 
 
 class ReplicaFetcherManager:
@@ -234,7 +237,7 @@ class _FetcherThread:
         ``self._cond``)."""
         return self._partitions.get(tp) is follow
 
-    def _delay(self, tp: TopicPartition, follow: _Follow, error: str, detail: str) -> None:
+    def _delay(self, tp: TopicPartition, follow: _Follow, error: ErrorCode, detail: str) -> None:
         seen = follow.errors.get(error, 0)
         # A first refusal is usually the leader not having its own LeaderAndIsr
         # yet (the controller tells brokers one by one): ask again soon.
@@ -281,8 +284,8 @@ class _FetcherThread:
                 asked_for = pending.get(tp)
                 if asked_for is None:
                     continue
-                error = pb.ErrorCode.Name(result.error)
-                if error != "NONE":
+                error = errors.from_wire(result.error)
+                if error != errors.NONE:
                     with self._cond:
                         if self._current(tp, asked_for):
                             self._delay(tp, asked_for, error, "(OffsetsForLeaderEpoch)")
@@ -353,11 +356,11 @@ class _FetcherThread:
     ) -> None:
         """Apply one partition's answer (the caller holds ``self._cond``)."""
         log = follow.log
-        error = pb.ErrorCode.Name(result.error)
-        if error == "OFFSET_OUT_OF_RANGE":
+        error = errors.from_wire(result.error)
+        if error == errors.OFFSET_OUT_OF_RANGE:
             self._out_of_range(tp, log, result)
             return
-        if error != "NONE":
+        if error != errors.NONE:
             self._delay(tp, follow, error, result.error_message)
             return
         if result.records:

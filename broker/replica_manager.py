@@ -42,12 +42,15 @@ from annal.storage.files import TopicPartition
 from annal.storage.log import Log
 from annal.storage.manager import LogManager
 
+from annal import errors
+from annal.errors import ErrorCode
+
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    error: str  # Kafka error name; "NONE" on success
+    error: ErrorCode  # Kafka error name; errors.NONE on success
     base_offset: int = -1
     last_offset: int = -1
     log_append_time_ms: int = -1
@@ -57,7 +60,7 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    error: str
+    error: ErrorCode
     records: bytes = b""
     high_watermark: int = -1
     log_start_offset: int = -1
@@ -108,23 +111,25 @@ class ReplicaManager:
 
     def become_leader_or_follower(
         self, states: Sequence[LeaderAndIsrState], leaders: Mapping[int, str] | None = None
-    ) -> dict[TopicPartition, str]:
+    ) -> dict[TopicPartition, ErrorCode]:
         """Apply each partition's new state; a result (error name) per partition.
 
         ``leaders`` maps the leaders' broker ids to their endpoints: a follower
         starts copying from its leader, a new leader stops copying."""
-        results: dict[TopicPartition, str] = {}
+        results: dict[TopicPartition, ErrorCode] = {}
         for state in states:
             tp = TopicPartition(state.topic, state.partition)
             try:
                 partition = self._get_or_create(tp)
             except (StorageError, ValueError) as exc:
                 logger.error("cannot open log of %s: %s", tp, exc)
-                results[tp] = "KAFKA_STORAGE_ERROR"
+                results[tp] = errors.KAFKA_STORAGE_ERROR
                 continue
             applied = partition.apply(state)
             if applied is not Applied.NEW:
-                results[tp] = "FENCED_LEADER_EPOCH" if applied is Applied.FENCED else "NONE"
+                results[tp] = (
+                    errors.FENCED_LEADER_EPOCH if applied is Applied.FENCED else errors.NONE
+                )
                 continue
             self._on_change(tp)  # waiting requests on it answer NOT_LEADER_OR_FOLLOWER
             if state.leader == self.broker_id:
@@ -137,7 +142,7 @@ class ReplicaManager:
             else:
                 self._follow(tp, partition, state, leaders or {})
                 self._on_leadership(tp, None)
-            results[tp] = "NONE"
+            results[tp] = errors.NONE
         return results
 
     def _follow(
@@ -195,7 +200,7 @@ class ReplicaManager:
         for partition in hosted:
             partition.log.update_config(config)
 
-    def stop_replica(self, tp: TopicPartition, delete: bool) -> str:
+    def stop_replica(self, tp: TopicPartition, delete: bool) -> ErrorCode:
         if self.fetchers is not None:
             self.fetchers.unfollow([tp])
         self._on_leadership(tp, None)
@@ -204,18 +209,18 @@ class ReplicaManager:
         self._on_change(tp)
         if delete:
             self.logs.delete_log(tp)
-        return "NONE"
+        return errors.NONE
 
     def partition(self, tp: TopicPartition) -> Partition | None:
         with self._lock:
             return self._partitions.get(tp)
 
-    def _not_leader_error(self, tp: TopicPartition, partition: Partition | None) -> str:
+    def _not_leader_error(self, tp: TopicPartition, partition: Partition | None) -> ErrorCode:
         """NOT_LEADER_OR_FOLLOWER for a partition that exists elsewhere (clients then
         refresh metadata and retry), UNKNOWN_TOPIC_OR_PARTITION for one that does not."""
         if partition is not None or self._partition_exists(tp):
-            return "NOT_LEADER_OR_FOLLOWER"
-        return "UNKNOWN_TOPIC_OR_PARTITION"
+            return errors.NOT_LEADER_OR_FOLLOWER
+        return errors.UNKNOWN_TOPIC_OR_PARTITION
 
     # -- produce -------------------------------------------------------------------
 
@@ -239,36 +244,38 @@ class ReplicaManager:
             return AppendResult(exc.code, message=str(exc))
         self._on_change(tp)  # followers and consumers waiting for data, acks=all
         return AppendResult(
-            "NONE",
+            errors.NONE,
             info.first_offset,
             info.last_offset,
             info.log_append_time_ms,
             partition.log.log_start_offset,
         )
 
-    def replication_outcome(self, tp: TopicPartition, last_offset: int) -> tuple[str, str] | None:
+    def replication_outcome(
+        self, tp: TopicPartition, last_offset: int
+    ) -> tuple[ErrorCode, str] | None:
         """acks=all: (error, message) once ``last_offset`` is on the whole ISR (NONE),
         or can no longer be (NOT_ENOUGH_REPLICAS_AFTER_APPEND: replicated, but by
         fewer than ``min.insync.replicas``; NOT_LEADER_OR_FOLLOWER); None while
         still waiting."""
         partition = self.partition(tp)
         if partition is None or not partition.is_leader:
-            return "NOT_LEADER_OR_FOLLOWER", f"broker {self.broker_id} no longer leads {tp}"
+            return errors.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} no longer leads {tp}"
         if partition.log.high_watermark <= last_offset:
             return None
         isr, needed = partition.isr, partition.log.config.min_insync_replicas
         if len(isr) < needed:
             return (
-                "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+                errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                 f"written, but the ISR of {tp} is {list(isr)}, fewer than min.insync.replicas "
                 f"{needed}",
             )
-        return "NONE", ""
+        return errors.NONE, ""
 
-    def delete_records(self, tp: TopicPartition, offset: int) -> tuple[str, int, str]:
+    def delete_records(self, tp: TopicPartition, offset: int) -> tuple[ErrorCode, int, str]:
         """Kafka's DeleteRecords on the leader: move the log start to ``offset`` (-1:
         the high watermark; above it is OFFSET_OUT_OF_RANGE).  (error, low
-        watermark, message) when refused; ("NONE", the new log start, "") when
+        watermark, message) when refused; (errors.NONE, the new log start, "") when
         done here, and the request then waits for ``delete_records_outcome``
         (the in-sync followers, told by their next fetch, follow)."""
         partition = self.partition(tp)
@@ -280,7 +287,7 @@ class ReplicaManager:
         target = high_watermark if offset == -1 else offset
         if not 0 <= target <= high_watermark:
             return (
-                "OFFSET_OUT_OF_RANGE",
+                errors.OFFSET_OUT_OF_RANGE,
                 log.log_start_offset,
                 f"cannot delete records of {tp} before {offset}: the high watermark is "
                 f"{high_watermark}",
@@ -290,20 +297,24 @@ class ReplicaManager:
         except StorageError as exc:
             return exc.code, log.log_start_offset, str(exc)
         self._on_change(tp)  # followers' long polls answer with the new start
-        return "NONE", log.log_start_offset, ""
+        return errors.NONE, log.log_start_offset, ""
 
     def delete_records_outcome(
         self, tp: TopicPartition, target: int
-    ) -> tuple[str, int, str] | None:
+    ) -> tuple[ErrorCode, int, str] | None:
         """(NONE, low watermark, "") once the in-sync followers' log starts reached
         ``target``, an error once leadership is lost; None while waiting."""
         partition = self.partition(tp)
         if partition is None or not partition.is_leader:
-            return "NOT_LEADER_OR_FOLLOWER", -1, f"broker {self.broker_id} no longer leads {tp}"
+            return (
+                errors.NOT_LEADER_OR_FOLLOWER,
+                -1,
+                f"broker {self.broker_id} no longer leads {tp}",
+            )
         low_watermark = partition.low_watermark()
         if low_watermark < target:
             return None
-        return "NONE", low_watermark, ""
+        return errors.NONE, low_watermark, ""
 
     def low_watermark(self, tp: TopicPartition) -> int:
         partition = self.partition(tp)
@@ -378,7 +389,7 @@ class ReplicaManager:
             if moved:
                 high_watermark = log.high_watermark
                 self._on_change(tp)  # acks=all, consumers and DeleteRecords waiting
-        return ReadResult("NONE", records, high_watermark, log.log_start_offset, log_end)
+        return ReadResult(errors.NONE, records, high_watermark, log.log_start_offset, log_end)
 
     def fetch_start(
         self, tp: TopicPartition, fetch_offset: int, follower_log_start: int
@@ -411,7 +422,7 @@ class ReplicaManager:
 
     def end_offset_for_epoch(
         self, tp: TopicPartition, current_leader_epoch: int, epoch: int
-    ) -> tuple[str, int, int]:
+    ) -> tuple[ErrorCode, int, int]:
         """(error, epoch, end offset) for OffsetsForLeaderEpoch: the largest epoch at
         or below ``epoch`` and where it ends; a stale or future
         ``current_leader_epoch`` (when given) is fenced."""
@@ -420,12 +431,12 @@ class ReplicaManager:
             return self._not_leader_error(tp, partition), -1, -1
         if current_leader_epoch >= 0 and current_leader_epoch != partition.leader_epoch:
             stale = current_leader_epoch < partition.leader_epoch
-            return ("FENCED_LEADER_EPOCH" if stale else "UNKNOWN_LEADER_EPOCH"), -1, -1
+            return (errors.FENCED_LEADER_EPOCH if stale else errors.UNKNOWN_LEADER_EPOCH), -1, -1
         log = partition.log
         found_epoch, end_offset = log.leader_epoch_cache.end_offset_for(epoch, log.log_end_offset)
-        return "NONE", found_epoch, end_offset
+        return errors.NONE, found_epoch, end_offset
 
-    def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[str, int, int, int]:
+    def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[ErrorCode, int, int, int]:
         """(error, timestamp, offset, leader epoch) for ListOffsets."""
         partition = self.partition(tp)
         if partition is None or not partition.is_leader:
@@ -433,11 +444,11 @@ class ReplicaManager:
             return error, -1, -1, -1
         log = partition.log
         if timestamp == -1:
-            return "NONE", -1, log.high_watermark, partition.leader_epoch
+            return errors.NONE, -1, log.high_watermark, partition.leader_epoch
         try:
             found = log.offset_for_timestamp(timestamp)
         except ValueError:
-            return "INVALID_REQUEST", -1, -1, -1
+            return errors.INVALID_REQUEST, -1, -1, -1
         if found is None:
-            return "NONE", -1, -1, partition.leader_epoch
-        return "NONE", found.timestamp, found.offset, partition.leader_epoch
+            return errors.NONE, -1, -1, partition.leader_epoch
+        return errors.NONE, found.timestamp, found.offset, partition.leader_epoch

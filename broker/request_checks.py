@@ -36,6 +36,9 @@ from annal.controller.election import assign_replicas
 from annal.storage.config import LogConfig
 from annal.zk.layout import LayoutError, check_topic_name
 
+from annal import errors
+from annal.errors import ErrorCode
+
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 
@@ -78,7 +81,7 @@ _LONG_CONFIGS = {
 class Refusal:
     """One topic's or partition's answer instead of doing the work."""
 
-    error: str  # Kafka's error name, e.g. INVALID_TOPIC_EXCEPTION
+    error: ErrorCode
     message: str
 
 
@@ -148,7 +151,7 @@ def topic_name(name: str) -> Refusal | None:
         check_topic_name(name)
     except LayoutError:
         return Refusal(
-            "INVALID_TOPIC_EXCEPTION",
+            errors.INVALID_TOPIC_EXCEPTION,
             f"illegal topic name {shown(name)}: use 1-249 characters of a-z, A-Z, 0-9, "
             "'.', '_', '-' (not '.' or '..')",
         )
@@ -158,7 +161,7 @@ def topic_name(name: str) -> Refusal | None:
 def partition_index(topic: str, partition: int) -> Refusal | None:
     if partition < 0:
         return Refusal(
-            "UNKNOWN_TOPIC_OR_PARTITION",
+            errors.UNKNOWN_TOPIC_OR_PARTITION,
             f"partition {partition} of {shown(topic)} does not exist: partitions count from 0",
         )
     return None
@@ -171,19 +174,19 @@ def topic_partition(topic: str, partition: int) -> Refusal | None:
 def _epoch(field: str, value: int, topic: str, partition: int) -> Refusal | None:
     if value < -1:
         return Refusal(
-            "INVALID_REQUEST",
+            errors.INVALID_REQUEST,
             f"{field} {value} of {topic}-{partition} is not an epoch (-1 for unknown, or >= 0)",
         )
     return None
 
 
 def _invalid(field: str, value: int, topic: str, partition: int, expected: str) -> Refusal:
-    return Refusal("INVALID_REQUEST", f"{field} {value} of {topic}-{partition}: {expected}")
+    return Refusal(errors.INVALID_REQUEST, f"{field} {value} of {topic}-{partition}: {expected}")
 
 
 def acks(value: int) -> Refusal | None:
     if value not in (-1, 0, 1):
-        return Refusal("INVALID_REQUIRED_ACKS", f"acks must be -1, 0 or 1, not {value}")
+        return Refusal(errors.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {value}")
     return None
 
 
@@ -191,7 +194,7 @@ def produce_partition(topic: str, partition: int) -> Refusal | None:
     if refusal := topic_partition(topic, partition):
         return refusal
     if topic in INTERNAL_TOPICS:
-        return Refusal("INVALID_TOPIC_EXCEPTION", f"cannot append to internal topic {topic}")
+        return Refusal(errors.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic}")
     return None
 
 
@@ -207,7 +210,8 @@ def fetch_partition(
         return refusal
     if fetch_offset < 0:
         return Refusal(
-            "OFFSET_OUT_OF_RANGE", f"fetch_offset {fetch_offset} of {topic}-{partition} is negative"
+            errors.OFFSET_OUT_OF_RANGE,
+            f"fetch_offset {fetch_offset} of {topic}-{partition} is negative",
         )
     if partition_max_bytes < 0:
         return _invalid("partition_max_bytes", partition_max_bytes, topic, partition, "not >= 0")
@@ -247,7 +251,7 @@ def delete_records_partition(topic: str, partition: int, offset: int) -> Refusal
         return refusal
     if offset < -1:
         return Refusal(
-            "OFFSET_OUT_OF_RANGE",
+            errors.OFFSET_OUT_OF_RANGE,
             f"cannot delete records of {topic}-{partition} before {offset}: "
             "-1 (the high watermark) or an offset >= 0",
         )
@@ -264,11 +268,11 @@ def commit_partition(topic: str, partition: int, offset: int, leader_epoch: int)
 
 def group_id(group: str) -> Refusal | None:
     if not group:
-        return Refusal("INVALID_GROUP_ID", "the group id is empty")
+        return Refusal(errors.INVALID_GROUP_ID, "the group id is empty")
     size = len(group.encode("utf-8", "surrogatepass"))
     if size > MAX_GROUP_ID_BYTES:
         return Refusal(
-            "INVALID_GROUP_ID",
+            errors.INVALID_GROUP_ID,
             f"group id {shown(group)} is {size} bytes; at most {MAX_GROUP_ID_BYTES}",
         )
     return None
@@ -280,7 +284,9 @@ def repeated(names: Iterable[str]) -> set[str]:
 
 
 def repeated_refusal(name: str) -> Refusal:
-    return Refusal("INVALID_REQUEST", f"topic {shown(name)} appears more than once in the request")
+    return Refusal(
+        errors.INVALID_REQUEST, f"topic {shown(name)} appears more than once in the request"
+    )
 
 
 # -- topic admin ---------------------------------------------------------------------
@@ -303,13 +309,13 @@ def topic_configs(props: Mapping[str, str]) -> Refusal | None:
             continue
         if not low <= number <= high:
             return Refusal(
-                "INVALID_CONFIG",
+                errors.INVALID_CONFIG,
                 f"invalid value {shown(raw)} for config {name!r}: an {kind} in [{low}, {high}]",
             )
     try:
         LogConfig.from_properties(dict(props))
     except ValueError as exc:
-        return Refusal("INVALID_CONFIG", str(exc))
+        return Refusal(errors.INVALID_CONFIG, str(exc))
     return None
 
 
@@ -318,7 +324,7 @@ def partition_count(value: int, default: int) -> Refusal | int:
     count = default if value == USE_DEFAULT else value
     if not 1 <= count <= MAX_PARTITIONS:
         return Refusal(
-            "INVALID_PARTITIONS",
+            errors.INVALID_PARTITIONS,
             f"partition count {count} is not valid: 1 to {MAX_PARTITIONS}, or -1 for the "
             f"broker's num.partitions",
         )
@@ -330,13 +336,13 @@ def replication_factor(value: int, default: int, live_brokers: int) -> Refusal |
     factor = default if value == USE_DEFAULT else value
     if factor < 1:
         return Refusal(
-            "INVALID_REPLICATION_FACTOR",
+            errors.INVALID_REPLICATION_FACTOR,
             f"replication factor {factor} is not valid: at least 1, or -1 for the broker's "
             "default.replication.factor",
         )
     if factor > live_brokers:
         return Refusal(
-            "INVALID_REPLICATION_FACTOR",
+            errors.INVALID_REPLICATION_FACTOR,
             f"replication factor {factor} is larger than the {live_brokers} live brokers",
         )
     return factor
@@ -350,27 +356,29 @@ def replica_lists(
     lengths = {len(replicas) for replicas in lists.values()}
     for partition, replicas in sorted(lists.items()):
         if not replicas:
-            return Refusal("INVALID_REPLICA_ASSIGNMENT", f"partition {partition} has no replicas")
+            return Refusal(
+                errors.INVALID_REPLICA_ASSIGNMENT, f"partition {partition} has no replicas"
+            )
         if len(set(replicas)) != len(replicas):
             return Refusal(
-                "INVALID_REPLICA_ASSIGNMENT",
+                errors.INVALID_REPLICA_ASSIGNMENT,
                 f"partition {partition} names a broker twice: {list(replicas)}",
             )
         unknown = sorted(set(replicas) - set(live_brokers))
         if unknown:
             return Refusal(
-                "INVALID_REPLICA_ASSIGNMENT",
+                errors.INVALID_REPLICA_ASSIGNMENT,
                 f"partition {partition}: brokers {unknown} are not live brokers",
             )
         if factor is not None and len(replicas) != factor:
             return Refusal(
-                "INVALID_REPLICA_ASSIGNMENT",
+                errors.INVALID_REPLICA_ASSIGNMENT,
                 f"partition {partition} has {len(replicas)} replicas; the topic's other "
                 f"partitions have {factor}",
             )
     if len(lengths) > 1:
         return Refusal(
-            "INVALID_REPLICA_ASSIGNMENT",
+            errors.INVALID_REPLICA_ASSIGNMENT,
             f"all partitions need the same number of replicas, not {sorted(lengths)}",
         )
     return None
@@ -390,19 +398,19 @@ def new_topic_assignment(
     if assignment:
         if num_partitions != USE_DEFAULT or factor != USE_DEFAULT:
             return Refusal(
-                "INVALID_REQUEST",
+                errors.INVALID_REQUEST,
                 "give either an assignment or num_partitions/replication_factor, not both "
                 f"(num_partitions {num_partitions}, replication_factor {factor}; -1 with "
                 "an assignment)",
             )
         if len(assignment) > MAX_PARTITIONS:
             return Refusal(
-                "INVALID_PARTITIONS",
+                errors.INVALID_PARTITIONS,
                 f"{len(assignment)} partitions assigned; at most {MAX_PARTITIONS}",
             )
         if sorted(assignment) != list(range(len(assignment))):
             return Refusal(
-                "INVALID_REPLICA_ASSIGNMENT",
+                errors.INVALID_REPLICA_ASSIGNMENT,
                 f"the assignment must number its partitions 0..{len(assignment) - 1}",
             )
         if refusal := replica_lists(assignment, live_brokers):
@@ -430,7 +438,7 @@ def added_partitions_assignment(
     existing = len(current)
     if count <= existing or count > MAX_PARTITIONS:
         return Refusal(
-            "INVALID_PARTITIONS",
+            errors.INVALID_PARTITIONS,
             f"topic {topic!r} has {existing} partitions; the count can only grow, up to "
             f"{MAX_PARTITIONS} (asked for {count})",
         )
@@ -439,7 +447,7 @@ def added_partitions_assignment(
     if given:
         if len(given) != added:
             return Refusal(
-                "INVALID_REPLICA_ASSIGNMENT",
+                errors.INVALID_REPLICA_ASSIGNMENT,
                 f"{len(given)} replica lists given for {added} new partitions",
             )
         new = {existing + i: tuple(replicas) for i, replicas in enumerate(given)}
@@ -448,7 +456,7 @@ def added_partitions_assignment(
         return new
     if factor > len(live_brokers):
         return Refusal(
-            "INVALID_REPLICATION_FACTOR",
+            errors.INVALID_REPLICATION_FACTOR,
             f"topic {topic!r} has {factor} replicas per partition; {len(live_brokers)} "
             "brokers are live",
         )
@@ -464,14 +472,17 @@ def reassignment(
         return refusal
     name = f"{topic}-{partition}"
     if not replicas:
-        return Refusal("INVALID_REPLICA_ASSIGNMENT", f"no replicas given for {name}")
+        return Refusal(errors.INVALID_REPLICA_ASSIGNMENT, f"no replicas given for {name}")
     if len(set(replicas)) != len(replicas):
         return Refusal(
-            "INVALID_REPLICA_ASSIGNMENT", f"replicas {list(replicas)} of {name} repeat a broker"
+            errors.INVALID_REPLICA_ASSIGNMENT,
+            f"replicas {list(replicas)} of {name} repeat a broker",
         )
     absent = sorted(set(replicas) - set(live_brokers))
     if absent:
-        return Refusal("INVALID_REPLICA_ASSIGNMENT", f"brokers {absent} for {name} are not alive")
+        return Refusal(
+            errors.INVALID_REPLICA_ASSIGNMENT, f"brokers {absent} for {name} are not alive"
+        )
     return None
 
 
@@ -491,13 +502,15 @@ def partition_state(
         return refusal
     name = f"{topic}-{partition}"
     if leader < -1:
-        return Refusal("INVALID_REQUEST", f"leader {leader} of {name}: -1 (none) or a broker id")
+        return Refusal(
+            errors.INVALID_REQUEST, f"leader {leader} of {name}: -1 (none) or a broker id"
+        )
     if leader_epoch < 0:
-        return Refusal("INVALID_REQUEST", f"leader_epoch {leader_epoch} of {name} is negative")
+        return Refusal(errors.INVALID_REQUEST, f"leader_epoch {leader_epoch} of {name} is negative")
     for field, ids in (("isr", isr), ("replicas", replicas)):
         if any(b < 0 for b in ids) or len(set(ids)) != len(ids):
             return Refusal(
-                "INVALID_REQUEST", f"{field} {list(ids)} of {name}: distinct broker ids >= 0"
+                errors.INVALID_REQUEST, f"{field} {list(ids)} of {name}: distinct broker ids >= 0"
             )
     return None
 

@@ -55,6 +55,8 @@ from annal.v1 import annal_pb2_grpc
 from annal.zk.client import BrokerIdTakenError, SessionEvent, ZkClient, ZkError
 from annal.zk.layout import BrokerRegistration, PartitionState
 
+from annal.errors import ErrorCode
+
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = "annal.v1.Annal"
@@ -247,7 +249,7 @@ class BrokerServer:
             else:
                 self.coordinator.on_leader(tp.partition, log)
 
-    def _append_offsets(self, tp: TopicPartition, records: bytes) -> tuple[str, int]:
+    def _append_offsets(self, tp: TopicPartition, records: bytes) -> tuple[ErrorCode, int]:
         result = self.replicas.append(tp, records, acks=-1)
         return result.error, result.last_offset
 

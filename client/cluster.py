@@ -15,22 +15,39 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 import grpc
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 
+from annal import errors
+from annal.errors import AnnalError, ErrorCode
+
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
-class ClientError(Exception):
-    """A request the cluster refused; ``error`` is Kafka's error name."""
+class ClientError(AnnalError):
+    """A request the cluster refused or that could not be made: ``code`` is one
+    of Kafka's error codes (``error`` its name), ``message`` says what and where."""
 
-    def __init__(self, error: str, message: str = "") -> None:
-        super().__init__(f"{error}: {message}" if message else error)
-        self.error = error
+    def __init__(self, error: ErrorCode | str, message: str = "") -> None:
+        code = error if isinstance(error, ErrorCode) else errors.lookup(error)
+        super().__init__(f"{code.name}: {message}" if message else code.name)
+        self.code = code
         self.message = message
+
+    @property
+    def error(self) -> str:
+        return self.code.name
+
+    @classmethod
+    def from_rpc(cls, exc: grpc.RpcError, context: str = "") -> Self:
+        """The error a failed call stands for (``errors.transport_error``): the
+        clients' one translation of gRPC's failures."""
+        details = exc.details() if callable(getattr(exc, "details", None)) else ""
+        message = "; ".join(part for part in (context, details or "") if part)
+        return cls(errors.transport_error(exc), message)
 
 
 def parse_bootstrap(servers: str) -> list[str]:
@@ -86,11 +103,12 @@ class ClusterConnection:
                 return getattr(self.stub(endpoint), method)(request, timeout=self.timeout_s)
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise ClientError(exc.code().name, exc.details() or "") from None
+                    raise ClientError.from_rpc(exc) from exc
                 last = exc
         detail = f" ({last.details()})" if last is not None else ""
         raise ClientError(
-            "BROKER_NOT_AVAILABLE", f"no broker answered at {', '.join(self.bootstrap)}{detail}"
+            errors.BROKER_NOT_AVAILABLE,
+            f"no broker answered at {', '.join(self.bootstrap)}{detail}",
         )
 
     def refresh(self, topics: Sequence[str]) -> pb.MetadataResponse:

@@ -21,7 +21,7 @@ from annal.client.cluster import ClientError, ClusterConnection
 from annal.consumer.simple import ConsumerError
 from annal.v1 import annal_pb2 as pb
 
-from annal.errors import is_retriable, transport_error
+from annal import errors
 
 T = TypeVar("T")
 
@@ -49,9 +49,9 @@ class GroupOffsets:
                 "FindCoordinator", pb.FindCoordinatorRequest(group=self.group)
             )
         except ClientError as exc:
-            raise ConsumerError(exc.error, exc.message) from None
-        error = pb.ErrorCode.Name(answer.error)
-        if error != "NONE":
+            raise ConsumerError(exc.code, exc.message) from exc
+        error = errors.from_wire(answer.error)
+        if error is not errors.NONE:
             raise ConsumerError(error, answer.error_message)
         return f"{answer.coordinator.host}:{answer.coordinator.port}"
 
@@ -74,8 +74,8 @@ class GroupOffsets:
             response = self._call("OffsetCommit", request)
             for topic in response.topics:
                 for p in topic.partitions:
-                    error = pb.ErrorCode.Name(p.error)
-                    if error != "NONE":
+                    error = errors.from_wire(p.error)
+                    if error is not errors.NONE:
                         raise ConsumerError(
                             error, f"commit of {topic.name}-{p.partition}: {p.error_message}"
                         )
@@ -97,8 +97,8 @@ class GroupOffsets:
 
         def attempt() -> dict[tuple[str, int], int]:
             response = self._call("OffsetFetch", request)
-            error = pb.ErrorCode.Name(response.error)
-            if error != "NONE":
+            error = errors.from_wire(response.error)
+            if error is not errors.NONE:
                 raise ConsumerError(error, response.error_message)
             return {(t.name, p.partition): p.offset for t in response.topics for p in t.partitions}
 
@@ -109,10 +109,9 @@ class GroupOffsets:
         try:
             return getattr(stub, method)(request, timeout=self.timeout_s)
         except grpc.RpcError as exc:
-            failed = transport_error(exc)
-            if failed.name == "BROKER_NOT_AVAILABLE":  # the coordinator's broker is gone
-                raise ConsumerError("COORDINATOR_NOT_AVAILABLE", exc.details() or "") from exc
-            raise ConsumerError(failed.name, exc.details() or "") from exc
+            if errors.transport_error(exc) is errors.BROKER_NOT_AVAILABLE:  # its broker is gone
+                raise ConsumerError(errors.COORDINATOR_NOT_AVAILABLE, exc.details() or "") from exc
+            raise ConsumerError.from_rpc(exc) from exc
 
     def _retry(self, attempt: Callable[[], T]) -> T:
         deadline = time.monotonic() + self.timeout_s
@@ -121,7 +120,7 @@ class GroupOffsets:
             try:
                 return attempt()
             except ConsumerError as exc:
-                if not is_retriable(exc.error) or time.monotonic() + backoff_s > deadline:
+                if not exc.retriable or time.monotonic() + backoff_s > deadline:
                     raise
                 self._coordinator = None  # find it again: it may have moved
                 time.sleep(backoff_s)

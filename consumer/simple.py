@@ -28,7 +28,7 @@ from annal.storage.batch import last_header
 from annal.storage.records import Header, decode_located
 from annal.v1 import annal_pb2 as pb
 
-from annal.errors import is_retriable, transport_error
+from annal import errors
 
 EARLIEST = -2
 LATEST = -1
@@ -48,7 +48,7 @@ def _advance(
                 header = last_header(p.records)
                 if header is not None:
                     positions[key] = header.next_offset
-            elif is_retriable(pb.ErrorCode.Name(p.error)):
+            elif errors.from_wire(p.error).retriable:
                 retry[key] = positions[key]
     return retry
 
@@ -126,7 +126,7 @@ class SimpleConsumer:
         try:
             self.cluster.refresh(topics)
         except ClientError as exc:
-            raise ConsumerError(exc.error, exc.message) from None
+            raise ConsumerError(exc.code, exc.message) from exc
 
     def partitions_for(self, topic: str) -> list[int]:
         """Partitions of ``topic`` that have a leader now."""
@@ -141,7 +141,8 @@ class SimpleConsumer:
             return self.cluster.leaders[key]
         except KeyError:
             raise ConsumerError(
-                "LEADER_NOT_AVAILABLE", f"{topic}-{partition} has no leader (or does not exist)"
+                errors.LEADER_NOT_AVAILABLE,
+                f"{topic}-{partition} has no leader (or does not exist)",
             ) from None
 
     # -- fetching ------------------------------------------------------------------
@@ -172,7 +173,9 @@ class SimpleConsumer:
                 return results
             self.cluster.forget()
             time.sleep(min(0.05 * 2**attempt, 1.0))
-        raise ConsumerError("NOT_LEADER_OR_FOLLOWER", f"no leader answered for {sorted(pending)}")
+        raise ConsumerError(
+            errors.NOT_LEADER_OR_FOLLOWER, f"no leader answered for {sorted(pending)}"
+        )
 
     def _fetch_from(
         self,
@@ -185,9 +188,9 @@ class SimpleConsumer:
         try:
             response = self.cluster.stub(endpoint).Fetch(request, timeout=self.timeout_s)
         except grpc.RpcError as exc:
-            if transport_error(exc).retriable:
+            if errors.transport_error(exc).retriable:
                 return dict(wanted)
-            raise ConsumerError(transport_error(exc).name, exc.details() or "") from exc
+            raise ConsumerError.from_rpc(exc) from exc
         return self._read_response(response, wanted, results)
 
     def _fetch_request(
@@ -223,17 +226,17 @@ class SimpleConsumer:
                 for p in topic.partitions:
                     key = (topic.name, p.partition)
                     offset = wanted[key]
-                    error = pb.ErrorCode.Name(p.error)
-                    if is_retriable(error):
+                    error = errors.from_wire(p.error)
+                    if error.retriable:
                         retry[key] = offset
                         continue
-                    if error == "OFFSET_OUT_OF_RANGE":
+                    if error is errors.OFFSET_OUT_OF_RANGE:
                         raise OffsetOutOfRangeError(
                             error,
                             f"offset {offset} of {topic.name}-{p.partition} is outside "
                             f"[{p.log_start_offset}, {p.high_watermark}]",
                         )
-                    if error != "NONE":
+                    if error is not errors.NONE:
                         raise ConsumerError(error, p.error_message)
                     records = decode_located(
                         p.records, ConsumerRecord, topic.name, p.partition, offset
@@ -262,10 +265,8 @@ class SimpleConsumer:
                     try:
                         response = call.result()
                     except grpc.RpcError as exc:
-                        if not transport_error(exc).retriable:
-                            raise ConsumerError(
-                                transport_error(exc).name, exc.details() or ""
-                            ) from exc
+                        if not errors.transport_error(exc).retriable:
+                            raise ConsumerError.from_rpc(exc) from exc
                         retry.update(wanted)
                         continue
                     responses.append((wanted, response))
@@ -325,16 +326,16 @@ class SimpleConsumer:
             try:
                 response = self.cluster.stub(leader).ListOffsets(request, timeout=self.timeout_s)
             except grpc.RpcError as exc:
-                failed = transport_error(exc)
+                failed = errors.transport_error(exc)
                 if not failed.retriable:
-                    raise ConsumerError(failed.name, exc.details() or "") from exc
-                error, detail = failed.name, f"leader {leader} of {topic}-{partition}"
+                    raise ConsumerError.from_rpc(exc) from exc
+                error, detail = failed, f"leader {leader} of {topic}-{partition}"
             else:
                 result = response.topics[0].partitions[0]
-                error, detail = pb.ErrorCode.Name(result.error), ""
-                if error == "NONE":
+                error, detail = errors.from_wire(result.error), ""
+                if error is errors.NONE:
                     return int(result.offset)
-            if not is_retriable(error) or attempt == self.retries:
+            if not error.retriable or attempt == self.retries:
                 raise ConsumerError(error, detail or f"list offsets of {topic}-{partition}")
             self.cluster.forget()
             time.sleep(min(0.05 * 2**attempt, 1.0))

@@ -27,6 +27,8 @@ from annal.deploy.cluster import ClusterError, LocalCluster
 from annal.deploy.runner import wait_until
 from annal.producer.producer import Producer, RecordFuture
 
+from annal import errors
+
 Report = Callable[[dict[str, Any]], None]
 
 
@@ -81,7 +83,7 @@ def run_drill(cluster: LocalCluster, settings: DrillSettings, report: Report) ->
                 {"min.insync.replicas": str(min_insync)},
             )
         except AdminError as exc:
-            if exc.error != "TOPIC_ALREADY_EXISTS":
+            if exc.code is not errors.TOPIC_ALREADY_EXISTS:
                 raise
         report(
             {
@@ -189,7 +191,7 @@ def _round(
         {
             "event": "preferred_leaders_restored",
             "round": number,
-            "elected": [o.partition for o in outcomes if o.error == "NONE"],
+            "elected": [o.partition for o in outcomes if o.error is errors.NONE],
         }
     )
 

@@ -45,7 +45,8 @@ from annal.storage.batch import Compression
 from annal.storage.records import BatchBuilder, Header
 from annal.v1 import annal_pb2 as pb
 
-from annal.errors import is_retriable, needs_metadata_refresh, transport_error
+from annal import errors
+from annal.errors import ErrorCode
 
 logger = logging.getLogger(__name__)
 
@@ -217,7 +218,7 @@ class Producer:
                 return counts[topic]
             if time.monotonic() + backoff_s > deadline:
                 raise ProduceError(
-                    "UNKNOWN_TOPIC_OR_PARTITION",
+                    errors.UNKNOWN_TOPIC_OR_PARTITION,
                     f"topic {topic!r} not present in metadata after "
                     f"{int(self.max_block_s * 1000)} ms",
                 )
@@ -256,7 +257,7 @@ class Producer:
                 )
         elif not 0 <= partition < partitions:
             raise ProduceError(
-                "UNKNOWN_TOPIC_OR_PARTITION", f"{topic} has partitions 0..{partitions - 1}"
+                errors.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has partitions 0..{partitions - 1}"
             )
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
@@ -401,7 +402,7 @@ class Producer:
                 leader = self.cluster.leaders.get((batch.topic, batch.partition), "")
                 groups.setdefault(leader, []).append(batch)
             if "" in groups:
-                self._finished_request("", groups.pop(""), {}, "LEADER_NOT_AVAILABLE")
+                self._finished_request("", groups.pop(""), {}, errors.LEADER_NOT_AVAILABLE)
             with self._mutex:
                 for leader in set(groups) - counted:
                     self._in_flight[leader] = self._in_flight.get(leader, 0) + 1
@@ -446,17 +447,17 @@ class Producer:
         self, leader: str, group: list[_Batch], answer: pb.ProduceResponse | grpc.RpcError
     ) -> None:
         if isinstance(answer, grpc.RpcError):
-            self._finished_request(leader, group, {}, transport_error(answer).name)
+            self._finished_request(leader, group, {}, errors.transport_error(answer))
             return
         results = {(t.name, p.partition): p for t in answer.topics for p in t.partitions}
-        self._finished_request(leader, group, results, "UNKNOWN_SERVER_ERROR")
+        self._finished_request(leader, group, results, errors.UNKNOWN_SERVER_ERROR)
 
     def _finished_request(
         self,
         leader: str,
         group: list[_Batch],
         results: dict[tuple[str, int], pb.PartitionProduceResponse],
-        default_error: str,
+        default_error: ErrorCode,
     ) -> None:
         """Complete, retry or fail each batch of a request that ended."""
         refresh: set[str] = set()
@@ -464,15 +465,15 @@ class Producer:
         retry: list[_Batch] = []
         for batch in group:
             result = results.get((batch.topic, batch.partition))
-            error = pb.ErrorCode.Name(result.error) if result is not None else default_error
-            if error == "NONE":
+            error = errors.from_wire(result.error) if result is not None else default_error
+            if error is errors.NONE:
                 base = result.base_offset if result is not None and self.acks != 0 else -1
                 batch.future.set_result(base)
                 finished.append(batch)
-            elif is_retriable(error) and batch.attempts < self.retries:
+            elif error.retriable and batch.attempts < self.retries:
                 batch.attempts += 1
                 batch.retry_at = time.monotonic() + self.retry_backoff_s * batch.attempts
-                if needs_metadata_refresh(error):
+                if error.invalid_metadata:
                     refresh.add(batch.topic)
                 retry.append(batch)
             else:

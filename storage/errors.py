@@ -16,24 +16,24 @@ so callers (the broker, the CLI, tests) catch exactly what they mean::
     ├── CorruptIndexError            bad index; rebuilt   (CORRUPT_MESSAGE)
     └── CheckpointError              bad checkpoint file  (KAFKA_STORAGE_ERROR)
 
-Each class carries ``code``, Kafka's wire error name, and ``retriable``.
+Each class carries ``code``, one of Kafka's error codes (``annal.errors``).
 Errors about a batch name the file or buffer position they refer to.
 """
 
 from __future__ import annotations
 
+from annal import errors
+from annal.errors import AnnalError
 
-class StorageError(Exception):
+
+class StorageError(AnnalError):
     """Base of every storage error."""
-
-    code: str = "UNKNOWN_SERVER_ERROR"
-    retriable: bool = False
 
 
 class InvalidRecordError(StorageError):
     """A batch that was refused; the log is unchanged."""
 
-    code = "INVALID_RECORD"
+    code = errors.INVALID_RECORD
 
     def __init__(self, reason: str, position: int | None = None) -> None:
         where = f" at position {position}" if position is not None else ""
@@ -45,59 +45,59 @@ class InvalidRecordError(StorageError):
 class CorruptRecordError(InvalidRecordError):
     """Bytes that are not a valid v2 record batch (CRC, magic, sizes, counts)."""
 
-    code = "CORRUPT_MESSAGE"
+    code = errors.CORRUPT_MESSAGE
 
 
 class RecordTooLargeError(InvalidRecordError):
     """A batch larger than ``max.message.bytes``."""
 
-    code = "MESSAGE_TOO_LARGE"
+    code = errors.MESSAGE_TOO_LARGE
 
 
 class NonMonotonicOffsetError(InvalidRecordError):
     """A follower append whose offsets do not follow the log end offset."""
 
-    code = "OFFSET_OUT_OF_RANGE"
+    code = errors.OFFSET_OUT_OF_RANGE
 
 
 class KeylessRecordError(InvalidRecordError):
     """A record with a null key sent to a compacted log."""
 
-    code = "INVALID_RECORD"
+    code = errors.INVALID_RECORD
 
 
 class InvalidTimestampError(InvalidRecordError):
     """A record timestamp outside ``message.timestamp.difference.max.ms`` of the
     broker's clock, or a client batch that claims LogAppendTime."""
 
-    code = "INVALID_TIMESTAMP"
+    code = errors.INVALID_TIMESTAMP
 
 
 class TransactionalRecordError(InvalidRecordError):
     """A transactional batch from a client: no transaction owns its producer id."""
 
-    code = "INVALID_PRODUCER_ID_MAPPING"
+    code = errors.INVALID_PRODUCER_ID_MAPPING
 
 
 class OffsetOutOfRangeError(StorageError):
     """An offset outside ``[log_start_offset, log_end_offset]``."""
 
-    code = "OFFSET_OUT_OF_RANGE"
+    code = errors.OFFSET_OUT_OF_RANGE
 
 
 class LogDirError(StorageError):
     """A directory that is not a usable log directory."""
 
-    code = "KAFKA_STORAGE_ERROR"
+    code = errors.KAFKA_STORAGE_ERROR
 
 
 class CorruptIndexError(StorageError):
     """An index file that fails its sanity check; recovery rebuilds it."""
 
-    code = "CORRUPT_MESSAGE"
+    code = errors.CORRUPT_MESSAGE
 
 
 class CheckpointError(StorageError):
     """A checkpoint file that cannot be parsed."""
 
-    code = "KAFKA_STORAGE_ERROR"
+    code = errors.KAFKA_STORAGE_ERROR

@@ -85,6 +85,4 @@ def test_the_controller_rebalances_leaders_by_itself(
         brokers[1].kill()
         wait_until(lambda: leaders(admin, "spread") == {0: 2, 1: 2}, 60, "failover")
         brokers[1].start()
-        wait_until(
-            lambda: leaders(admin, "spread") == {0: 1, 1: 2}, 60, "broker 1 leading again"
-        )
+        wait_until(lambda: leaders(admin, "spread") == {0: 1, 1: 2}, 60, "broker 1 leading again")

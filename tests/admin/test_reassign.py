@@ -72,10 +72,10 @@ def test_partitions_move_to_other_brokers(
     def settled() -> bool:  # as broker 2's metadata cache shows it (a moment after)
         with AdminClient(brokers[2].endpoint) as admin:
             p0, p1 = admin.describe_topics(["moving"])[0].partitions
-        return (
-            (p0.replicas, p0.leader, sorted(p0.isr)) == ((3, 2), 3, [2, 3])
-            and (p1.replicas, p1.leader) == ((2, 3, 1), 2)
-        )
+        return (p0.replicas, p0.leader, sorted(p0.isr)) == ((3, 2), 3, [2, 3]) and (
+            p1.replicas,
+            p1.leader,
+        ) == ((2, 3, 1), 2)
 
     wait_until(settled, 60, "the new assignment and leaders everywhere")
     wait_until(lambda: sorted(admin_isr(brokers[2], 1)) == [1, 2, 3], 60, "broker 1 in sync")

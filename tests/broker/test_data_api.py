@@ -15,6 +15,8 @@ from annal.broker.replica_manager import AppendResult, ReplicaManager
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 
+from annal import errors
+
 ROLLS = b"these records roll the log"
 
 
@@ -34,7 +36,7 @@ class StubReplicas:
             self.rolling.set()
             assert self.release.wait(10)
         self.appended.append((tp.topic, tp.partition, records, threading.current_thread().name))
-        return AppendResult("NONE", len(self.appended) - 1, len(self.appended) - 1)
+        return AppendResult(errors.NONE, len(self.appended) - 1, len(self.appended) - 1)
 
 
 def produce(topic: str, partition: int, records: bytes) -> pb.ProduceRequest:

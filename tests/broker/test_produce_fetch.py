@@ -190,8 +190,10 @@ def test_topics_produce_fetch_and_failover(zk_connect: str, cluster: list[Broker
         )
         survivor = stub(next(b for b in cluster if b.broker_id != controller))
         wait_until(
-            lambda: controller
-            not in {b.id for b in survivor.Metadata(pb.MetadataRequest(), timeout=10).brokers},
+            lambda: (
+                controller
+                not in {b.id for b in survivor.Metadata(pb.MetadataRequest(), timeout=10).brokers}
+            ),
             30,
             "the dead broker gone from the survivors' metadata",
         )

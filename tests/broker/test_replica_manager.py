@@ -17,6 +17,8 @@ from annal.storage.records import Record, encode_batch
 from annal.zk.client import StaleVersionError
 from annal.zk.layout import PartitionState
 
+from annal import errors
+
 sys.path.insert(0, str(Path(__file__).parents[1] / "storage"))
 from logutil import FakeClock
 
@@ -34,15 +36,15 @@ def test_fencing(tmp_path: Path) -> None:
         replicas = ReplicaManager(1, logs, lambda topic: {}, lambda tp: tp == TP)
         assert replicas.check_controller_epoch(3)
         assert not replicas.check_controller_epoch(2)  # a stale controller
-        assert replicas.become_leader_or_follower([state(1, 5)]) == {TP: "NONE"}
-        assert replicas.append(TP, encode_batch([Record(0, 0, None, b"a")])).error == "NONE"
-        assert replicas.become_leader_or_follower([state(2, 4)]) == {TP: "FENCED_LEADER_EPOCH"}
-        assert replicas.become_leader_or_follower([state(2, 6)]) == {TP: "NONE"}
+        assert replicas.become_leader_or_follower([state(1, 5)]) == {TP: errors.NONE}
+        assert replicas.append(TP, encode_batch([Record(0, 0, None, b"a")])).error is errors.NONE
+        assert replicas.become_leader_or_follower([state(2, 4)]) == {TP: errors.FENCED_LEADER_EPOCH}
+        assert replicas.become_leader_or_follower([state(2, 6)]) == {TP: errors.NONE}
         refused = replicas.append(TP, encode_batch([Record(0, 0, None, b"b")]))
-        assert refused.error == "NOT_LEADER_OR_FOLLOWER"
+        assert refused.error is errors.NOT_LEADER_OR_FOLLOWER
         other = replicas.append(TopicPartition("zzz", 0), b"")
-        assert other.error == "UNKNOWN_TOPIC_OR_PARTITION"
-        assert replicas.read(TP, 0, 100).error == "NOT_LEADER_OR_FOLLOWER"
+        assert other.error is errors.UNKNOWN_TOPIC_OR_PARTITION
+        assert replicas.read(TP, 0, 100).error is errors.NOT_LEADER_OR_FOLLOWER
     finally:
         logs.shutdown()
 
@@ -141,16 +143,19 @@ def test_acks_all_waits_for_the_isr(tmp_path: Path) -> None:
         replicas = ReplicaManager(1, logs, lambda topic: {}, lambda tp: tp == TP, None, writer)
         replicas.become_leader_or_follower([three_replicas(0, (1,))])
         refused = replicas.append(TP, one(b"a"), acks=-1)
-        assert refused.error == "NOT_ENOUGH_REPLICAS" and "min.insync.replicas 2" in refused.message
+        assert (
+            refused.error is errors.NOT_ENOUGH_REPLICAS
+            and "min.insync.replicas 2" in refused.message
+        )
         assert replicas.partition(TP) is not None
         assert replicas.partition(TP).log.log_end_offset == 0  # type: ignore[union-attr]
 
         replicas.become_leader_or_follower([three_replicas(1, (1, 2))])
         appended = replicas.append(TP, one(b"b"), acks=-1)
-        assert (appended.error, appended.last_offset) == ("NONE", 0)
+        assert (appended.error, appended.last_offset) == (errors.NONE, 0)
         assert replicas.replication_outcome(TP, 0) is None  # the follower has not copied it
         replicas.read(TP, 1, 1 << 20, replica_id=2)  # the follower fetches past it
-        assert replicas.replication_outcome(TP, 0) == ("NONE", "")
+        assert replicas.replication_outcome(TP, 0) == (errors.NONE, "")
         assert replicas.read(TP, 0, 1 << 20).high_watermark == 1
     finally:
         writer.initiate_shutdown()

@@ -89,9 +89,7 @@ def test_a_stalled_follower_leaves_the_isr_and_rejoins(
     lag = {"replica.lag.time.max.ms": "6000"}  # long enough for the checks before it passes
     leader, follower = broker_factory(1, lag), broker_factory(2, lag)
     with AdminClient(leader.endpoint) as admin:
-        admin.create_topic(
-            "isr", assignment={0: [1, 2]}, config={"min.insync.replicas": "2"}
-        )
+        admin.create_topic("isr", assignment={0: [1, 2]}, config={"min.insync.replicas": "2"})
 
         def isr() -> list[int]:
             return sorted(admin.describe_topics(["isr"])[0].partitions[0].isr)
@@ -210,9 +208,7 @@ def test_acknowledged_records_survive_leader_kills(
     assert not refused, refused[:3]
 
     with SimpleConsumer(bootstrap) as consumer:
-        stored = {
-            (p, r.offset): r.value for p in (0, 1) for r in consumer.iterate("drill", p, 0)
-        }
+        stored = {(p, r.offset): r.value for p in (0, 1) for r in consumer.iterate("drill", p, 0)}
     lost = [(v, at) for v, at in acked.items() if stored.get(at) != v]
     assert not lost, f"{len(lost)} of {len(acked)} acknowledged records lost, e.g. {lost[:3]}"
 

@@ -27,6 +27,8 @@ from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 from annal.zk.client import ZkClient
 
+from annal import errors
+
 ILLEGAL_NAMES = ["", ".", "..", "x" * 250, "a/b", "tópico"]
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -37,7 +39,7 @@ BAD_EPOCHS = [-2, INT32_MIN]  # -1 means "unknown"
 
 def error(outcome: object) -> str | None:
     """The error a check answered; None when it let the value through."""
-    return outcome.error if isinstance(outcome, Refusal) else None
+    return outcome.error.name if isinstance(outcome, Refusal) else None
 
 
 # -- the pure checks -----------------------------------------------------------------
@@ -46,7 +48,7 @@ def error(outcome: object) -> str | None:
 def test_topic_names() -> None:
     for topic in [*ILLEGAL_NAMES, "x" * 10_000, "a b", "a\x00"]:
         refusal = checks.topic_name(topic)
-        assert refusal is not None and refusal.error == "INVALID_TOPIC_EXCEPTION", topic
+        assert refusal is not None and refusal.error.name == "INVALID_TOPIC_EXCEPTION", topic
         assert len(refusal.message) < 200  # a long name is cut in the message
     for topic in ["t", "x" * 249, "a.b_c-D9", "...", "__consumer_offsets"]:
         assert checks.topic_name(topic) is None
@@ -120,7 +122,7 @@ def test_new_topic_assignment() -> None:
         both = plan(partitions, factor, {0: [1]})
         assert error(both) == "INVALID_REQUEST"
     assert checks.replication_factor(-1, 3, 1) == Refusal(
-        "INVALID_REPLICATION_FACTOR", "replication factor 3 is larger than the 1 live brokers"
+        errors.INVALID_REPLICATION_FACTOR, "replication factor 3 is larger than the 1 live brokers"
     )
 
 

@@ -28,9 +28,7 @@ def test_range_assignment_as_kafka() -> None:
 
 
 def test_topics_assigned_separately() -> None:
-    got = range_assign(
-        {"a": [0, 1], "b": [0, 1, 2]}, {"a": ["c-0"], "b": ["c-0", "d-0"]}
-    )
+    got = range_assign({"a": [0, 1], "b": [0, 1, 2]}, {"a": ["c-0"], "b": ["c-0", "d-0"]})
     assert got == {"c-0": [("a", 0), ("a", 1), ("b", 0), ("b", 1)], "d-0": [("b", 2)]}
 
 

@@ -204,8 +204,10 @@ def test_a_member_that_lost_its_session_rejoins(
         with ZkClient(zk_connect) as zk:
             wait_until(lambda: zk.consumer_registrations("readers") == {}, 60, "m's znodes gone")
             wait_until(
-                lambda: list(zk.consumer_registrations("readers")) == ["m"]
-                and list(zk.partition_owners("readers").values()) == ["m-0"] * 4,
+                lambda: (
+                    list(zk.consumer_registrations("readers")) == ["m"]
+                    and list(zk.partition_owners("readers").values()) == ["m-0"] * 4
+                ),
                 60,
                 "m back, owning every partition",
             )

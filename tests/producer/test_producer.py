@@ -80,9 +80,7 @@ def test_many_requests_in_flight_keep_each_partition_in_order(broker: BrokerProc
     with AdminClient(broker.endpoint) as admin:
         admin.create_topic("wide", partitions=8)
     with Producer(broker.endpoint, batch_size=2048, linger_ms=1, max_in_flight=5) as producer:
-        futures = [
-            producer.send("wide", value=b"%d" % i, partition=i % 8) for i in range(20_000)
-        ]
+        futures = [producer.send("wide", value=b"%d" % i, partition=i % 8) for i in range(20_000)]
         producer.flush(120)
     for i, future in enumerate(futures):
         meta = future.result()

@@ -77,9 +77,7 @@ def test_read_returns_whole_batches_and_oversized_first_batch(tmp_path: Path) ->
         st.one_of(st.integers(0, 300), st.integers(4_000, 12_000)), min_size=1, max_size=25
     ),
     interval=st.sampled_from([1, 100, 4096, 1 << 20]),
-    reads=st.lists(
-        st.tuples(st.integers(0, 1000), st.integers(1, 60_000)), min_size=1, max_size=8
-    ),
+    reads=st.lists(st.tuples(st.integers(0, 1000), st.integers(1, 60_000)), min_size=1, max_size=8),
 )
 def test_a_read_is_every_whole_batch_that_fits(
     tmp_path_factory: pytest.TempPathFactory,
