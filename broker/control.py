@@ -40,6 +40,7 @@ from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 from annal.zk.layout import BrokerRegistration
 
+from annal import errors
 from annal.errors import ErrorCode
 
 logger = logging.getLogger(__name__)
@@ -311,7 +312,6 @@ class ControllerChannel:
 
 # a request to one broker: returns the response's error code
 _Call = Callable[[annal_pb2_grpc.BrokerControlStub], "pb.ErrorCode.ValueType"]
-_RETRIABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class _BrokerSender:
@@ -355,9 +355,9 @@ class _BrokerSender:
             try:
                 error = call(self._stub)
             except grpc.RpcError as exc:
-                code = exc.code()
+                failed = errors.transport_error(exc)
                 if (
-                    code not in _RETRIABLE
+                    not failed.retriable
                     or self._draining
                     or time.monotonic() + backoff_s > deadline
                 ):
@@ -366,7 +366,7 @@ class _BrokerSender:
                         what,
                         self.broker_id,
                         self.endpoint,
-                        code.name,
+                        failed,
                     )
                     return
                 if self._stopping.wait(backoff_s):
@@ -375,7 +375,7 @@ class _BrokerSender:
                 continue
             if error != pb.NONE:
                 logger.warning(
-                    "broker %d refused %s: %s", self.broker_id, what, pb.ErrorCode.Name(error)
+                    "broker %d refused %s: %s", self.broker_id, what, errors.from_wire(error)
                 )
             return
 

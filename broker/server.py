@@ -55,6 +55,7 @@ from annal.v1 import annal_pb2_grpc
 from annal.zk.client import BrokerIdTakenError, SessionEvent, ZkClient, ZkError
 from annal.zk.layout import BrokerRegistration, PartitionState
 
+from annal import errors
 from annal.errors import ErrorCode
 
 logger = logging.getLogger(__name__)
@@ -343,7 +344,7 @@ class BrokerServer:
                     logger.info("controlled shutdown of broker %d complete", config.broker_id)
                     return
                 reason = (
-                    pb.ErrorCode.Name(response.error)
+                    errors.from_wire(response.error)
                     if response.error != pb.NONE
                     else "still leading "
                     + ", ".join(f"{p.topic}-{p.partition}" for p in response.remaining_partitions)

@@ -20,9 +20,9 @@ Errors:
 - a malformed connect string (no host, a host without a numeric port) is a
   ValueError naming it;
 - ZooKeeper not answering within ``timeout_s`` (or failing mid-read) is
-  ``ClientError("NETWORK_EXCEPTION")`` naming the connect string and timeout;
+  ``ClientError(NETWORK_EXCEPTION)`` naming the connect string and timeout;
 - no broker registered (an empty ``/brokers/ids``, or a chroot that does not
-  exist) is ``ClientError("BROKER_NOT_AVAILABLE")`` naming the chroot used;
+  exist) is ``ClientError(BROKER_NOT_AVAILABLE)`` naming the chroot used;
 - a registration that is not valid JSON is skipped with a warning, so one bad
   znode does not hide the other brokers.
 
@@ -37,6 +37,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from annal.client.cluster import ClientError
+
+from annal import errors
 
 if TYPE_CHECKING:
     from annal.zk.client import ZkClient
@@ -82,28 +84,28 @@ def servers_from_zookeeper(connect: str, timeout_s: float = DEFAULT_ZOOKEEPER_TI
         zk.start()
     except NoChrootError:
         raise ClientError(
-            "BROKER_NOT_AVAILABLE",
+            errors.BROKER_NOT_AVAILABLE,
             f"no brokers are registered in ZooKeeper at {hosts}: {where} does not exist "
             "(use the chroot of the brokers' zookeeper.connect)",
         ) from None
     except ZkError as exc:
         cause = exc.__cause__ or exc
         raise ClientError(
-            "NETWORK_EXCEPTION",
+            errors.NETWORK_EXCEPTION,
             f"cannot reach ZooKeeper at {connect} within {timeout_s:g} s ({cause})",
         ) from exc
     try:
         endpoints = _registered_endpoints(zk)
     except ZkError as exc:
         raise ClientError(
-            "NETWORK_EXCEPTION",
+            errors.NETWORK_EXCEPTION,
             f"reading {BROKER_IDS} from ZooKeeper at {connect} failed: {exc!r}",
         ) from exc
     finally:
         zk.stop()
     if not endpoints:
         raise ClientError(
-            "BROKER_NOT_AVAILABLE",
+            errors.BROKER_NOT_AVAILABLE,
             f"no brokers are registered in ZooKeeper at {hosts} ({where}: {BROKER_IDS} "
             "is empty); are the brokers up, and is this their zookeeper.connect chroot?",
         )
