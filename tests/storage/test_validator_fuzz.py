@@ -115,7 +115,7 @@ def test_leader_append_refuses_cleanly_or_stores_readable_records(
         try:
             info = log.append_as_leader(data, 0)
         except InvalidRecordError as exc:
-            assert exc.code in {
+            assert exc.code.name in {
                 "CORRUPT_MESSAGE",
                 "INVALID_RECORD",
                 "INVALID_TIMESTAMP",
