@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import NamedTuple
+
+from annal.topic_partition import TopicPartition as TopicPartition  # its home before
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -69,16 +70,6 @@ def parse_segment_file_name(name: str) -> tuple[int, str, str] | None:
     if m is None:
         return None
     return int(m.group(1)), m.group(2), m.group(3)
-
-
-class TopicPartition(NamedTuple):
-    """A partition of a topic; its directory is ``<topic>-<partition>``."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
