@@ -11,6 +11,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from annal.clierrors import fail
+
 
 def add_parser(commands: Any) -> None:
     broker = commands.add_parser("broker", help="run a broker")
@@ -60,8 +62,7 @@ def run_start(args: argparse.Namespace) -> int:
     try:
         config = BrokerConfig.load(args.config, parse_pairs(args.override + args.settings))
     except ConfigError as exc:
-        print(f"annal broker start: {exc}", file=sys.stderr)
-        return 1
+        return fail("annal broker start", exc)
     broker = BrokerServer(config)
     stop = threading.Event()
 

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 
 from annal import __version__
+from annal.clierrors import fail
+from annal.errors import AnnalError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
     except KeyboardInterrupt:
         return 130
+    except AnnalError as exc:  # a failed request no command caught itself
+        return fail(f"annal {args.command}", exc)
     return code
 
 

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from annal.clierrors import fail
+
 
 def add_parser(commands: Any) -> None:
     configs = commands.add_parser(
@@ -84,8 +86,7 @@ def run(args: argparse.Namespace) -> int:
                 return 0
             entries = client.describe_configs(args.entity_name, args.all)
         except AdminError as exc:
-            print(f"annal configs: {exc}", file=sys.stderr)
-            return 1
+            return fail("annal configs", exc)
     kind = "All" if args.all else "Dynamic"
     print(f"{kind} configs for topic {args.entity_name} are:")
     for name, value, is_default in entries:

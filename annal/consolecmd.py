@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any
 
+from annal.clierrors import fail
+
 
 def _properties(pairs: list[str]) -> dict[str, str]:
     props = {}
@@ -149,8 +151,7 @@ def run_producer(args: argparse.Namespace) -> int:
                     failures += 1
                     print(f"annal console-producer: {future.exception()}", file=sys.stderr)
     except ClientError as exc:  # ProduceError, or no cluster found through --zookeeper
-        print(f"annal console-producer: {exc}", file=sys.stderr)
-        return 1
+        return fail("annal console-producer", exc)
     return 1 if failures else 0
 
 
@@ -229,8 +230,7 @@ def run_consumer(args: argparse.Namespace) -> int:
                     print(f"Processed a total of {printed} messages", file=sys.stderr)
                     return 0
     except ClientError as exc:  # ConsumerError, or no cluster found through --zookeeper
-        print(f"annal console-consumer: {exc}", file=sys.stderr)
-        return 1
+        return fail("annal console-consumer", exc)
 
 
 def _text(raw: bytes | None) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from annal import errors
+from annal.clierrors import fail
 from annal.planfiles import read_partition_file
 
 EXAMPLE = '{"version": 1, "partitions": [{"topic": "events", "partition": 0, "offset": 1000}]}'
@@ -64,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             results = client.delete_records(offsets)
         except AdminError as exc:
-            print(f"annal delete-records: {exc}", file=sys.stderr)
-            return 1
+            return fail("annal delete-records", exc)
     print("Records delete operation completed:")
     for r in results:
         if r.error is errors.NONE:

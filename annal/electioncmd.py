@@ -10,6 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 from annal import errors
+from annal.clierrors import fail
 from annal.errors import ErrorCode
 
 
@@ -64,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             outcomes = client.elect_preferred_leaders(wanted)
         except AdminError as exc:
-            print(f"annal leader-election: {exc}", file=sys.stderr)
-            return 1
+            return fail("annal leader-election", exc)
     if args.json:
         for outcome in outcomes:
             print(json.dumps({**asdict(outcome), "error": outcome.error.name}))

@@ -8,6 +8,8 @@ import json
 import sys
 from typing import Any
 
+from annal.clierrors import fail
+
 
 def add_parser(commands: Any) -> None:
     groups = commands.add_parser(
@@ -45,8 +47,7 @@ def run(args: argparse.Namespace) -> int:
                 return 0
             rows = describe(zk, args.zookeeper, args.group)
     except (ZkError, ClientError, ValueError) as exc:
-        print(f"annal consumer-groups: {exc}", file=sys.stderr)
-        return 1
+        return fail("annal consumer-groups", exc)
     if args.json:
         for row in rows:
             print(json.dumps(row))

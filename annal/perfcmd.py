@@ -9,6 +9,8 @@ import time
 from functools import partial
 from typing import Any
 
+from annal.clierrors import fail
+
 
 def add_parser(commands: Any) -> None:
     perf = commands.add_parser(
@@ -98,8 +100,7 @@ def run_produce(args: argparse.Namespace) -> int:
             producer.flush()
             elapsed = time.monotonic() - started
     except ProduceError as exc:
-        print(f"annal perf produce: {exc}", file=sys.stderr)
-        return 1
+        return fail("annal perf produce", exc)
     ordered = sorted(latencies)
     report = {
         "records": args.num_records,
@@ -150,8 +151,7 @@ def run_consume(args: argparse.Namespace) -> int:
             rounds.close()
             elapsed = max(time.monotonic() - started, 1e-9)
     except ConsumerError as exc:
-        print(f"annal perf consume: {exc}", file=sys.stderr)
-        return 1
+        return fail("annal perf consume", exc)
     report = {
         "records": consumed,
         "records_per_s": round(consumed / elapsed, 1),

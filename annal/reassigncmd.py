@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from annal import errors
+from annal.clierrors import fail
 from annal.planfiles import read_partition_file
 
 EXAMPLE = '{"version": 1, "partitions": [{"topic": "events", "partition": 0, "replicas": [2, 3]}]}'
@@ -71,8 +72,7 @@ def run(args: argparse.Namespace) -> int:
                 return _verify(plan, current)
             outcomes = client.reassign_partitions(plan)
         except AdminError as exc:
-            print(f"annal reassign-partitions: {exc}", file=sys.stderr)
-            return 1
+            return fail("annal reassign-partitions", exc)
     print("Current partition replica assignment\n")
     print(_plan_json({k: current[k] for k in plan if k in current}))
     print("\nSave this to use as the --reassignment-json-file option during rollback")

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from annal import errors
+from annal.clierrors import fail
 
 
 def add_parser(commands: Any) -> None:
@@ -78,8 +79,7 @@ def run(args: argparse.Namespace) -> int:
                 and exc.code is errors.TOPIC_ALREADY_EXISTS
             ):
                 return 0
-            print(f"annal topics {args.action}: {exc}", file=sys.stderr)
-            return 1
+            return fail(f"annal topics {args.action}", exc)
 
 
 def _run(args: argparse.Namespace, client: Any) -> int:

@@ -6,10 +6,12 @@ import json
 
 import pytest
 from annal.admin.client import AdminClient, AdminError
+from annal.client.cluster import ClientError
 from annal.deploy.runner import BrokerProcess
 from annal.deploy.zookeeper import free_port
 from annal.producer.producer import Producer
 
+from annal import errors, topicscmd
 from annal.cli import main
 
 
@@ -66,7 +68,23 @@ def test_usage_and_connection_errors(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["topics", "list", "--bootstrap-server", "nohostport"]) == 2
     assert "is not host:port" in capsys.readouterr().err
     assert main(["topics", "list", "--bootstrap-server", f"127.0.0.1:{free_port()}"]) == 1
-    assert "BROKER_NOT_AVAILABLE" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "annal topics list: BROKER_NOT_AVAILABLE: no broker answered at 127.0.0.1:" in err
+    assert "hint: no broker answered: is the cluster up" in err and "Traceback" not in err
     with pytest.raises(SystemExit) as info:
         main(["topics", "create", "--bootstrap-server", "x:1"])  # no --topic
     assert info.value.code == 2
+
+
+def test_a_request_error_no_command_caught_is_reported_with_a_hint(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def busy(args: object, client: object) -> int:
+        raise ClientError(errors.BROKER_BUSY, "queued.max.requests=500")
+
+    monkeypatch.setattr(topicscmd, "_run", busy)
+    assert main(["topics", "list", "--bootstrap-server", "127.0.0.1:1"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "annal topics: BROKER_BUSY: queued.max.requests=500",
+        "annal topics: hint: the broker is at its request limits (queued.max.requests); try again",
+    ]
