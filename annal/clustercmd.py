@@ -24,22 +24,31 @@ def add_parser(commands: Any) -> None:
         ),
     )
     cluster.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="cluster directory")
+    # --dir may also follow the action (``annal cluster up --dir D``): each action
+    # takes it too, without a default of its own, so either spelling works.
+    anywhere = argparse.ArgumentParser(add_help=False)
+    anywhere.add_argument("--dir", type=Path, default=argparse.SUPPRESS, help="cluster directory")
     actions = cluster.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
-    up = actions.add_parser("up", help="start ZooKeeper and the brokers, wait until ready")
+    up = actions.add_parser(
+        "up", parents=[anywhere], help="start ZooKeeper and the brokers, wait until ready"
+    )
     up.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
-    status = actions.add_parser("status", help="show ZooKeeper, controller and brokers")
+    status = actions.add_parser(
+        "status", parents=[anywhere], help="show ZooKeeper, controller and brokers"
+    )
     status.add_argument("--json", action="store_true", help="print one JSON object")
-    actions.add_parser("down", help="stop every broker (SIGTERM) and ZooKeeper")
+    actions.add_parser("down", parents=[anywhere], help="stop every broker (SIGTERM) and ZooKeeper")
     for name, text in (
         ("kill", "SIGKILL one broker (a crash)"),
         ("stop", "SIGTERM one broker (a clean stop)"),
         ("start", "start a stopped broker again"),
     ):
-        one = actions.add_parser(name, help=text)
+        one = actions.add_parser(name, parents=[anywhere], help=text)
         one.add_argument("broker_id", type=int, metavar="ID")
     drill = actions.add_parser(
         "drill",
+        parents=[anywhere],
         help="crash leaders while records flow; check nothing acknowledged is lost",
         description="The failover drill, on the running local cluster: an acks=all producer "
         "sends at --rate records/s to a replicated topic (replication factor 3, or the live "

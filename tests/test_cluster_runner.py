@@ -12,11 +12,11 @@ from runcli import annal
 @pytest.mark.timeout(300)
 def test_local_cluster_lifecycle(tmp_path: Path) -> None:
     d = str(tmp_path / "cluster")
-    up = annal("cluster", "--dir", d, "up", "--brokers", "2")
+    up = annal("cluster", "up", "--brokers", "2", "--dir", d)  # options after the action
     try:
         assert up.returncode == 0, up.stderr
         assert "bootstrap servers: 127.0.0.1:" in up.stdout and "/annal" in up.stdout
-        status = json.loads(annal("cluster", "--dir", d, "status", "--json").stdout)
+        status = json.loads(annal("cluster", "status", "--json", "--dir", d).stdout)
         assert set(status) >= {"zookeeper", "controller", "brokers", "dir"}
         assert status["zookeeper"].endswith("/annal")
         assert status["controller"] in (1, 2)
