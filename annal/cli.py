@@ -56,8 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from annal import topicscmd
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(topicscmd.kafka_spelling(list(sys.argv[1:] if argv is None else argv)))
     try:
         code: int = args.run(args)
     except BrokenPipeError:

@@ -11,12 +11,32 @@ from typing import Any
 from annal import errors
 from annal.clierrors import fail
 
+ACTIONS = ("create", "list", "describe", "alter", "delete")
+
+
+def kafka_spelling(args: list[str]) -> list[str]:
+    """``topics --create --topic t ...`` (kafka-topics.sh's spelling) as
+    ``topics create --topic t ...``; anything else unchanged.  Two action
+    flags are a usage error naming both."""
+    if not args or args[0] != "topics" or (len(args) > 1 and args[1] in ACTIONS):
+        return args
+    flags = [a for a in args[1:] if a.startswith("--") and a[2:] in ACTIONS]
+    if len(flags) > 1:
+        print(f"annal topics: give one action, not {' and '.join(flags)}", file=sys.stderr)
+        raise SystemExit(2)
+    if not flags:
+        return args
+    rest = list(args[1:])
+    rest.remove(flags[0])
+    return ["topics", flags[0][2:], *rest]
+
 
 def add_parser(commands: Any) -> None:
     topics = commands.add_parser(
         "topics",
         help="create, list, describe, alter and delete topics",
-        description="Topic administration through any broker (like kafka-topics.sh).",
+        description="Topic administration through any broker (like kafka-topics.sh, whose "
+        "spelling works too: annal topics --create --topic T --bootstrap-server B).",
     )
     actions = topics.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True

@@ -30,6 +30,11 @@ def test_topics_commands(broker: BrokerProcess, capsys: pytest.CaptureFixture[st
     assert "INVALID_REPLICATION_FACTOR" in capsys.readouterr().err
     assert main(["topics", "list", *bs, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == ["users"]
+    assert main(["topics", *bs, "--list", "--json"]) == 0  # kafka-topics.sh's spelling
+    assert json.loads(capsys.readouterr().out) == ["users"]
+    assert main(["topics", "--create", "--topic", "spelled", *bs, "--partitions", "2"]) == 0
+    assert main(["topics", "--delete", "--topic", "spelled", *bs]) == 0
+    capsys.readouterr()
     assert main(["topics", "describe", *bs, "--topic", "users", "--json"]) == 0
     described = json.loads(capsys.readouterr().out)
     assert described["replication_factor"] == 1
@@ -88,3 +93,14 @@ def test_a_request_error_no_command_caught_is_reported_with_a_hint(
         "annal topics: BROKER_BUSY: queued.max.requests=500",
         "annal topics: hint: the broker is at its request limits (queued.max.requests); try again",
     ]
+
+
+def test_kafka_spelling_of_the_action() -> None:
+    assert topicscmd.kafka_spelling(["topics", "--describe", "--topic", "t"]) == [
+        "topics", "describe", "--topic", "t",
+    ]  # fmt: skip
+    assert topicscmd.kafka_spelling(["topics", "list", "--json"]) == ["topics", "list", "--json"]
+    assert topicscmd.kafka_spelling(["cluster", "--list"]) == ["cluster", "--list"]
+    with pytest.raises(SystemExit) as usage:
+        topicscmd.kafka_spelling(["topics", "--create", "--delete"])
+    assert usage.value.code == 2
