@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -33,6 +34,10 @@ def add_parser(commands: Any) -> None:
         "cleanup.policy=[compact,delete]",
     )  # fmt: skip
     configs.add_argument("--delete-config", default="", metavar="K[,K]", help="overrides to remove")
+    configs.add_argument(
+        "--json", action="store_true",
+        help="with --describe: one JSON object {topic, configs: [{name, value, is_default}]}",
+    )  # fmt: skip
     configs.set_defaults(run=run)
 
 
@@ -74,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError("--alter needs --add-config or --delete-config")
         elif args.add_config or args.delete_config:
             raise ValueError("--add-config and --delete-config go with --alter")
+        if args.json and args.alter:
+            raise ValueError("--json goes with --describe")
         client = AdminClient(args.bootstrap_server)
     except ValueError as exc:
         print(f"annal configs: {exc}", file=sys.stderr)
@@ -87,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
             entries = client.describe_configs(args.entity_name, args.all)
         except AdminError as exc:
             return fail("annal configs", exc)
+    if args.json:
+        configs = [{"name": n, "value": v, "is_default": d} for n, v, d in entries]
+        print(json.dumps({"topic": args.entity_name, "configs": configs}))
+        return 0
     kind = "All" if args.all else "Dynamic"
     print(f"{kind} configs for topic {args.entity_name} are:")
     for name, value, is_default in entries:

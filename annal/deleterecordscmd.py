@@ -4,7 +4,9 @@ records before, as kafka-delete-records.sh does."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,10 @@ below it are removed by the leader and, at their next fetch, the followers.""",
         "--offset-json-file", required=True, type=Path, metavar="FILE",
         help="the partitions and offsets",
     )  # fmt: skip
+    delete.add_argument(
+        "--json", action="store_true",
+        help="one JSON object per partition {topic, partition, low_watermark, error, message}",
+    )  # fmt: skip
     delete.set_defaults(run=run)
 
 
@@ -66,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
             results = client.delete_records(offsets)
         except AdminError as exc:
             return fail("annal delete-records", exc)
+    if args.json:
+        for r in results:
+            print(json.dumps({**asdict(r), "error": r.error.name}))
+        return 0 if all(r.error is errors.NONE for r in results) else 1
     print("Records delete operation completed:")
     for r in results:
         if r.error is errors.NONE:

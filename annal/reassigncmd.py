@@ -43,6 +43,11 @@ is complete (exit 0 when all are, 1 otherwise).""",
     action = reassign.add_mutually_exclusive_group(required=True)
     action.add_argument("--execute", action="store_true", help="start the moves")
     action.add_argument("--verify", action="store_true", help="report whether they finished")
+    reassign.add_argument(
+        "--json", action="store_true",
+        help="with --verify: one JSON object per partition {topic, partition, status}, "
+        "status complete, in_progress or missing",
+    )  # fmt: skip
     reassign.set_defaults(run=run)
 
 
@@ -69,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
                 for p in t.partitions
             }
             if args.verify:
-                return _verify(plan, current)
+                return _verify(plan, current, args.json)
             outcomes = client.reassign_partitions(plan)
         except AdminError as exc:
             return fail("annal reassign-partitions", exc)
@@ -88,17 +93,21 @@ def run(args: argparse.Namespace) -> int:
 Plan = dict[tuple[str, int], list[int]]
 
 
-def _verify(plan: Plan, current: Plan) -> int:
+def _verify(plan: Plan, current: Plan, as_json: bool = False) -> int:
+    said = {
+        "missing": "Partition {} does not exist.",
+        "complete": "Reassignment of partition {} is complete.",
+        "in_progress": "Reassignment of partition {} is still in progress.",
+    }
     complete = True
     for (topic, partition), replicas in sorted(plan.items()):
-        if (topic, partition) not in current:
-            complete = False
-            print(f"Partition {topic}-{partition} does not exist.")
-        elif current[(topic, partition)] == replicas:
-            print(f"Reassignment of partition {topic}-{partition} is complete.")
+        found = current.get((topic, partition))
+        status = "missing" if found is None else "complete" if found == replicas else "in_progress"
+        complete = complete and status == "complete"
+        if as_json:
+            print(json.dumps({"topic": topic, "partition": partition, "status": status}))
         else:
-            complete = False
-            print(f"Reassignment of partition {topic}-{partition} is still in progress.")
+            print(said[status].format(f"{topic}-{partition}"))
     return 0 if complete else 1
 
 

@@ -3,6 +3,8 @@ that hosts the topic, bad changes refused with nothing written."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, wait_until
@@ -44,6 +46,11 @@ def test_configs_describe_and_alter(
         "  retention.ms=86400000",
     ]
     assert produce_one(broker.endpoint, 5000) == "NONE"
+    assert main(["configs", *bs, *topic, "--describe", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "topic": "tuned",
+        "configs": [{"name": "retention.ms", "value": "86400000", "is_default": False}],
+    }
 
     change = "max.message.bytes=2000,cleanup.policy=[compact,delete]"
     assert main(["configs", *bs, *topic, "--alter", "--add-config", change]) == 0

@@ -75,6 +75,12 @@ def test_delete_records(
     out = capsys.readouterr().out
     assert "trim-0\terror: OFFSET_OUT_OF_RANGE" in out and "high watermark is 500" in out
     assert "nope-0\terror: UNKNOWN_TOPIC_OR_PARTITION" in out
+    assert main(["delete-records", *bs, "--offset-json-file", beyond, "--json"]) == 1
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(a["topic"], a["partition"], a["error"]) for a in answers] == [
+        ("nope", 0, "UNKNOWN_TOPIC_OR_PARTITION"),
+        ("trim", 0, "OFFSET_OUT_OF_RANGE"),
+    ]
     (tmp_path / "bad.json").write_text('{"partitions": [{"topic": "trim"}]}')
     assert main(["delete-records", *bs, "--offset-json-file", str(tmp_path / "bad.json")]) == 2
     assert "partitions[0] needs topic, partition and offset" in capsys.readouterr().err

@@ -68,6 +68,10 @@ def test_partitions_move_to_other_brokers(
         return code == 0
 
     wait_until(verified, 120, "the reassignment complete")
+    assert main(["reassign-partitions", *bs, "--reassignment-json-file", plan, "--verify",
+                 "--json"]) == 0  # fmt: skip
+    statuses = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {s["status"] for s in statuses} == {"complete"} and len(statuses) == 2
 
     def settled() -> bool:  # as broker 2's metadata cache shows it (a moment after)
         with AdminClient(brokers[2].endpoint) as admin:
