@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         deleterecordscmd,
         dumplog,
         electioncmd,
+        getoffsetscmd,
         groupscmd,
         perfcmd,
         reassigncmd,
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     electioncmd.add_parser(commands)
     reassigncmd.add_parser(commands)
     deleterecordscmd.add_parser(commands)
+    getoffsetscmd.add_parser(commands)
     configscmd.add_parser(commands)
     groupscmd.add_parser(commands)
     consolecmd.add_parsers(commands)
