@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -64,6 +65,35 @@ def _record_latency(latencies: list[float], sent_at: float, future: object) -> N
     latencies.append((time.monotonic() - sent_at) * 1000)
 
 
+PROGRESS_S = 5.0  # a progress line this often, as kafka-producer-perf-test.sh
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    started: float
+    records: int  # sent before the window
+    latencies: int  # latency samples before the window
+
+
+def _progress(
+    window: _Window, sent: int, record_size: int, latencies: list[float], to_stderr: bool
+) -> _Window:
+    """Print the window's line (on stderr under --json, which keeps stdout one
+    JSON object) and start the next window."""
+    now = time.monotonic()
+    records = sent - window.records
+    rate = records / (now - window.started)
+    samples = latencies[window.latencies :]
+    average = sum(samples) / len(samples) if samples else 0.0
+    print(
+        f"{records} records sent, {rate:.1f} records/sec ({rate * record_size / 1e6:.2f} "
+        f"MB/sec), {average:.1f} ms avg latency, {max(samples, default=0.0):.1f} ms max latency.",
+        file=sys.stderr if to_stderr else sys.stdout,
+        flush=True,
+    )
+    return _Window(now, sent, len(latencies))
+
+
 def _percentile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
@@ -88,7 +118,10 @@ def run_produce(args: argparse.Namespace) -> int:
     try:
         with Producer(args.bootstrap_server, **options) as producer:
             started = time.monotonic()
+            window = _Window(started, 0, 0)
             for i in range(args.num_records):
+                if i and i % 1000 == 0 and time.monotonic() - window.started >= PROGRESS_S:
+                    window = _progress(window, i, args.record_size, latencies, args.json)
                 if args.throughput > 0:
                     ahead = i / args.throughput - (time.monotonic() - started)
                     if ahead > 0:

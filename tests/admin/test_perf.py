@@ -36,3 +36,21 @@ def test_perf_produce_and_consume(broker_factory: Callable[..., BrokerProcess]) 
     assert "records sent" in text.stdout and "99th" in text.stdout
     bad = annal("perf", "produce", *bs, "--num-records", "1", "--producer-props", "bogus=1")
     assert bad.returncode == 2 and "unsupported producer property" in bad.stderr
+
+
+@pytest.mark.timeout(120)
+def test_perf_produce_reports_progress_as_it_goes(
+    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from annal import perfcmd
+    from annal.cli import main
+
+    monkeypatch.setattr(perfcmd, "PROGRESS_S", 0.0)  # a line at every check: each 1000 records
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("progress", partitions=1)
+    bs = ["--bootstrap-server", broker.endpoint, "--topic", "progress"]
+    assert main(["perf", "produce", *bs, "--num-records", "3000", "--json"]) == 0
+    out, err = capsys.readouterr()
+    progress = err.splitlines()
+    assert len(progress) == 2 and all(" records/sec (" in line for line in progress), err
+    assert json.loads(out)["records"] == 3000  # stdout stays one JSON object
