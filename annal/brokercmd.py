@@ -63,6 +63,10 @@ def run_start(args: argparse.Namespace) -> int:
         config = BrokerConfig.load(args.config, parse_pairs(args.override + args.settings))
     except ConfigError as exc:
         return fail("annal broker start", exc)
+    if config.ignored:
+        logging.getLogger(__name__).warning(
+            "ignoring Kafka settings annal does not use: %s", ", ".join(config.ignored)
+        )
     broker = BrokerServer(config)
     stop = threading.Event()
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from annal.storage.config import LogConfig
+from jproperties import ParseError, Properties
 
 
 class ConfigError(ValueError):
@@ -208,6 +209,7 @@ class BrokerConfig:
     queued_max_request_bytes: int
     socket_request_max_bytes: int
     raw: Mapping[str, str]
+    ignored: tuple[str, ...] = ()  # Kafka settings given that annal does not use
 
     @classmethod
     def load(
@@ -225,7 +227,7 @@ class BrokerConfig:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
-        unknown = [name for name in props if name not in SETTINGS]
+        unknown = [n for n in props if n not in SETTINGS and n not in KAFKA_SETTINGS_UNUSED]
         if unknown:
             hints = []
             for name in unknown:
@@ -291,6 +293,7 @@ class BrokerConfig:
             queued_max_request_bytes=values["queued.max.request.bytes"],
             socket_request_max_bytes=values["socket.request.max.bytes"],
             raw={k: str(v) for k, v in props.items()},
+            ignored=tuple(sorted(n for n in props if n in KAFKA_SETTINGS_UNUSED)),
         )
         config.log_config()  # the log.* settings must form a valid topic config too
         return config
@@ -343,32 +346,38 @@ class BrokerConfig:
             raise ConfigError(f"invalid log settings: {exc}") from None
 
 
+# Kafka broker settings (of the 2.x ZooKeeper-mode broker) that annal has no use
+# for: threads and buffers of Kafka's own network layer, the transaction log,
+# listeners' security mapping, and the like.  A stock server.properties names
+# several; they are accepted with one warning rather than refused as unknown.
+_KAFKA_ONLY = (
+    "background.threads", "compression.type", "connections.max.idle.ms",
+    "controlled.shutdown.max.retries", "controlled.shutdown.retry.backoff.ms",
+    "controller.socket.timeout.ms", "delete.topic.enable", "fetch.max.bytes",
+    "group.max.session.timeout.ms", "group.min.session.timeout.ms",
+    "inter.broker.listener.name", "inter.broker.protocol.version",
+    "listener.security.protocol.map", "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.load.factor", "log.cleaner.io.buffer.size",
+    "log.cleaner.io.max.bytes.per.second", "log.cleaner.threads",
+    "log.message.format.version", "max.connections", "max.connections.per.ip",
+    "num.io.threads", "num.network.threads", "num.recovery.threads.per.data.dir",
+    "num.replica.alter.log.dirs.threads", "replica.socket.receive.buffer.bytes",
+    "replica.socket.timeout.ms", "request.timeout.ms", "security.inter.broker.protocol",
+    "socket.receive.buffer.bytes", "socket.send.buffer.bytes",
+    "transaction.max.timeout.ms", "transaction.state.log.load.buffer.size",
+    "transaction.state.log.min.isr", "transaction.state.log.num.partitions",
+    "transaction.state.log.replication.factor", "transaction.state.log.segment.bytes",
+)  # fmt: skip
+KAFKA_SETTINGS_UNUSED = frozenset(name for name in _KAFKA_ONLY if name not in SETTINGS)
+
+
 def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
-    """Java properties: ``key=value`` or ``key: value``, ``#``/``!`` comments,
-    backslash line continuations.  A line without a separator is an error
-    naming the file and line."""
-    props: dict[str, str] = {}
-    pending = ""
-    start_line = 0
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip() if not pending else raw.lstrip()
-        if not pending:
-            start_line = number
-            if not line or line.startswith(("#", "!")):
-                continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending += line[:-1]
-            continue
-        line, pending = pending + line, ""
-        for i, ch in enumerate(line):
-            if ch in "=:":
-                key, value = line[:i].strip(), line[i + 1 :].strip()
-                break
-        else:
-            raise ConfigError(f"{source}:{start_line}: expected key=value, got {line!r}")
-        if not key:
-            raise ConfigError(f"{source}:{start_line}: empty key")
-        props[key] = value
-    if pending:
-        raise ConfigError(f"{source}:{start_line}: the last line ends with a continuation")
-    return props
+    """Java's properties format, whole (``key=value``, ``key: value``, ``key value``,
+    ``#``/``!`` comments, escapes, continuation lines), read by ``jproperties``.
+    A malformed file is a ConfigError naming it."""
+    props = Properties()
+    try:
+        props.load(text, "utf-8")
+    except (ValueError, ParseError) as exc:
+        raise ConfigError(f"{source}: not a properties file: {exc}") from None
+    return {str(key): str(value) for key, value in props.properties.items()}

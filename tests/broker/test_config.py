@@ -79,8 +79,67 @@ def test_required_settings() -> None:
         BrokerConfig.from_properties({"broker.id": "1"})
 
 
-def test_properties_syntax_errors_name_the_line(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"server.properties:2: expected key=value"):
-        parse_properties("a=1\njust words\n", "server.properties")
+def test_properties_syntax_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"server.properties: not a properties file"):
+        parse_properties("a=1\nb=\\uZZZZ\n", "server.properties")
     with pytest.raises(ConfigError, match="cannot read config file"):
         BrokerConfig.load(tmp_path / "missing.properties")
+
+
+def test_the_whole_java_properties_format() -> None:
+    text = (
+        "# a comment\n! another\n"
+        "zookeeper.connect localhost:2181\n"  # whitespace separates too
+        "log.dirs : /var/a,\\\n    /var/b\n"  # a continuation line
+        "broker.id=\\u0037\n"  # a unicode escape
+        "key\\ with\\ spaces=v\n"
+    )
+    assert parse_properties(text) == {
+        "zookeeper.connect": "localhost:2181",
+        "log.dirs": "/var/a,/var/b",
+        "broker.id": "7",
+        "key with spaces": "v",
+    }
+
+
+# A broker file as Kafka 2.x ships it, comments left out.
+STOCK_SERVER_PROPERTIES = """
+broker.id=0
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs=/tmp/kafka-logs
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+zookeeper.connect=localhost:2181
+zookeeper.connection.timeout.ms=18000
+group.initial.rebalance.delay.ms=0
+"""
+
+
+def test_a_stock_kafka_server_properties_loads_with_its_unused_settings_named(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text(STOCK_SERVER_PROPERTIES)
+    config = BrokerConfig.load(path)
+    assert config.broker_id == 0 and config.num_partitions == 1
+    assert config.ignored == (
+        "num.io.threads",
+        "num.network.threads",
+        "num.recovery.threads.per.data.dir",
+        "socket.receive.buffer.bytes",
+        "socket.send.buffer.bytes",
+        "transaction.state.log.min.isr",
+        "transaction.state.log.replication.factor",
+    )
+    with pytest.raises(ConfigError, match="did you mean 'num.partitions'"):
+        BrokerConfig.load(path, {"num.partition": "3"})  # unknown stays an error
