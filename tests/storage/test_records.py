@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
 
 import pytest
+from annal.consumer.simple import ConsumerRecord
 from annal.storage.batch import (
     CRC_OFFSET,
     Compression,
@@ -458,14 +458,7 @@ def test_iter_records_reads_legacy_and_v2_entries_in_one_buffer() -> None:
     assert list(iter_records(memoryview(both))) == expected
 
 
-class Located(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[Header, ...]
+Located = ConsumerRecord  # the consumer's record: topic and partition first
 
 
 def test_decode_located_leads_with_topic_and_partition_from_the_start_offset() -> None:
