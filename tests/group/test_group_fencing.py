@@ -21,6 +21,7 @@ from annal.consumer.group import ConsumerTimeout, GroupConsumer, Stream
 from annal.deploy.runner import BrokerProcess, wait_until
 from annal.deploy.zookeeper import ZooKeeperServer
 from annal.producer.producer import Producer
+from runcli import annal
 from zkproxy import ZkProxy
 
 SESSION_TIMEOUT_MS = 4000
@@ -163,3 +164,17 @@ def test_a_member_cut_off_from_zookeeper_stops_delivering_before_another_takes_o
             b.shutdown()
     for reader in readers:
         reader.join()
+
+
+@pytest.mark.timeout(60)
+def test_consumer_groups_takes_a_session_timeout(zk_connect: str) -> None:
+    helped = annal("consumer-groups", "--help")
+    assert "--zookeeper-session-timeout-ms" in helped.stdout
+    assert "zookeeper.session.timeout.ms" in helped.stdout
+    listed = annal("consumer-groups", "--zookeeper", zk_connect, "--list",
+                   "--zookeeper-session-timeout-ms", "4000")  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    short = annal("consumer-groups", "--zookeeper", zk_connect, "--list",
+                  "--zookeeper-session-timeout-ms", "10")  # fmt: skip
+    assert short.returncode == 2
+    assert "10 ms is too short" in short.stderr
