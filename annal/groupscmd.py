@@ -24,6 +24,11 @@ def add_parser(commands: Any) -> None:
         "--zookeeper", required=True, metavar="HOST:PORT[/CHROOT]",
         help="the cluster's ZooKeeper, with its chroot",
     )  # fmt: skip
+    groups.add_argument(
+        "--zookeeper-session-timeout-ms", type=_session_timeout, default=18000, metavar="MS",
+        help="zookeeper.session.timeout.ms: how long ZooKeeper keeps this tool's session "
+        "while it cannot reach it (default: %(default)s)",
+    )  # fmt: skip
     action = groups.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true", help="the groups")
     action.add_argument("--describe", action="store_true", help="one group's partitions")
@@ -40,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
         print("annal consumer-groups: --describe needs --group", file=sys.stderr)
         return 2
     try:
-        with ZkClient(args.zookeeper, timeout_s=30) as zk:
+        with ZkClient(
+            args.zookeeper, session_timeout_ms=args.zookeeper_session_timeout_ms, timeout_s=30
+        ) as zk:
             if args.list:
                 for group in zk.consumer_groups():
                     print(group)
@@ -64,6 +71,17 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         print(f"Consumer group {args.group} has no offsets and no members.")
     return 0
+
+
+def _session_timeout(text: str) -> int:
+    """A session timeout in ms: ZooKeeper takes 2 to 20 ticks; at least 1000 here."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds") from None
+    if value < 1000:
+        raise argparse.ArgumentTypeError(f"{value} ms is too short (at least 1000)")
+    return value
 
 
 def describe(zk: Any, zookeeper: str, group: str) -> list[dict[str, Any]]:

@@ -214,7 +214,12 @@ class ControllerChannel:
     ``retry_for_s``; a refusal (a stale controller epoch) is logged and
     dropped.  ``close`` lets the queues drain for a bounded time.
 
-    Thread safety: ``self._lock`` guards the senders; each sender thread owns
+    It is the controller's ``RequestGate``: ``hold`` (its ZooKeeper session is
+    suspended) keeps every sender from sending until ``release``; ``discard``
+    (it resigned) drops every request queued so far, and any being retried.
+
+    Thread safety: ``self._lock`` guards the senders; ``self._gate`` (a
+    condition) the hold and the discard generation; each sender thread owns
     its channel."""
 
     def __init__(
@@ -226,6 +231,37 @@ class ControllerChannel:
         self._lock = threading.Lock()
         self._senders: dict[int, _BrokerSender] = {}
         self._closed = False
+        self._gate = threading.Condition()
+        self._held = False
+        self._generation = 0  # requests queued before the last discard are dropped
+
+    def hold(self) -> None:
+        """Queued requests wait until ``release``; never blocks (called from the
+        ZooKeeper session listener)."""
+        with self._gate:
+            self._held = True
+
+    def release(self) -> None:
+        with self._gate:
+            self._held = False
+            self._gate.notify_all()
+
+    def discard(self) -> None:
+        """Drop every request queued so far (and stop retrying the ones in flight)."""
+        with self._gate:
+            self._generation += 1
+            self._gate.notify_all()
+
+    def _may_send(self, generation: int, stopping: threading.Event) -> bool:
+        """Wait while held; False when the request was discarded (or the sender stops)."""
+        with self._gate:
+            while self._held and generation == self._generation and not stopping.is_set():
+                self._gate.wait()
+            return generation == self._generation and not stopping.is_set()
+
+    def _wake(self) -> None:
+        with self._gate:
+            self._gate.notify_all()
 
     def _enqueue(self, broker: BrokerRegistration, what: str, call: _Call) -> None:
         with self._lock:
@@ -237,7 +273,9 @@ class ControllerChannel:
                     sender.stop(0)  # the broker came back elsewhere: a fresh channel
                 sender = _BrokerSender(self, broker.broker_id, broker.endpoint)
                 self._senders[broker.broker_id] = sender
-            sender.queue.put((what, call))
+            with self._gate:
+                generation = self._generation
+            sender.queue.put((what, call, generation))
 
     def send_leader_and_isr(
         self,
@@ -321,7 +359,7 @@ class _BrokerSender:
         self.owner = owner
         self.broker_id = broker_id
         self.endpoint = endpoint
-        self.queue: queue.Queue[tuple[str, _Call] | None] = queue.Queue()
+        self.queue: queue.Queue[tuple[str, _Call, int] | None] = queue.Queue()
         self._stopping = threading.Event()
         self._draining = False
         self._channel = grpc.insecure_channel(endpoint)
@@ -338,6 +376,7 @@ class _BrokerSender:
         self.queue.put(None)
         self._thread.join(drain_s)
         self._stopping.set()
+        self.owner._wake()  # a sender held by the gate
         self._thread.join(REQUEST_TIMEOUT_S)
         self._channel.close()
 
@@ -348,10 +387,13 @@ class _BrokerSender:
                 return
             self._send(*item)
 
-    def _send(self, what: str, call: _Call) -> None:
+    def _send(self, what: str, call: _Call, generation: int) -> None:
         deadline = time.monotonic() + self.owner.retry_for_s
         backoff_s = 0.05
         while True:
+            if not self.owner._may_send(generation, self._stopping):
+                logger.info("%s to broker %d dropped (resigned or stopping)", what, self.broker_id)
+                return
             try:
                 error = call(self._stub)
             except grpc.RpcError as exc:

@@ -17,8 +17,16 @@ thread, in order of arrival:
 If the broker dies between 1 and 3 the controller learns of the change at
 its next full read of the partition states; the znode is the truth.
 
-Thread safety: ``submit`` may be called from any thread and never blocks;
-everything else happens on the writer's own thread.  ``initiate_shutdown``
+While the broker's ZooKeeper session is SUSPENDED (``session_changed``, from
+the ZooKeeper client's listener) the writer holds: it writes nothing, and the
+changes wait in its queue, still pending in their partitions (a leader cut
+off from ZooKeeper changes no ISR).  CONNECTED resumes it, with a new
+session after a LOST too; the version check refuses what the controller
+overtook meanwhile.
+
+Thread safety: ``submit`` and ``session_changed`` may be called from any
+thread and never block; everything else happens on the writer's own thread.
+``self._may_write`` (an event) is the hold.  ``initiate_shutdown``
 and ``await_shutdown`` stop it; changes still queued are dropped (the
 partitions' pending changes stay pending, which only keeps their high
 watermarks conservative until the next leader takes over).
@@ -33,7 +41,7 @@ from collections.abc import Callable
 
 from annal.broker.partition import IsrChange
 from annal.storage.files import TopicPartition
-from annal.zk.client import StaleVersionError, ZkError
+from annal.zk.client import SessionEvent, StaleVersionError, ZkError
 from annal.zk.layout import PartitionState
 
 logger = logging.getLogger(__name__)
@@ -58,6 +66,8 @@ class IsrChangeWriter:
         self._queue: queue.Queue[IsrChange | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._may_write = threading.Event()  # cleared while the session is suspended
+        self._may_write.set()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="isr-change-writer", daemon=True)
@@ -66,6 +76,26 @@ class IsrChangeWriter:
     def submit(self, change: IsrChange) -> None:
         """Queue a leader's ``change``; never blocks."""
         self._queue.put(change)
+
+    def session_changed(self, event: SessionEvent) -> None:
+        """The ZooKeeper session listener: hold on SUSPENDED or LOST, resume on
+        CONNECTED.  Never blocks."""
+        if event is SessionEvent.CONNECTED:
+            self._may_write.set()
+        else:
+            self._may_write.clear()
+
+    @property
+    def holding(self) -> bool:
+        """True while writes wait for the session to be connected again."""
+        return not self._may_write.is_set()
+
+    def _wait_for_session(self) -> bool:
+        """Block while held; False when stopping."""
+        while not self._may_write.wait(0.2):
+            if self._stopping.is_set():
+                return False
+        return not self._stopping.is_set()
 
     def _run(self) -> None:
         written: list[TopicPartition] = []
@@ -77,6 +107,8 @@ class IsrChangeWriter:
                 written = []
                 continue
             if item is None:
+                break
+            if not self._wait_for_session():
                 break
             version = self._write(item)
             if version is not None:
@@ -96,7 +128,7 @@ class IsrChangeWriter:
         return None
 
     def _announce(self, written: list[TopicPartition]) -> None:
-        if not written:
+        if not written or not self._wait_for_session():
             return
         try:
             self._notify_controller(written)

@@ -12,7 +12,9 @@ Start-up, in order (DESIGN §4):
    (``network.py``), and report SERVING on ``grpc.health.v1``.
 
 A lost ZooKeeper session removes the registration; the session thread
-re-registers as soon as a new session is connected.  ``shutdown`` (SIGTERM)
+re-registers as soon as a new session is connected.  The ZooKeeper client
+fans session changes out to their owners: the session thread (registration),
+the controller, and the ISR-change writer (no ISR write while suspended).  ``shutdown`` (SIGTERM)
 reverses the steps: NOT_SERVING, stop the gRPC server, close the session (so
 the registration goes at once), flush and checkpoint every log and leave the
 clean-shutdown marker.
@@ -90,6 +92,7 @@ class BrokerServer:
         self._stopping = threading.Event()
         self._shutdown_begun = False
         self._session_thread: threading.Thread | None = None
+        self._session_events: queue.Queue[SessionEvent] = queue.Queue()
         self.started = threading.Event()
 
     @property
@@ -163,6 +166,7 @@ class BrokerServer:
             self._leadership_changed,
             purgatories.touch,
         )
+        self.zk.add_session_listener(self._isr_writer.session_changed)
         self._isr_writer.start()
         data = DataApi(self.replicas, purgatories, network.run_storage)
         admin = AdminManager(
@@ -208,12 +212,14 @@ class BrokerServer:
                 config.leader_imbalance_check_interval_seconds,
                 config.leader_imbalance_per_broker_percentage,
             ),
+            gate=self._channel,
         )
         self.controller.start()
         self.replicas.start_isr_expiration()
         self._config_changes = ConfigChangeListener(self.zk, self.replicas.update_topic_config)
         self._config_changes.start()
         network.set_serving(["", SERVICE_NAME])
+        self.zk.add_session_listener(self._session_events.put)
         self._session_thread = threading.Thread(
             target=self._watch_session, name="zk-session", daemon=True
         )
@@ -289,7 +295,7 @@ class BrokerServer:
         backoff_s = retry_at = 0.0
         while not self._stopping.is_set():
             try:
-                event: SessionEvent | None = self.zk.session_events.get(timeout=0.2)
+                event: SessionEvent | None = self._session_events.get(timeout=0.2)
             except queue.Empty:
                 event = None
             if event is SessionEvent.LOST:

@@ -35,13 +35,22 @@ each rebalance and at shutdown.  ``consumer_timeout_ms`` >= 0 makes a stream
 raise ``ConsumerTimeout`` when no record arrives for that long; after
 ``shutdown`` streams end.
 
-A lost ZooKeeper session (the registration and owner znodes gone with it)
-stops fetching; once connected again the consumer registers anew and
-rebalances.
+The ZooKeeper session (``zookeeper_session_timeout_ms``, Kafka's
+``zookeeper.session.timeout.ms``) decides how long a member cut off from
+ZooKeeper keeps its partitions.  Its client notices a dead connection within
+two thirds of that time (SUSPENDED), well before ZooKeeper expires the
+session and hands the owner znodes to another member; from that moment the
+consumer fetches nothing, its streams deliver nothing (what they hold is
+dropped, to be fetched again) and it commits nothing.  Connected again with
+the same session, it rejoins through a rebalance; a lost session (the
+registration and owner znodes gone with it) first registers anew.  So no
+partition is delivered by two members at once.
 
 Threads: a ``group-fetcher`` fills the streams' queues; a ``group-rebalance``
-thread handles watch and session events; an auto-commit thread.  ``self._lock`` guards the
-assignment, positions and consumed offsets.
+thread handles watch and session events; an auto-commit thread.
+``self._lock`` guards the assignment, positions and consumed offsets;
+``self._session_lock`` orders the session listener's "suspended" against
+the rebalance that clears it.
 """
 
 from __future__ import annotations
@@ -170,6 +179,7 @@ class GroupConsumer:
         queued_max_chunks: int = 2,
         consumer_timeout_ms: int = -1,
         timeout_s: float = 30.0,
+        zookeeper_session_timeout_ms: int = 18_000,
     ) -> None:
         if not group:
             raise ValueError("a group id is needed")
@@ -187,7 +197,14 @@ class GroupConsumer:
         self.fetch_max_bytes = fetch_max_bytes
         self.queued_max_chunks = queued_max_chunks
         self.consumer_timeout_ms = consumer_timeout_ms
-        self.zk = ZkClient(zookeeper_connect, timeout_s=timeout_s).start()
+        self.zookeeper_session_timeout_ms = zookeeper_session_timeout_ms
+        self._session_lock = threading.Lock()
+        self._suspended = threading.Event()  # set from SUSPENDED until a rebalance
+        self._session_events: queue.Queue[SessionEvent] = queue.Queue()
+        self.zk = ZkClient(
+            zookeeper_connect, session_timeout_ms=zookeeper_session_timeout_ms, timeout_s=timeout_s
+        ).start()
+        self.zk.add_session_listener(self._on_session)
         bootstrap = resolve_bootstrap(None, zookeeper_connect, timeout_s)
         self._fetch = SimpleConsumer(bootstrap, max_wait_ms=fetch_wait_max_ms, timeout_s=timeout_s)
         self._offsets = GroupOffsets(bootstrap, group, timeout_s)
@@ -260,6 +277,20 @@ class GroupConsumer:
 
     # -- balancing -------------------------------------------------------------------
 
+    def _on_session(self, event: SessionEvent) -> None:
+        """On kazoo's thread: stop fetching, delivering and committing at once
+        when the session is suspended or lost; the rebalance thread does the rest."""
+        if event is not SessionEvent.CONNECTED:
+            with self._session_lock:
+                self._suspended.set()
+            self._fetching.clear()
+        self._session_events.put(event)
+
+    @property
+    def suspended(self) -> bool:
+        """True from a session suspension until the rejoin that follows it."""
+        return self._suspended.is_set()
+
     def _rebalance_loop(self) -> None:
         lost = False
         while not self._stopped.is_set():
@@ -289,10 +320,14 @@ class GroupConsumer:
         lost = False
         while True:
             try:
-                event = self.zk.session_events.get_nowait()
+                event = self._session_events.get_nowait()
             except queue.Empty:
                 return lost
-            if event is SessionEvent.LOST:
+            if event is SessionEvent.SUSPENDED:
+                logger.warning("%s: ZooKeeper connection lost; not consuming", self.consumer_id)
+            elif event is SessionEvent.CONNECTED:
+                self._rebalance_needed.set()  # rejoin (a lost session registers first)
+            elif event is SessionEvent.LOST:
                 logger.warning("%s lost its ZooKeeper session; it will rejoin", self.consumer_id)
                 with self._lock:
                     self._owned.clear()  # the owner znodes went with the session
@@ -304,6 +339,11 @@ class GroupConsumer:
             if self._stopped.is_set():
                 return
             self._fetching.clear()
+            with self._session_lock:  # the listener sets it after the state changed
+                if self.zk.session_state is SessionEvent.CONNECTED:
+                    self._suspended.clear()
+            if self._suspended.is_set():
+                return  # the CONNECTED to come asks for the rebalance again
             self._release_all()
             assignment = self._assignment()
             if self._claim(assignment):
@@ -388,7 +428,7 @@ class GroupConsumer:
             self._positions = dict(positions)
             self._consumed_at = dict(positions)
             self._committed = {tp: o for tp, o in committed.items() if o >= 0}
-        if positions:
+        if positions and not self._suspended.is_set():
             self._fetching.set()
 
     # -- fetching ----------------------------------------------------------------------
@@ -443,7 +483,7 @@ class GroupConsumer:
     def _consumed(self, tp: TopicPartition, next_offset: int, generation: int) -> bool:
         """A stream returns a record; False when its partition moved away since."""
         with self._lock:
-            if generation != self._generation:
+            if generation != self._generation or self._suspended.is_set():
                 return False
             self._consumed_at[tp] = next_offset
             return True
@@ -455,6 +495,9 @@ class GroupConsumer:
         self._commit()
 
     def _commit(self) -> None:
+        if self._suspended.is_set():  # another member may own the partitions by now
+            logger.info("%s: not committing while cut off from ZooKeeper", self.consumer_id)
+            return
         # One commit at a time: two racing could store an older position last.
         with self._commit_lock:
             with self._lock:

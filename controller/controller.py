@@ -1,11 +1,13 @@
 """The controller: one broker at a time, elected through ``/controller``.
 
-Every broker runs a ``Controller``.  ZooKeeper watches only put events on a
-queue; one event-loop thread handles them in order:
+Every broker runs a ``Controller``.  ZooKeeper watches and session changes
+only put events on a queue; one event-loop thread handles them in order:
 
-* ``Elect``: try to create the ephemeral ``/controller``; the winner bumps
-  ``/controller_epoch``, reads brokers and topics, brings every partition
-  online and tells every broker (LeaderAndIsr, UpdateMetadata).
+* ``Elect`` (``/controller`` changed or vanished): the broker that creates the
+  ephemeral ``/controller`` bumps ``/controller_epoch`` in the same multi-op,
+  reads brokers and topics, brings every partition online and tells every
+  broker (LeaderAndIsr, UpdateMetadata).  An active controller that finds
+  ``/controller`` no longer its own resigns.
 * ``BrokerChange``: partitions led by a broker that left get a new leader
   (bumped leader epoch) or go offline; returning and new brokers are told
   their partitions.
@@ -33,9 +35,23 @@ After each event every live broker gets an UpdateMetadata for its metadata
 cache: the whole view when the controller takes office or brokers come and
 go, the changed partitions (or deleted topics) otherwise.
 
-Every partition-state write is conditioned on the znode version read and
-carries the controller epoch; a controller that lost ``/controller`` stops
-acting (``Resign``).
+**Fencing** (Kafka 2.1, KAFKA-6082).  Every ZooKeeper write of the
+controller (partition states, topic assignments, the admin and notification
+znodes it deletes or rewrites) is a multi-op that checks ``/controller_epoch``
+at the zkVersion read when it took office, besides the znode's own version,
+and carries the controller epoch; brokers refuse requests with an older
+controller epoch than the newest they have seen.
+
+**Session** (the ZooKeeper client's listener only flips state and queues an
+event).  SUSPENDED: before its next broker request or ZooKeeper write the
+event loop waits; the requests already queued to brokers are held too
+(``RequestGate``).  CONNECTED again with the same session: it checks that
+``/controller`` is still its own and ``/controller_epoch`` still at its
+version, then carries on (and reads everything again, in case a handler
+failed meanwhile).  LOST, ``/controller`` not its own, or a failed epoch
+check: it **resigns** -- stops acting, drops its state and every request
+queued to brokers (it tells no broker anything more), refuses controlled
+shutdowns -- and runs for election again once connected.
 
 Thread safety: all state lives on the event thread; other threads only
 enqueue events.
@@ -51,9 +67,17 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
+from typing import Protocol
 
 from annal.zk import layout
-from annal.zk.client import StaleVersionError, ZkClient, ZkError
+from annal.zk.client import (
+    ControllerEpoch,
+    ControllerMovedError,
+    SessionEvent,
+    StaleVersionError,
+    ZkClient,
+    ZkError,
+)
 from annal.zk.layout import BrokerRegistration, PartitionState, TopicAssignment
 
 from .election import PartitionState as State
@@ -64,6 +88,8 @@ logger = logging.getLogger(__name__)
 
 class Event(enum.Enum):
     ELECT = "elect"
+    RECONNECTED = "reconnected"
+    SESSION_LOST = "session-lost"
     BROKER_CHANGE = "broker-change"
     TOPIC_CHANGE = "topic-change"
     TOPIC_DELETION = "topic-deletion"
@@ -117,6 +143,35 @@ class MetadataUpdate:
 SendUpdateMetadata = Callable[[BrokerRegistration, int, MetadataUpdate], None]
 
 
+class RequestGate(Protocol):
+    """The controller's hold on the requests it queued to brokers (its channel)."""
+
+    def hold(self) -> None:
+        """Queued requests wait (the session is suspended); must not block."""
+
+    def release(self) -> None:
+        """Queued requests go out again."""
+
+    def discard(self) -> None:
+        """Drop every queued request (the controller resigned)."""
+
+
+class _OpenGate:
+    def hold(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+    def discard(self) -> None:
+        pass
+
+
+class NotInOffice(Exception):
+    """The controller may not act: its session was lost, ``/controller`` or
+    ``/controller_epoch`` moved on, or it is stopping.  The event loop resigns."""
+
+
 class Controller:
     """See the module docstring; ``start`` then ``initiate_shutdown``/``await_shutdown``."""
 
@@ -129,9 +184,11 @@ class Controller:
         send_update_metadata: SendUpdateMetadata,
         unclean_leader_election: bool = False,
         rebalance: RebalanceSettings | None = None,
+        gate: RequestGate | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.zk = zk
+        self._gate = gate or _OpenGate()
         self._send_leader_and_isr = send_leader_and_isr
         self._send_stop_replica = send_stop_replica
         self._send_update_metadata = send_update_metadata
@@ -142,6 +199,13 @@ class Controller:
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
         self.epoch = 0
         self.active = False
+        self._term: ControllerEpoch | None = None  # this controller's, while active
+        # Session state, set by the listener on kazoo's thread (see _on_session).
+        self._session = threading.Condition()
+        self._connected = False
+        self._lost = False  # a LOST the event loop has not acted on yet
+        self._suspensions = 0  # SUSPENDED or LOST seen so far
+        self._checked_suspensions = 0  # ... when the event loop last checked its office
         self._live: dict[int, BrokerRegistration] = {}
         self._states: dict[tuple[str, int], State] = {}
         self._view: dict[tuple[str, int], PartitionUpdate] = {}  # what brokers are told
@@ -156,6 +220,9 @@ class Controller:
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self) -> None:
+        with self._session:
+            self._connected = self.zk.session_state is SessionEvent.CONNECTED
+        self.zk.add_session_listener(self._on_session)
         self._thread.start()
         if self._rebalance.enabled:
             threading.Thread(
@@ -166,6 +233,9 @@ class Controller:
 
     def initiate_shutdown(self) -> None:
         self._stopped.set()
+        self.zk.remove_session_listener(self._on_session)
+        with self._session:
+            self._session.notify_all()  # a loop waiting out a suspension
         self._events.put(Event.SHUTDOWN)
 
     def _rebalance_timer(self) -> None:
@@ -181,19 +251,37 @@ class Controller:
     ) -> list[tuple[str, int]] | None:
         """Called from a request thread: move ``broker_id``'s leaderships away.
         The replicated partitions it still leads, or None when this broker is
-        not the active controller."""
-        if not self.active:
+        not the active controller (or cannot act now: its session is suspended)."""
+        with self._session:
+            acting = self._connected and not self._lost
+        if not self.active or not acting:
             return None
         reply: Future[list[tuple[str, int]] | None] = Future()
         self._shutdown_requests.put((broker_id, reply))
         self._events.put(Event.CONTROLLED_SHUTDOWN)
         return reply.result(timeout_s)
 
-    # -- watches: enqueue only ---------------------------------------------------
+    # -- watches and session changes: enqueue only ----------------------------------
+
+    def _on_session(self, event: SessionEvent) -> None:
+        """On kazoo's thread: flip the state the event loop checks, hold or free
+        the requests queued to brokers, queue an event; never blocks."""
+        with self._session:
+            if event is SessionEvent.CONNECTED:
+                self._connected = True
+            else:
+                self._connected = False
+                self._suspensions += 1
+                self._lost |= event is SessionEvent.LOST
+                self._gate.hold()
+            self._session.notify_all()
+        if event is SessionEvent.CONNECTED:
+            self._events.put(Event.RECONNECTED)
+        elif event is SessionEvent.LOST:
+            self._events.put(Event.SESSION_LOST)
 
     def _on_controller_change(self, data: bytes | None, stat: object) -> None:
-        if data is None:
-            self._events.put(Event.ELECT)
+        self._events.put(Event.ELECT)  # vanished: run; changed: perhaps resign
 
     def _on_brokers(self, children: list[str]) -> None:
         self._events.put(Event.BROKER_CHANGE)
@@ -232,6 +320,14 @@ class Controller:
                 return
             try:
                 self._handle(event)
+            except (NotInOffice, ControllerMovedError) as exc:
+                if self._stopped.is_set():
+                    return
+                self._resign(str(exc))
+                with self._session:
+                    connected = self._connected
+                if connected:  # else on RECONNECTED
+                    self._events.put(Event.ELECT)
             except ZkError as exc:
                 logger.error("controller event %s failed: %s", event.value, exc)
             except Exception:
@@ -239,7 +335,14 @@ class Controller:
 
     def _handle(self, event: Event) -> None:
         if event is Event.ELECT:
-            self.elect()
+            self.handle_controller_change()
+        elif event is Event.SESSION_LOST:
+            if self.active:
+                raise NotInOffice("its ZooKeeper session was lost")
+            with self._session:
+                self._lost = False  # nothing held: nothing to give up
+        elif event is Event.RECONNECTED:
+            self.handle_reconnected()
         elif not self.active:
             self._refuse_shutdown_requests()
         elif event is Event.BROKER_CHANGE:
@@ -259,17 +362,70 @@ class Controller:
         elif event is Event.CONTROLLED_SHUTDOWN:
             self.handle_controlled_shutdown()
 
+    # -- office: election, resignation, the session ---------------------------------
+
+    def handle_controller_change(self) -> None:
+        """``/controller`` changed or vanished: resign if it is no longer this
+        controller's, run for election when nobody holds it."""
+        if self.active and not self.zk.owns_controller():
+            raise NotInOffice("/controller is no longer its own")
+        if not self.active:
+            self.elect()
+
+    def handle_reconnected(self) -> None:
+        """Connected again: an active controller checks its office (same session)
+        and reads everything again, since handlers may have failed meanwhile; an
+        inactive one runs for election."""
+        if not self.active:
+            self.elect()
+            return
+        self._ensure_in_office()
+        logger.info("controller %d (epoch %d) reconnected; reading the cluster again",
+                    self.broker_id, self.epoch)  # fmt: skip
+        self.handle_broker_change()
+        self.handle_topic_change()
+        self.handle_topic_deletion()
+        self.handle_isr_change()
+
     def elect(self) -> None:
-        current = self.zk.get_controller()
-        if current is not None:
-            self.active = current == self.broker_id
+        if self.active:
             return
-        if not self.zk.try_become_controller(self.broker_id):
-            self.active = False
-            return
-        self.epoch = self.zk.increment_controller_epoch()
+        if self.zk.owns_controller():
+            # Left from a term this broker gave up while its session lived on
+            # (an epoch check failed, or taking office did): free it, run again.
+            self.zk.resign_controller()
+        with self._session:
+            seen = self._suspensions
+        term = self.zk.register_controller(self.broker_id)
+        if term is None:
+            return  # another broker is the controller; /controller's watch calls again
+        self._take_office(term, seen)
+
+    def _take_office(self, term: ControllerEpoch, seen: int) -> None:
+        """``seen``: the session changes counted before ``/controller`` was created
+        (a LOST before it concerns an older session; one after it, this term)."""
+        with self._session:
+            self._checked_suspensions = seen
+            if self._suspensions == seen:
+                self._lost = False
+                if self._connected:
+                    self._gate.release()
+        self._term = term
+        self.epoch = term.epoch
         self.active = True
         logger.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
+        try:
+            self._on_taking_office()
+        except (NotInOffice, ControllerMovedError):
+            raise
+        except ZkError:
+            # As Kafka's failed failover: give the office up so that an election
+            # (perhaps this broker's again) starts from a clean read.
+            self._resign("taking office failed")
+            self.zk.resign_controller()
+            raise
+
+    def _on_taking_office(self) -> None:
         self._live = {b.broker_id: b for b in self.zk.get_brokers()}
         self._states = {}
         self._view = {}
@@ -290,6 +446,58 @@ class Controller:
         self._watch_topics(topics)
         self._bring_online(topics, resend=True, full=True)
         self.handle_reassignment()
+
+    def _resign(self, why: str) -> None:
+        """Stop acting as controller: forget everything, tell no broker anything
+        more (what is queued to brokers is dropped), refuse controlled shutdowns."""
+        if self.active:
+            logger.warning(
+                "broker %d resigns as controller (epoch %d): %s", self.broker_id, self.epoch, why
+            )
+        self.active = False
+        self._term = None
+        self._gate.discard()
+        self._live = {}
+        self._states = {}
+        self._view = {}
+        self._shutting_down = set()
+        with self._session:
+            self._lost = False
+        self._refuse_shutdown_requests()
+
+    def _ensure_in_office(self) -> None:
+        """Before every request to a broker and every ZooKeeper write: wait while
+        the session is suspended; once connected again (same session) check that
+        ``/controller`` and ``/controller_epoch`` are still this controller's.
+        NotInOffice when they are not, the session was lost, or it is stopping."""
+        while True:
+            with self._session:
+                while not (self._connected or self._lost or self._stopped.is_set()):
+                    self._session.wait()
+                if self._stopped.is_set():
+                    raise NotInOffice("the broker is stopping")
+                if self._lost:
+                    raise NotInOffice("its ZooKeeper session was lost")
+                seen = self._suspensions
+            if self._term is None or not self.active:
+                raise NotInOffice("it is not the controller")
+            if seen == self._checked_suspensions:
+                return
+            if not self.zk.owns_controller():
+                raise NotInOffice("/controller is no longer its own")
+            if self.zk.get_controller_epoch() != self._term:
+                raise NotInOffice(f"{layout.CONTROLLER_EPOCH} moved past epoch {self.epoch}")
+            with self._session:
+                self._checked_suspensions = seen
+                if self._suspensions == seen:
+                    self._gate.release()
+            logger.info("controller %d (epoch %d) acts again", self.broker_id, self.epoch)
+
+    def _fence(self) -> ControllerEpoch:
+        """The term every ZooKeeper write of this controller is checked against."""
+        self._ensure_in_office()
+        assert self._term is not None
+        return self._term
 
     def _watch_topics(self, topics: Sequence[str]) -> None:
         for topic in topics:
@@ -344,9 +552,9 @@ class Controller:
                         self._send(
                             partial(self._send_stop_replica, broker, self.epoch, partitions, True)
                         )
-            self.zk.delete_recursive(layout.topic_path(topic))
-            self.zk.delete_recursive(layout.topic_config_path(topic))
-            self.zk.delete_recursive(layout.delete_topic_path(topic))
+            self.zk.delete_recursive(layout.topic_path(topic), self._fence())
+            self.zk.delete_recursive(layout.topic_config_path(topic), self._fence())
+            self.zk.delete_recursive(layout.delete_topic_path(topic), self._fence())
             self._view = {k: v for k, v in self._view.items() if k[0] != topic}
             self._publish(MetadataUpdate((), list(self._live.values()), deleted_topics=[topic]))
             logger.info("deleted topic %s", topic)
@@ -355,7 +563,7 @@ class Controller:
         """Leaders changed ISRs in ZooKeeper: every broker's cache hears of it
         (the replicas already know; Kafka sends no LeaderAndIsr for this)."""
         updates: list[PartitionUpdate] = []
-        for topic, partition in self.zk.take_isr_changes():
+        for topic, partition in self.zk.take_isr_changes(self._fence()):
             known = self._view.get((topic, partition))
             current = self.zk.get_partition_state(topic, partition)
             if known is None or current is None:
@@ -387,7 +595,7 @@ class Controller:
             except StaleVersionError as exc:  # a leader wrote meanwhile: its notice retries
                 logger.info("reassignment of %s-%d waits: %s", topic, partition, exc)
         if done:
-            self.zk.finish_reassignments(done)
+            self.zk.finish_reassignments(done, self._fence())
 
     def _reassign(self, topic: str, partition: int, target: tuple[int, ...]) -> bool:
         """One step for one partition; True once it is finished (or cannot start)."""
@@ -410,7 +618,7 @@ class Controller:
             # The leader epoch moves first, so the replicas hear of the new list;
             # a failure in between repeats both writes on the next step.
             new = PartitionState(state.leader, state.leader_epoch + 1, state.isr, self.epoch)
-            version = self.zk.update_partition_state(topic, partition, new, version)
+            version = self.zk.update_partition_state(topic, partition, new, version, self._fence())
             assignment = _with_partition(
                 assignment,
                 partition,
@@ -418,7 +626,7 @@ class Controller:
                 tuple(r for r in target if r not in original),
                 tuple(r for r in original if r not in target),
             )
-            self.zk.update_topic_assignment(topic, assignment, assignment_version)
+            self.zk.update_topic_assignment(topic, assignment, assignment_version, self._fence())
             logger.info(
                 "reassigning %s-%d: %s -> %s; new replicas copying", topic, partition,
                 list(original), list(target),
@@ -435,9 +643,12 @@ class Controller:
                 return False
         isr = tuple(r for r in state.isr if r in target)
         new = PartitionState(leader, state.leader_epoch + 1, isr, self.epoch)
-        version = self.zk.update_partition_state(topic, partition, new, version)
+        version = self.zk.update_partition_state(topic, partition, new, version, self._fence())
         self.zk.update_topic_assignment(
-            topic, _with_partition(assignment, partition, target, (), ()), assignment_version
+            topic,
+            _with_partition(assignment, partition, target, (), ()),
+            assignment_version,
+            self._fence(),
         )
         logger.info(
             "reassigned %s-%d to %s (leader %d, epoch %d)", topic, partition, list(target),
@@ -461,7 +672,7 @@ class Controller:
 
     def handle_preferred_election(self) -> None:
         """An admin asked (``/admin/preferred_replica_election``)."""
-        partitions = self.zk.take_preferred_election()
+        partitions = self.zk.take_preferred_election(self._fence())
         if partitions:
             self._elect_preferred(partitions, "requested")
 
@@ -505,7 +716,9 @@ class Controller:
                 continue
             new = PartitionState(preferred, state.leader_epoch + 1, state.isr, self.epoch)
             try:
-                version = self.zk.update_partition_state(topic, partition, new, version)
+                version = self.zk.update_partition_state(
+                    topic, partition, new, version, self._fence()
+                )
             except StaleVersionError as exc:
                 logger.warning("%s; %s-%d keeps its leader", exc, topic, partition)
                 continue
@@ -574,7 +787,9 @@ class Controller:
             else:
                 continue
             try:
-                version = self.zk.update_partition_state(topic, partition, new, version)
+                version = self.zk.update_partition_state(
+                    topic, partition, new, version, self._fence()
+                )
             except StaleVersionError as exc:
                 logger.warning("%s; %s-%d stays as it is", exc, topic, partition)
                 if state.leader == broker_id:
@@ -656,7 +871,7 @@ class Controller:
             isr = tuple(r for r in replicas if r in live) if election.leader >= 0 else replicas
             state = PartitionState(election.leader, 0, isr, self.epoch)
             try:
-                version = self.zk.create_partition_state(topic, partition, state)
+                version = self.zk.create_partition_state(topic, partition, state, self._fence())
             except StaleVersionError:
                 return None
         else:
@@ -668,7 +883,9 @@ class Controller:
                         state.leader, state.leader_epoch + 1, in_sync, self.epoch
                     )
                     try:
-                        version = self.zk.update_partition_state(topic, partition, changed, version)
+                        version = self.zk.update_partition_state(
+                            topic, partition, changed, version, self._fence()
+                        )
                     except StaleVersionError as exc:
                         logger.warning("%s; will retry on the next event", exc)
                     else:
@@ -708,7 +925,9 @@ class Controller:
                 election.leader, state.leader_epoch + 1, election.isr, self.epoch
             )
             try:
-                version = self.zk.update_partition_state(topic, partition, state, version)
+                version = self.zk.update_partition_state(
+                    topic, partition, state, version, self._fence()
+                )
             except StaleVersionError as exc:
                 logger.warning("%s; will retry on the next event", exc)
                 return None
@@ -744,6 +963,7 @@ class Controller:
                 self._send(partial(self._send_leader_and_isr, broker, self.epoch, batch, live))
 
     def _send(self, call: Callable[[], None]) -> None:
+        self._ensure_in_office()
         try:
             call()
         except Exception as exc:  # one unreachable broker must not stop the loop

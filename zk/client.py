@@ -7,9 +7,20 @@ state are conditioned on the znode version the caller read.
 
 Session handling follows kazoo's states: SUSPENDED means "stop acting on
 ZooKeeper-held roles until CONNECTED"; LOST means "every ephemeral node of
-ours is gone: resign, re-register, rebuild".  ``ZkClient`` only reports them:
-the listener puts each change on ``session_events`` (a queue) and returns at
-once; the owner (broker, controller, consumer) decides what to do.
+ours is gone: resign, re-register, rebuild".  ``ZkClient`` is the one
+listener kazoo has; it fans each change out, as a ``SessionEvent``, to the
+owners registered with ``add_session_listener`` (the broker registration, the
+controller, the ISR-change writer, the group consumer).  Owners are called on
+kazoo's thread, in registration order, and must only hand the event on (set a
+flag, put it on a queue); the owner decides what to do on its own thread.
+
+The controller's writes are fenced by its epoch (Kafka's KAFKA-6082): each
+is a ZooKeeper multi-op that begins with a ``check`` of ``/controller_epoch``
+at the zkVersion the controller read when it took office
+(``register_controller`` returns it as a ``ControllerEpoch``).  Once another
+controller has bumped the epoch the whole multi-op fails and nothing is
+written: ``ControllerMovedError``.  Methods that take ``fence=`` write this
+way when given one.
 
 This module is the one owner of kazoo: nothing outside ``zk/`` imports it.
 Watches are set through ``watch_children`` and ``watch_data``, and every kazoo
@@ -17,16 +28,17 @@ failure other than the node-level answers this module handles itself (no
 node, node exists, bad version, not empty) leaves as a ``ZkError`` whose
 cause is the kazoo exception.
 
-Thread safety: kazoo's client is thread-safe; ``ZkClient`` adds no state
-beyond the queue, which is thread-safe too.
+Thread safety: kazoo's client is thread-safe; ``ZkClient``'s own state (the
+listeners and the last session state) is guarded by ``self._listeners_lock``.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-import queue
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -36,6 +48,8 @@ from kazoo.exceptions import (
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
 )
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
@@ -73,10 +87,36 @@ class NoChrootError(ZkError):
     """The connect string's chroot does not exist, and this client may not create it."""
 
 
+class ControllerMovedError(ZkError):
+    """A fenced write failed its ``/controller_epoch`` check: another controller
+    took office since this one did (Kafka's ControllerMovedException)."""
+
+
 class SessionEvent(enum.Enum):
     SUSPENDED = "suspended"
     CONNECTED = "connected"
     LOST = "lost"
+
+
+# Called on kazoo's thread with each session change; must not block.
+SessionListener = Callable[[SessionEvent], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerEpoch:
+    """The controller's term: its epoch, and the zkVersion of ``/controller_epoch``
+    that holds it, which every fenced write checks."""
+
+    epoch: int
+    zk_version: int
+
+
+# Node-level answers a multi-op reports per operation (raised as themselves).
+_OP_ANSWERS = (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError)
+# What the other operations of a failed multi-op report.
+_ROLLED_BACK = (RolledBackError, RuntimeInconsistency)
+# Operations per fenced multi-op when deleting a subtree.
+_DELETES_PER_MULTI = 500
 
 
 def split_connect_string(connect: str) -> tuple[str, str]:
@@ -104,7 +144,9 @@ class ZkClient:
         self.create_chroot = create_chroot
         self.session_timeout_ms = session_timeout_ms
         self.timeout_s = timeout_s
-        self.session_events: queue.Queue[SessionEvent] = queue.Queue()
+        self._listeners_lock = threading.Lock()
+        self._listeners: list[SessionListener] = []
+        self._session_state = SessionEvent.LOST  # until start() connects
         self._retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0, deadline=timeout_s)
         self._kazoo = KazooClient(
             hosts=connect,
@@ -147,14 +189,41 @@ class ZkClient:
         self._kazoo.stop()
         self._kazoo.close()
 
+    def add_session_listener(self, listener: SessionListener) -> None:
+        """Call ``listener(event)`` on every session change from now on, on kazoo's
+        thread: it must not block (hand the event to the owner's own thread)."""
+        with self._listeners_lock:
+            self._listeners.append(listener)
+
+    def remove_session_listener(self, listener: SessionListener) -> None:
+        with self._listeners_lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    @property
+    def session_state(self) -> SessionEvent:
+        """The last session change: CONNECTED, SUSPENDED (connection lost, session
+        perhaps alive) or LOST (expired or closed; also before ``start``)."""
+        with self._listeners_lock:
+            return self._session_state
+
     def _on_state(self, state: str) -> None:
         # Never block here: kazoo calls listeners on its own thread.
         if state == KazooState.SUSPENDED:
-            self.session_events.put(SessionEvent.SUSPENDED)
+            event = SessionEvent.SUSPENDED
         elif state == KazooState.LOST:
-            self.session_events.put(SessionEvent.LOST)
+            event = SessionEvent.LOST
         else:
-            self.session_events.put(SessionEvent.CONNECTED)
+            event = SessionEvent.CONNECTED
+        with self._listeners_lock:
+            self._session_state = event
+            listeners = list(self._listeners)
+        logger.debug("ZooKeeper session %s (%s)", event.value, self.connect_string)
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:  # one owner's bug must not silence the others
+                logger.exception("session listener %r failed on %s", listener, event.value)
 
     @property
     def kazoo(self) -> KazooClient:
@@ -183,6 +252,33 @@ class ZkClient:
         except KazooException as exc:
             name = getattr(fn, "__name__", "request")
             raise ZkError(f"ZooKeeper {name} failed: {type(exc).__name__} {exc}") from exc
+
+    def _fenced(self, fence: ControllerEpoch, build: Callable[[Any], object]) -> list[Any]:
+        """One multi-op: the check of ``/controller_epoch`` at ``fence.zk_version``,
+        then the operations ``build`` adds to the transaction.  Their results in
+        order; ControllerMovedError when the check fails, an operation's own
+        node-level answer (NoNodeError, BadVersionError, ...) when one fails."""
+
+        def attempt() -> list[Any]:
+            txn = self._kazoo.transaction()  # a fresh one per try: a commit is final
+            txn.check(layout.CONTROLLER_EPOCH, fence.zk_version)
+            build(txn)
+            return list(txn.commit())
+
+        results: list[Any] = self._call(attempt)
+        check, ops = results[0], results[1:]
+        if isinstance(check, Exception) and not isinstance(check, _ROLLED_BACK):
+            raise ControllerMovedError(
+                f"controller epoch {fence.epoch} is over: {layout.CONTROLLER_EPOCH} is no "
+                f"longer at zkVersion {fence.zk_version} ({type(check).__name__})"
+            )
+        for result in ops:
+            if isinstance(result, _OP_ANSWERS):
+                raise result
+        for result in ops:
+            if isinstance(result, Exception) and not isinstance(result, _ROLLED_BACK):
+                raise ZkError(f"ZooKeeper multi-op failed: {type(result).__name__} {result}")
+        return ops
 
     # -- watches -----------------------------------------------------------------
 
@@ -225,10 +321,27 @@ class ZkClient:
         except NoNodeError:
             return []
 
-    def _create(self, path: str, data: bytes, ephemeral: bool = False) -> bool:
-        """Create ``path``; False when it already exists (creates are idempotent under retry)."""
+    def _create(
+        self,
+        path: str,
+        data: bytes,
+        ephemeral: bool = False,
+        fence: ControllerEpoch | None = None,
+    ) -> bool:
+        """Create ``path``; False when it already exists (creates are idempotent under
+        retry).  With ``fence`` the missing parents and the znode are created in
+        fenced multi-ops (a multi-op cannot make parents)."""
+        if fence is None:
+            try:
+                self._call(self._kazoo.create, path, data, ephemeral=ephemeral, makepath=True)
+            except NodeExistsError:
+                return False
+            return True
+        parent = path.rsplit("/", 1)[0]
+        if parent and self._call(self._kazoo.exists, parent) is None:
+            self._create(parent, b"", fence=fence)
         try:
-            self._call(self._kazoo.create, path, data, ephemeral=ephemeral, makepath=True)
+            self._fenced(fence, lambda txn: txn.create(path, data, ephemeral=ephemeral))
         except NodeExistsError:
             return False
         return True
@@ -275,32 +388,69 @@ class ZkClient:
 
     # -- controller --------------------------------------------------------------
 
-    def try_become_controller(self, broker_id: int) -> bool:
-        return self._create(layout.CONTROLLER, layout.encode_controller(broker_id), ephemeral=True)
+    def register_controller(self, broker_id: int) -> ControllerEpoch | None:
+        """Run for controller: one multi-op creates the ephemeral ``/controller``
+        and bumps ``/controller_epoch`` at the version read.  The new term, or
+        None when another broker holds ``/controller``."""
+        while True:
+            found = self.get(layout.CONTROLLER_EPOCH)
+            if found is None:  # the first controller ever: the epoch starts at 0
+                self._create(layout.CONTROLLER_EPOCH, layout.encode_controller_epoch(0))
+                continue
+            epoch = layout.decode_controller_epoch(found[0]) + 1
+            version = found[1]
+
+            def attempt(epoch: int = epoch, version: int = version) -> list[Any]:
+                txn = self._kazoo.transaction()
+                txn.create(layout.CONTROLLER, layout.encode_controller(broker_id), ephemeral=True)
+                txn.set_data(
+                    layout.CONTROLLER_EPOCH, layout.encode_controller_epoch(epoch), version
+                )
+                return list(txn.commit())
+
+            created, bumped = self._call(attempt)
+            if isinstance(created, NodeExistsError):
+                if self._owns(layout.CONTROLLER):  # a retried multi-op that had succeeded
+                    now = self.get(layout.CONTROLLER_EPOCH)
+                    if now is not None:
+                        return ControllerEpoch(layout.decode_controller_epoch(now[0]), now[1])
+                return None
+            if isinstance(bumped, BadVersionError):
+                continue  # the epoch moved between the read and the multi-op
+            if isinstance(created, Exception) or isinstance(bumped, Exception):
+                raise ZkError(f"running for controller failed: {created!r}, {bumped!r}")
+            return ControllerEpoch(epoch, int(bumped.version))
 
     def get_controller(self) -> int | None:
         found = self.get(layout.CONTROLLER)
         return None if found is None else layout.decode_controller(found[0])
 
-    def increment_controller_epoch(self) -> int:
-        """Bump ``/controller_epoch`` with a conditional write; returns the new epoch."""
-        while True:
-            found = self.get(layout.CONTROLLER_EPOCH)
-            if found is None:
-                if self._create(layout.CONTROLLER_EPOCH, layout.encode_controller_epoch(1)):
-                    return 1
-                continue
-            epoch = layout.decode_controller_epoch(found[0]) + 1
-            try:
-                self._call(
-                    self._kazoo.set,
-                    layout.CONTROLLER_EPOCH,
-                    layout.encode_controller_epoch(epoch),
-                    version=found[1],
-                )
-            except BadVersionError:
-                continue
-            return epoch
+    def get_controller_epoch(self) -> ControllerEpoch | None:
+        """The current term as ``/controller_epoch`` holds it; None before the first."""
+        found = self.get(layout.CONTROLLER_EPOCH)
+        if found is None:
+            return None
+        return ControllerEpoch(layout.decode_controller_epoch(found[0]), found[1])
+
+    def owns_controller(self) -> bool:
+        """True when ``/controller`` is this session's ephemeral znode."""
+        return self._owns(layout.CONTROLLER)
+
+    def resign_controller(self) -> bool:
+        """Delete ``/controller`` if this session holds it (so that the brokers run
+        for election again); True if it did."""
+        stat = self._call(self._kazoo.exists, layout.CONTROLLER)
+        if stat is None or stat.owner_session_id != self.session_id:
+            return False
+        try:
+            self._call(self._kazoo.delete, layout.CONTROLLER, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            return False
+        return True
+
+    def _owns(self, path: str) -> bool:
+        stat = self._call(self._kazoo.exists, path)
+        return stat is not None and stat.owner_session_id == self.session_id
 
     # -- topics ------------------------------------------------------------------
 
@@ -341,34 +491,63 @@ class ZkClient:
             return None
         return PartitionState.decode(topic, partition, found[0]), found[1]
 
-    def create_partition_state(self, topic: str, partition: int, state: PartitionState) -> int:
+    def create_partition_state(
+        self,
+        topic: str,
+        partition: int,
+        state: PartitionState,
+        fence: ControllerEpoch | None = None,
+    ) -> int:
         """Create the state znode (version 0); StaleVersionError if it exists already."""
-        if not self._create(layout.partition_state_path(topic, partition), state.encode()):
+        path = layout.partition_state_path(topic, partition)
+        if not self._create(path, state.encode(), fence=fence):
             raise StaleVersionError(
                 f"{layout.partition_state_path(topic, partition)} exists already"
             )
         return 0
 
     def update_partition_state(
-        self, topic: str, partition: int, state: PartitionState, expected_version: int
+        self,
+        topic: str,
+        partition: int,
+        state: PartitionState,
+        expected_version: int,
+        fence: ControllerEpoch | None = None,
     ) -> int:
         """Conditional write of a partition's state; returns the new znode version."""
         return self._set_versioned(
-            layout.partition_state_path(topic, partition), state.encode(), expected_version
+            layout.partition_state_path(topic, partition), state.encode(), expected_version, fence
         )
 
     def update_topic_assignment(
-        self, topic: str, assignment: TopicAssignment, expected_version: int
+        self,
+        topic: str,
+        assignment: TopicAssignment,
+        expected_version: int,
+        fence: ControllerEpoch | None = None,
     ) -> int:
         """Conditional rewrite of a topic's assignment (partitions added);
         StaleVersionError when it changed since it was read."""
-        return self._set_versioned(layout.topic_path(topic), assignment.encode(), expected_version)
+        return self._set_versioned(
+            layout.topic_path(topic), assignment.encode(), expected_version, fence
+        )
 
-    def _set_versioned(self, path: str, data: bytes, expected_version: int) -> int:
+    def _set_versioned(
+        self,
+        path: str,
+        data: bytes,
+        expected_version: int,
+        fence: ControllerEpoch | None = None,
+    ) -> int:
         """Write ``path`` only if still at ``expected_version``; the new version,
         or StaleVersionError when it changed or vanished since it was read."""
         try:
-            stat = self._call(self._kazoo.set, path, data, version=expected_version)
+            if fence is None:
+                stat = self._call(self._kazoo.set, path, data, version=expected_version)
+            else:
+                (stat,) = self._fenced(
+                    fence, lambda txn: txn.set_data(path, data, expected_version)
+                )
         except BadVersionError:
             raise StaleVersionError(
                 f"{path} changed since version {expected_version} was read"
@@ -383,13 +562,43 @@ class ZkClient:
     def topics_to_delete(self) -> list[str]:
         return self.children(layout.DELETE_TOPICS)
 
-    def delete_recursive(self, path: str) -> None:
-        try:
-            self._call(self._kazoo.delete, path, recursive=True)
-        except NoNodeError:
-            pass
+    def delete_recursive(self, path: str, fence: ControllerEpoch | None = None) -> None:
+        """Delete ``path`` and everything under it (nothing when it is gone).  With
+        ``fence`` the deletes, children first, go in fenced multi-ops."""
+        if fence is None:
+            try:
+                self._call(self._kazoo.delete, path, recursive=True)
+            except NoNodeError:
+                pass
+            return
+        while True:
+            doomed = self._subtree(path)  # children before their parents
+            try:
+                for start in range(0, len(doomed), _DELETES_PER_MULTI):
+                    chunk = doomed[start : start + _DELETES_PER_MULTI]
 
-    def take_isr_changes(self) -> list[tuple[str, int]]:
+                    def deletes(txn: Any, chunk: list[str] = chunk) -> None:
+                        for node in chunk:
+                            txn.delete(node)
+
+                    self._fenced(fence, deletes)
+            except (NoNodeError, NotEmptyError):
+                continue  # the tree changed under us: list it again
+            return
+
+    def _subtree(self, path: str) -> list[str]:
+        """``path`` and its descendants, deepest first; [] when it does not exist."""
+        try:
+            children = self._call(self._kazoo.get_children, path)
+        except NoNodeError:
+            return []
+        out: list[str] = []
+        for child in children:
+            out.extend(self._subtree(f"{path.rstrip('/')}/{child}"))
+        out.append(path)
+        return out
+
+    def take_isr_changes(self, fence: ControllerEpoch | None = None) -> list[tuple[str, int]]:
         """The partitions named by every pending ``isr_change_`` znode, which are
         deleted once read (the controller's side of ``notify_isr_change``)."""
         changed: set[tuple[str, int]] = set()
@@ -401,7 +610,7 @@ class ZkClient:
                     changed.update(layout.decode_partition_list(path, found[0]))
                 except layout.LayoutError as exc:
                     logger.warning("ignoring an ISR change notification: %s", exc)
-            self.delete_recursive(path)
+            self.delete_recursive(path, fence)
         return sorted(changed)
 
     def notify_isr_change(self, partitions: Sequence[tuple[str, int]]) -> None:
@@ -418,13 +627,15 @@ class ZkClient:
             layout.PREFERRED_REPLICA_ELECTION, layout.encode_partition_list(partitions)
         )
 
-    def take_preferred_election(self) -> list[tuple[str, int]] | None:
+    def take_preferred_election(
+        self, fence: ControllerEpoch | None = None
+    ) -> list[tuple[str, int]] | None:
         """The pending request's partitions (the znode is then deleted), or None."""
         path = layout.PREFERRED_REPLICA_ELECTION
         found = self.get(path)
         if found is None:
             return None
-        self.delete_recursive(path)
+        self.delete_recursive(path, fence)
         try:
             return layout.decode_partition_list(path, found[0])
         except layout.LayoutError as exc:
@@ -449,7 +660,9 @@ class ZkClient:
             logger.warning("ignoring a partition reassignment request: %s", exc)
             return {}, found[1]
 
-    def finish_reassignments(self, done: Sequence[tuple[str, int]]) -> None:
+    def finish_reassignments(
+        self, done: Sequence[tuple[str, int]], fence: ControllerEpoch | None = None
+    ) -> None:
         """Drop finished partitions from the request; delete it once empty."""
         while True:
             found = self.get_reassignments()
@@ -458,11 +671,14 @@ class ZkClient:
             targets, version = found
             remaining = {k: v for k, v in targets.items() if k not in done}
             if not remaining:
-                self.delete_recursive(layout.REASSIGN_PARTITIONS)
+                self.delete_recursive(layout.REASSIGN_PARTITIONS, fence)
                 return
             try:
                 self._set_versioned(
-                    layout.REASSIGN_PARTITIONS, layout.encode_reassignments(remaining), version
+                    layout.REASSIGN_PARTITIONS,
+                    layout.encode_reassignments(remaining),
+                    version,
+                    fence,
                 )
                 return
             except StaleVersionError:
