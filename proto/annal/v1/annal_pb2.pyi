@@ -97,10 +97,20 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """This broker is not the controller."""
     INVALID_REQUEST: _ErrorCode.ValueType  # 42
     """The request is malformed or not allowed."""
+    OUT_OF_ORDER_SEQUENCE_NUMBER: _ErrorCode.ValueType  # 45
+    """An idempotent producer's batch does not follow the last sequence the partition
+    holds from it, or a new producer epoch does not start at sequence 0.
+    """
+    INVALID_PRODUCER_EPOCH: _ErrorCode.ValueType  # 47
+    """An idempotent producer's epoch is older than the newest the partition has seen."""
     INVALID_PRODUCER_ID_MAPPING: _ErrorCode.ValueType  # 49
     """A transactional batch whose producer id belongs to no transaction (annal has none)."""
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     """A log directory failed."""
+    UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
+    """The partition has no state for the producer id (Kafka before 2.5 answers this;
+    annal, as Kafka 2.5+, accepts any sequence from a producer it does not know).
+    """
     FENCED_LEADER_EPOCH: _ErrorCode.ValueType  # 74
     """The request's leader epoch is older than the broker's."""
     UNKNOWN_LEADER_EPOCH: _ErrorCode.ValueType  # 75
@@ -177,10 +187,20 @@ NOT_CONTROLLER: ErrorCode.ValueType  # 41
 """This broker is not the controller."""
 INVALID_REQUEST: ErrorCode.ValueType  # 42
 """The request is malformed or not allowed."""
+OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode.ValueType  # 45
+"""An idempotent producer's batch does not follow the last sequence the partition
+holds from it, or a new producer epoch does not start at sequence 0.
+"""
+INVALID_PRODUCER_EPOCH: ErrorCode.ValueType  # 47
+"""An idempotent producer's epoch is older than the newest the partition has seen."""
 INVALID_PRODUCER_ID_MAPPING: ErrorCode.ValueType  # 49
 """A transactional batch whose producer id belongs to no transaction (annal has none)."""
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 """A log directory failed."""
+UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
+"""The partition has no state for the producer id (Kafka before 2.5 answers this;
+annal, as Kafka 2.5+, accepts any sequence from a producer it does not know).
+"""
 FENCED_LEADER_EPOCH: ErrorCode.ValueType  # 74
 """The request's leader epoch is older than the broker's."""
 UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 75
