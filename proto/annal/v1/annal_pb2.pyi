@@ -2314,6 +2314,68 @@ class PartitionEpochEnd(_message.Message):
 Global___PartitionEpochEnd: _TypeAlias = PartitionEpochEnd  # noqa: Y015
 
 @_typing.final
+class InitProducerIdRequest(_message.Message):
+    """A producer id and epoch for an idempotent producer (Kafka's InitProducerId).
+    Any broker answers, from a block of ids it reserved in ZooKeeper.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    """Must be empty: annal has idempotent producers, not transactions."""
+    transaction_timeout_ms: _builtins.int
+    """The transaction timeout, in milliseconds; unused without a transactional id."""
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        transaction_timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitProducerIdRequest: _TypeAlias = InitProducerIdRequest  # noqa: Y015
+
+@_typing.final
+class InitProducerIdResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """Kafka error code; NONE on success.  COORDINATOR_NOT_AVAILABLE when no id
+    block could be reserved (ZooKeeper unreachable; retriable).
+    """
+    producer_id: _builtins.int
+    """The new producer id, unique in the cluster; -1 on error."""
+    producer_epoch: _builtins.int
+    """Its epoch (0 for a new id); -1 on error."""
+    error_message: _builtins.str
+    """A human-readable reason when error is not NONE."""
+    def __init__(
+        self,
+        *,
+        error: Global___ErrorCode.ValueType = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitProducerIdResponse: _TypeAlias = InitProducerIdResponse  # noqa: Y015
+
+@_typing.final
 class PartitionState(_message.Message):
     """---------------------------------------------------------------------------
     Inter-broker rpcs: controller -> broker, and broker -> controller
