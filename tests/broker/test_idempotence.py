@@ -4,12 +4,17 @@ under an idempotent producer."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
+from functools import partial
 
 import grpc
 import pytest
 from annal.admin.client import AdminClient
+from annal.consumer.simple import SimpleConsumer
 from annal.deploy.runner import BrokerProcess, wait_until
+from annal.producer.producer import Producer, RecordMetadata
 from annal.storage.records import Record, encode_batch, iter_records
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
@@ -124,3 +129,81 @@ def test_a_retried_batch_is_stored_once_also_by_a_new_leader(
     assert answers[-1].base_offset == 6
     values = fetch_values(stub(new_leader), "idem")
     assert values == [b"s%d" % i for i in range(9)]
+
+
+@pytest.mark.timeout(300)
+def test_no_duplicate_when_the_leader_dies_under_an_idempotent_producer(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    """Three brokers, replication factor 3, min.insync.replicas 2; an idempotent
+    producer (acks=all) writes to two partitions while the leader of both is
+    SIGKILLed.  Requests in flight then end without an answer and are sent
+    again to the new leader, which may already hold them: every acknowledged
+    record must be there exactly once, in send order per partition."""
+    quick = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "4000"}
+    brokers = {i: broker_factory(i, quick) for i in (1, 2, 3)}
+    bootstrap = ",".join(b.endpoint for b in brokers.values())
+    with AdminClient(bootstrap) as admin:
+        admin.create_topic(
+            "exactly",
+            assignment={0: [1, 2, 3], 1: [1, 3, 2]},
+            config={"min.insync.replicas": "2"},
+        )
+    acked: dict[bytes, RecordMetadata] = {}
+    refused: list[BaseException] = []
+    stop = threading.Event()
+    producers: list[Producer] = []
+
+    def note(value: bytes, future: Future[RecordMetadata]) -> None:
+        error = future.exception()
+        if error is not None:
+            refused.append(error)
+        else:
+            acked[value] = future.result()
+
+    def produce() -> None:
+        with Producer(bootstrap, retries=1000, retry_backoff_ms=50, linger_ms=1) as producer:
+            producers.append(producer)
+            i = 0
+            while not stop.is_set():
+                value = b"r%07d" % i
+                future = producer.send("exactly", value=value, partition=i % 2)
+                future.add_done_callback(partial(note, value))  # type: ignore[arg-type]
+                i += 1
+                if i % 50 == 0:
+                    producer.flush(120)
+            producer.flush(120)
+
+    def more_acked(count: int) -> None:
+        target = len(acked) + count
+        wait_until(lambda: len(acked) >= target or bool(refused), 120, f"{count} more acks")
+        assert not refused, refused[:3]
+
+    def leader() -> int:
+        with AdminClient(bootstrap) as admin:
+            return admin.describe_topics(["exactly"])[0].partitions[0].leader
+
+    producing = threading.Thread(target=produce, name="idempotent-producer")
+    producing.start()
+    try:
+        more_acked(400)
+        killed = leader()
+        brokers[killed].kill()  # mid-stream: requests in flight lose their answers
+        wait_until(lambda: leader() not in (-1, killed), 60, "a new leader")
+        more_acked(400)
+    finally:
+        stop.set()
+        producing.join(180)
+    assert not refused, refused[:3]
+    assert producers[0].idempotent
+
+    survivors = ",".join(b.endpoint for i, b in brokers.items() if i != killed)
+    with SimpleConsumer(survivors) as consumer:
+        stored = {p: list(consumer.iterate("exactly", p, 0)) for p in (0, 1)}
+    for partition, records in stored.items():
+        values = [r.value for r in records]
+        assert len(values) == len(set(values)), f"duplicates in partition {partition}"
+        assert values == sorted(values), f"partition {partition} out of send order"
+    at = {(p, r.offset): r.value for p, records in stored.items() for r in records}
+    lost = [(v, m) for v, m in acked.items() if at.get((m.partition, m.offset)) != v]
+    assert not lost, f"{len(lost)} of {len(acked)} acknowledged records not where acked: {lost[:3]}"
