@@ -49,6 +49,7 @@ PRODUCER_PROPS = {
     "max.in.flight.requests.per.connection": ("max_in_flight", int),
     "request.timeout.ms": ("request_timeout_ms", int),
     "max.block.ms": ("max_block_ms", int),
+    "enable.idempotence": ("enable_idempotence", lambda text: text.strip().lower() == "true"),
 }
 
 
