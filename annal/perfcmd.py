@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -39,7 +40,11 @@ def add_parser(commands: Any) -> None:
     perf.set_defaults(run=run)
 
 
-PRODUCER_PROPS = {
+def _flag(text: str) -> bool:
+    return text.strip().lower() == "true"
+
+
+PRODUCER_PROPS: dict[str, tuple[str, Callable[[str], object]]] = {
     "acks": ("acks", str),  # all, -1, 0 or 1
     "batch.size": ("batch_size", int),
     "linger.ms": ("linger_ms", int),
@@ -49,7 +54,7 @@ PRODUCER_PROPS = {
     "max.in.flight.requests.per.connection": ("max_in_flight", int),
     "request.timeout.ms": ("request_timeout_ms", int),
     "max.block.ms": ("max_block_ms", int),
-    "enable.idempotence": ("enable_idempotence", lambda text: text.strip().lower() == "true"),
+    "enable.idempotence": ("enable_idempotence", _flag),
 }
 
 
