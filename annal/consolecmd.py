@@ -67,9 +67,9 @@ def add_parsers(commands: Any) -> None:
     producer.add_argument("--topic", required=True)
     producer.add_argument(
         "--acks",
-        default="1",
         choices=["all", "-1", "0", "1"],
-        help="all (-1): the whole ISR has each record; 1: the leader; 0: no answer (default 1)",
+        help="all (-1): the whole ISR has each record, and the producer is idempotent; "
+        "1: the leader; 0: no answer (default all, as Kafka 3.x)",
     )
     producer.add_argument(
         "--compression-codec", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"]

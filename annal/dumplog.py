@@ -36,6 +36,14 @@ object to stdout) and the command exits with 1.
 position: P`` and ``timestamp: T offset: N``), without the zero-filled
 preallocated tail.
 
+``.snapshot`` files (producer state, ``annal.storage.producer_state``) print
+one line per producer id, as Kafka's tool does: ``producerId: ..
+producerEpoch: .. coordinatorEpoch: .. currentTxnFirstOffset: ..
+lastTimestamp: ..`` and, when it has a stored batch, ``firstSequence: ..
+lastSequence: .. lastOffset: .. offsetDelta: .. timestamp: ..``; with
+``--json`` one object per producer.  A snapshot whose CRC or length is wrong
+is an error.
+
 A missing file or one of an unknown kind is reported and skipped; the exit
 status is 1 if any file failed, 0 otherwise.
 """
@@ -68,6 +76,7 @@ from annal.storage.batch import (
 from annal.storage.errors import CorruptRecordError, StorageError
 from annal.storage.index import read_offset_index_entries, read_time_index_entries
 from annal.storage.legacy import iter_legacy_records
+from annal.storage.producer_state import read_snapshot
 from annal.storage.records import Record, decode_batch
 
 _PROG = "annal dump-log"
@@ -95,10 +104,11 @@ _ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = commands.add_parser(
         "dump-log",
-        help="print the contents of .log, .index and .timeindex files",
+        help="print the contents of .log, .index, .timeindex and .snapshot files",
         description=(
             "Print the batches of .log segment files (and with --deep-iteration their "
-            "records) and the entries of .index and .timeindex files. Exits 1 when a file "
+            "records), the entries of .index and .timeindex files and the producers of "
+            ".snapshot files. Exits 1 when a file "
             "is missing, of an unknown kind, or corrupt (after printing what is valid)."
         ),
     )
@@ -149,8 +159,12 @@ def dump_file(path: Path, options: _Options, out: IO[str], err: IO[str]) -> bool
         return False
     parsed = files.parse_segment_file_name(path.name)
     suffix = parsed[1] if parsed else path.suffix
-    if suffix not in files.SEGMENT_SUFFIXES:
-        print(f"{_PROG}: {path}: unknown file kind (expected .log, .index or .timeindex)", file=err)
+    if suffix not in (*files.SEGMENT_SUFFIXES, files.PRODUCER_SNAPSHOT_SUFFIX):
+        print(
+            f"{_PROG}: {path}: unknown file kind (expected .log, .index, .timeindex or "
+            ".snapshot)",
+            file=err,
+        )
         return False
     if not options.as_json:
         print(f"Dumping {path}", file=out)
@@ -159,6 +173,8 @@ def dump_file(path: Path, options: _Options, out: IO[str], err: IO[str]) -> bool
             return _dump_log(path, options, out, err)
         if suffix == files.INDEX_SUFFIX:
             return _dump_offset_index(path, options, out)
+        if suffix == files.PRODUCER_SNAPSHOT_SUFFIX:
+            return _dump_producer_snapshot(path, options, out)
         return _dump_time_index(path, options, out)
     except BrokenPipeError:
         raise  # the reader went away; the command line stops quietly
@@ -528,4 +544,45 @@ def _dump_time_index(path: Path, options: _Options, out: IO[str]) -> bool:
             print(f"timestamp: {entry.timestamp} offset: {entry.offset}", file=out)
     if not options.as_json:
         print(f"{len(entries)} entr" + ("y" if len(entries) == 1 else "ies"), file=out)
+    return True
+
+
+# -- producer snapshots ------------------------------------------------------
+
+
+def _dump_producer_snapshot(path: Path, options: _Options, out: IO[str]) -> bool:
+    for entry in read_snapshot(path):
+        has_batch = entry.last_offset >= 0
+        if options.as_json:
+            fields: dict[str, Any] = {
+                "producer_id": entry.producer_id,
+                "producer_epoch": entry.epoch,
+                "coordinator_epoch": entry.coordinator_epoch,
+                "current_txn_first_offset": entry.current_txn_first_offset,
+                "last_timestamp": entry.timestamp,
+            }
+            if has_batch:
+                fields.update(
+                    first_sequence=entry.first_sequence,
+                    last_sequence=entry.last_sequence,
+                    last_offset=entry.last_offset,
+                    offset_delta=entry.offset_delta,
+                    timestamp=entry.timestamp,
+                )
+            print(json.dumps(fields), file=out)
+            continue
+        txn = entry.current_txn_first_offset
+        line = (
+            f"producerId: {entry.producer_id} producerEpoch: {entry.epoch} "
+            f"coordinatorEpoch: {entry.coordinator_epoch} "
+            f"currentTxnFirstOffset: {txn if txn >= 0 else 'None'} "
+            f"lastTimestamp: {entry.timestamp}"
+        )
+        if has_batch:
+            line += (
+                f" firstSequence: {entry.first_sequence} lastSequence: {entry.last_sequence} "
+                f"lastOffset: {entry.last_offset} offsetDelta: {entry.offset_delta} "
+                f"timestamp: {entry.timestamp}"
+            )
+        print(line, file=out)
     return True

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -42,7 +43,11 @@ def add_parser(commands: Any) -> None:
     perf.set_defaults(run=run)
 
 
-PRODUCER_PROPS = {
+def _flag(text: str) -> bool:
+    return text.strip().lower() == "true"
+
+
+PRODUCER_PROPS: dict[str, tuple[str, Callable[[str], object]]] = {
     "acks": ("acks", str),  # all, -1, 0 or 1
     "batch.size": ("batch_size", int),
     "linger.ms": ("linger_ms", int),
@@ -52,6 +57,7 @@ PRODUCER_PROPS = {
     "max.in.flight.requests.per.connection": ("max_in_flight", int),
     "request.timeout.ms": ("request_timeout_ms", int),
     "max.block.ms": ("max_block_ms", int),
+    "enable.idempotence": ("enable_idempotence", _flag),
 }
 
 

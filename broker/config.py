@@ -158,6 +158,9 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "offsets.topic.replication.factor": (_int(1), "3"),
     "offsets.retention.minutes": (_int(1), "10080"),
     "group.initial.rebalance.delay.ms": (_int(0), "3000"),
+    # idempotent producers' state in each partition (storage/producer_state.py)
+    "producer.id.expiration.ms": (_int(1), "86400000"),
+    "producer.id.expiration.check.interval.ms": (_int(1), "600000"),
     # the request layer (docs/architecture.md): Kafka's names; queued.max.request.bytes
     # is bounded by default here, where Kafka's default (-1) is not
     "queued.max.requests": (_int(1), "500"),
@@ -205,6 +208,8 @@ class BrokerConfig:
     log_flush_scheduler_interval_ms: int
     log_cleaner_enable: bool
     log_cleaner_backoff_ms: int
+    producer_id_expiration_ms: int
+    producer_id_expiration_check_interval_ms: int
     queued_max_requests: int
     queued_max_request_bytes: int
     socket_request_max_bytes: int
@@ -289,6 +294,10 @@ class BrokerConfig:
             log_flush_scheduler_interval_ms=values["log.flush.scheduler.interval.ms"],
             log_cleaner_enable=values["log.cleaner.enable"],
             log_cleaner_backoff_ms=values["log.cleaner.backoff.ms"],
+            producer_id_expiration_ms=values["producer.id.expiration.ms"],
+            producer_id_expiration_check_interval_ms=values[
+                "producer.id.expiration.check.interval.ms"
+            ],
             queued_max_requests=values["queued.max.requests"],
             queued_max_request_bytes=values["queued.max.request.bytes"],
             socket_request_max_bytes=values["socket.request.max.bytes"],

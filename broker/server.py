@@ -43,6 +43,7 @@ from annal.broker.group_api import GroupApi
 from annal.broker.isr_changes import IsrChangeWriter
 from annal.broker.metadata_cache import MetadataCache
 from annal.broker.network import NetworkLayer
+from annal.broker.producer_ids import InitProducerIdApi, ProducerIdManager
 from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from annal.broker.replica_manager import ReplicaManager
 from annal.broker.rpc_guard import RequestLimits
@@ -56,6 +57,7 @@ from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 from annal.zk.client import BrokerIdTakenError, SessionEvent, ZkClient, ZkError
 from annal.zk.layout import BrokerRegistration, PartitionState
+from annal.zk.producer_ids import reserve_producer_id_block
 
 from annal import errors
 from annal.errors import ErrorCode
@@ -119,6 +121,10 @@ class BrokerServer:
                 flush_scheduler_interval_ms=config.log_flush_scheduler_interval_ms,
                 cleaner_enable=config.log_cleaner_enable,
                 cleaner_backoff_ms=config.log_cleaner_backoff_ms,
+                producer_id_expiration_ms=config.producer_id_expiration_ms,
+                producer_id_expiration_check_interval_ms=(
+                    config.producer_id_expiration_check_interval_ms
+                ),
             ),
         )
         try:
@@ -172,7 +178,15 @@ class BrokerServer:
         admin = AdminManager(
             config, self.zk, self.metadata, purgatories, network.run_admin, lambda: self.cluster_id
         )
-        service = AnnalService(data, admin, GroupApi(self.coordinator, self.metadata, admin))
+        producer_ids = ProducerIdManager(
+            lambda: reserve_producer_id_block(self.zk, config.broker_id)
+        )
+        service = AnnalService(
+            data,
+            admin,
+            GroupApi(self.coordinator, self.metadata, admin),
+            InitProducerIdApi(producer_ids, network.run_admin),
+        )
         control = ControlService(
             self.replicas,
             self.metadata,

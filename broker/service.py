@@ -6,7 +6,8 @@ A thin edge: each rpc goes to the part of the broker that owns it:
   OffsetsForLeaderEpoch, DeleteRecords;
 * cluster metadata and administration (``admin_manager.py``): Metadata,
   topics, partitions, configs, elections, reassignments;
-* groups (``group_api.py``): FindCoordinator, OffsetCommit, OffsetFetch.
+* groups (``group_api.py``): FindCoordinator, OffsetCommit, OffsetFetch;
+* idempotent producers' ids (``producer_ids.py``): InitProducerId.
 
 Request-level problems are gRPC statuses (INVALID_ARGUMENT with a message,
 RESOURCE_EXHAUSTED past the request limits); per-topic and per-partition
@@ -22,6 +23,7 @@ import grpc
 from annal.broker.admin_manager import AdminManager
 from annal.broker.data_api import DataApi
 from annal.broker.group_api import GroupApi
+from annal.broker.producer_ids import InitProducerIdApi
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 
@@ -31,10 +33,17 @@ Context: TypeAlias = grpc.aio.ServicerContext
 class AnnalService(annal_pb2_grpc.AnnalServicer):
     """Runs on the event loop only; the parts it delegates to say what they share."""
 
-    def __init__(self, data: DataApi, admin: AdminManager, groups: GroupApi) -> None:
+    def __init__(
+        self,
+        data: DataApi,
+        admin: AdminManager,
+        groups: GroupApi,
+        producer_ids: InitProducerIdApi,
+    ) -> None:
         self._data = data
         self._admin = admin
         self._groups = groups
+        self._producer_ids = producer_ids
 
     async def Metadata(self, request: pb.MetadataRequest, context: Context) -> pb.MetadataResponse:
         return await self._admin.metadata(request)
@@ -109,3 +118,8 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         self, request: pb.OffsetFetchRequest, context: Context
     ) -> pb.OffsetFetchResponse:
         return self._groups.offset_fetch(request)
+
+    async def InitProducerId(
+        self, request: pb.InitProducerIdRequest, context: Context
+    ) -> pb.InitProducerIdResponse:
+        return await self._producer_ids.init_producer_id(request)

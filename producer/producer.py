@@ -22,6 +22,24 @@ broker) refresh the metadata and send the batch again after
 futures with ``ProduceError``.  With ``acks=0`` futures complete once the
 request is sent, with offset -1.
 
+Idempotence (``enable_idempotence``, on by default as in Kafka 3.x).  The
+sender gets a producer id and epoch with InitProducerId (from any broker)
+before it sends the first batch.  Each batch gets, when it first leaves,
+the partition's next sequence number; a retry resends the same bytes, so a
+leader (old or new) that already stored the batch answers with its original
+offsets instead of storing it twice.  When the broker answers
+OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID (an earlier batch of the
+partition ended with an unknown outcome and never reached the log, or the
+broker lost the producer's state), the producer bumps its epoch, as Kafka's
+Java client does since 2.5 (a new producer id once the epoch would pass
+32767).  Every partition's next new batch then starts again at sequence 0,
+and the refused batch is sent again under the new epoch.  A batch refused
+for good (MESSAGE_TOO_LARGE, INVALID_RECORD, ...) gives its sequence numbers
+back.  Idempotence needs ``acks="all"``, ``retries`` > 0 and
+``max_in_flight`` <= 5.  Asked for explicitly with any other value, it is a
+ValueError naming the setting.  Left at its default, it is turned off
+when one of those is set otherwise, as Kafka 3.x does.
+
 Thread safety: ``send``, ``flush`` and ``close`` may be called from any
 thread; ``self._mutex`` guards the batches and the in-flight bookkeeping,
 and ``self._changed`` (on the same mutex) wakes waiters.
@@ -51,6 +69,8 @@ from annal.errors import ErrorCode
 logger = logging.getLogger(__name__)
 
 CODECS = {c.name.lower(): c for c in Compression}
+# answers after which an idempotent producer bumps its epoch and sends again
+_SEQUENCE_ERRORS = (errors.OUT_OF_ORDER_SEQUENCE_NUMBER, errors.UNKNOWN_PRODUCER_ID)
 
 Serializer = Callable[[object], bytes | None]
 
@@ -109,10 +129,23 @@ class _Batch:
     size: int = 61
     attempts: int = 0
     retry_at: float = 0.0
+    epoch: int = -1  # producer epoch and base sequence once stamped (idempotence)
+    sequence: int = -1
+
+
+@dataclass(slots=True)
+class _Sequences:
+    """Where a partition's sequence numbers stand under one producer epoch."""
+
+    epoch: int
+    next: int = 0
 
 
 # Kafka's spellings of acks: "all" is -1, the whole ISR.
 ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
+MAX_IN_FLIGHT_FOR_IDEMPOTENCE = 5  # Kafka's limit; annal sends one batch per partition anyway
+MAX_PRODUCER_EPOCH = 32767
+INT32_MAX = 2**31 - 1
 
 
 def _identity(value: object) -> bytes | None:
@@ -121,6 +154,33 @@ def _identity(value: object) -> bytes | None:
     if isinstance(value, str):
         return value.encode("utf-8")
     raise TypeError(f"cannot send {type(value).__name__} without a serializer")
+
+
+def _idempotence(
+    enabled: bool | None,
+    acks: int | None,
+    acks_given: object,
+    retries: int | None,
+    max_in_flight: int | None,
+) -> bool:
+    """Whether the producer is idempotent: ``enabled``, checked against the
+    settings it needs; when None, True unless a setting given rules it out."""
+    conflicts = []
+    if acks != -1:
+        conflicts.append(f"acks={acks_given!r} (it needs acks='all')")
+    if retries is not None and retries < 1:
+        conflicts.append(f"retries={retries} (it needs retries > 0)")
+    if max_in_flight is not None and max_in_flight > MAX_IN_FLIGHT_FOR_IDEMPOTENCE:
+        conflicts.append(
+            f"max_in_flight={max_in_flight} (it needs at most {MAX_IN_FLIGHT_FOR_IDEMPOTENCE})"
+        )
+    if enabled is None:
+        if conflicts:
+            logger.info("idempotence is off: %s", "; ".join(conflicts))
+        return not conflicts
+    if enabled and conflicts:
+        raise ValueError(f"enable_idempotence=True cannot go with {'; '.join(conflicts)}")
+    return enabled
 
 
 class Producer:
@@ -137,22 +197,31 @@ class Producer:
         bootstrap_servers: str | None = None,
         *,
         zookeeper_connect: str | None = None,
-        acks: int | str = 1,
+        acks: int | str | None = None,
         batch_size: int = 16384,
         linger_ms: int = 0,
         compression: str = "none",
-        retries: int = 5,
+        retries: int | None = None,
         retry_backoff_ms: int = 100,
-        max_in_flight: int = 5,
+        max_in_flight: int | None = None,
         request_timeout_ms: int = 30_000,
         max_block_ms: int = 60_000,
         key_serializer: Serializer = _identity,
         value_serializer: Serializer = _identity,
         partitioner: Partitioner | None = None,
+        enable_idempotence: bool | None = None,
     ) -> None:
+        """Settings left None take Kafka 3.x's defaults: ``acks="all"``,
+        ``retries`` 5, ``max_in_flight`` 5, ``enable_idempotence`` True (unless
+        another setting given rules it out; see the module docstring)."""
         resolved = ACKS.get(acks.strip().lower()) if isinstance(acks, str) else acks
+        if acks is None:
+            resolved = -1
         if resolved not in (-1, 0, 1):
             raise ValueError(f"acks must be all (-1), 0 or 1, not {acks!r}")
+        self.idempotent = _idempotence(
+            enable_idempotence, resolved, acks, retries, max_in_flight
+        )
         if compression not in CODECS:
             raise ValueError(f"compression must be one of {sorted(CODECS)}, not {compression!r}")
         bootstrap = resolve_bootstrap(
@@ -163,9 +232,9 @@ class Producer:
         self.batch_size = batch_size
         self.linger_s = linger_ms / 1000
         self.compression = CODECS[compression]
-        self.retries = retries
+        self.retries = 5 if retries is None else retries
         self.retry_backoff_s = retry_backoff_ms / 1000
-        self.max_in_flight = max(1, max_in_flight)
+        self.max_in_flight = max(1, 5 if max_in_flight is None else max_in_flight)
         self.request_timeout_s = request_timeout_ms / 1000
         self.max_block_s = max_block_ms / 1000
         self._key_serializer = key_serializer
@@ -187,6 +256,11 @@ class Producer:
         self._muted: set[tuple[str, int]] = set()  # partitions with a batch in flight
         self._closing = False
         self._flushing = 0
+        # idempotence: the producer id and epoch (guarded by the mutex; -1: none
+        # yet), and each partition's sequences (stamped by the sender thread)
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._sequences: dict[tuple[str, int], _Sequences] = {}
         self._io = ThreadPoolExecutor(
             max_workers=4 * self.max_in_flight, thread_name_prefix="producer-io"
         )
@@ -394,6 +468,8 @@ class Producer:
 
     def _send(self, groups: dict[str, list[_Batch]]) -> None:
         """Send each leader its group; batches with no known leader look it up first."""
+        if self.idempotent and not self._stamp(groups):
+            return
         unrouted = groups.pop("", [])
         if unrouted:
             counted = set(groups)  # _collect counted these requests already
@@ -411,6 +487,96 @@ class Producer:
         alone = len(groups) == 1 and self._in_flight_total() <= 1
         for leader, group in groups.items():
             self._send_to(leader, group, inline=alone)
+
+    # -- idempotence ------------------------------------------------------------------
+
+    def _stamp(self, groups: dict[str, list[_Batch]]) -> bool:
+        """Give every batch that leaves for the first time (under the current
+        epoch) the producer id, epoch and its partition's next sequence numbers
+        (sender thread).  False when no producer id could be had: the batches
+        then went back for a retry, or failed."""
+        if self.producer_id < 0:
+            error, message = self._init_producer_id()
+            if error is not errors.NONE:
+                for leader, group in groups.items():
+                    self._finished_request(leader, group, {}, error, message)
+                return False
+        with self._mutex:
+            producer_id, epoch = self.producer_id, self.producer_epoch
+            for group in groups.values():
+                for batch in group:
+                    if batch.sequence >= 0:
+                        continue  # a retry: the same bytes again
+                    key = (batch.topic, batch.partition)
+                    sequences = self._sequences.get(key)
+                    if sequences is None or sequences.epoch != epoch:
+                        sequences = self._sequences[key] = _Sequences(epoch)
+                    batch.epoch, batch.sequence = epoch, sequences.next
+                    sequences.next = (sequences.next + batch.count) & INT32_MAX
+                    builder = batch.builder
+                    builder.producer_id = producer_id
+                    builder.producer_epoch = epoch
+                    builder.base_sequence = batch.sequence
+        return True
+
+    def _init_producer_id(self) -> tuple[ErrorCode, str]:
+        """InitProducerId from the bootstrap servers, then any leader, until one
+        answers (retrying retriable answers) or ``max_block_ms`` passes."""
+        deadline = time.monotonic() + self.max_block_s
+        error, message = errors.BROKER_NOT_AVAILABLE, "no broker to ask"
+        while True:
+            endpoints = list(
+                dict.fromkeys([*self.cluster.bootstrap, *self.cluster.leaders.values()])
+            )
+            for endpoint in endpoints:
+                try:
+                    answer = self.cluster.stub(endpoint).InitProducerId(
+                        pb.InitProducerIdRequest(), timeout=self.request_timeout_s
+                    )
+                except grpc.RpcError as exc:
+                    error, message = errors.transport_error(exc), f"{endpoint}: {exc.details()}"
+                    continue
+                error, message = errors.from_wire(answer.error), answer.error_message
+                if error is errors.NONE:
+                    with self._mutex:
+                        self.producer_id, self.producer_epoch = (
+                            answer.producer_id,
+                            answer.producer_epoch,
+                        )
+                    logger.info(
+                        "producer id %d, epoch %d", answer.producer_id, answer.producer_epoch
+                    )
+                    return errors.NONE, ""
+                if not error.retriable:
+                    return error, message
+            if time.monotonic() + self.retry_backoff_s > deadline:
+                return error, f"no producer id within max_block_ms: {message}"
+            time.sleep(self.retry_backoff_s)
+
+    def _bump_epoch(self, batch: _Batch) -> None:
+        """A new epoch after a sequence error (callers hold the mutex): every
+        partition's next new batch starts at sequence 0 under it.  Past the
+        largest epoch, a new producer id is fetched before the next send."""
+        if batch.epoch == self.producer_epoch and self.producer_id >= 0:
+            if self.producer_epoch >= MAX_PRODUCER_EPOCH:
+                self.producer_id = self.producer_epoch = -1
+            else:
+                self.producer_epoch += 1
+            logger.info(
+                "%s-%d: sequence error; producer epoch is now %d",
+                batch.topic,
+                batch.partition,
+                self.producer_epoch,
+            )
+        batch.epoch = batch.sequence = -1  # stamped again when it next leaves
+
+    def _release_sequences(self, batch: _Batch) -> None:
+        """A batch the broker refused for good: the log never had its sequence
+        numbers, so the partition's next batch takes them (callers hold the mutex;
+        nothing else of the partition is stamped while it was in flight)."""
+        sequences = self._sequences.get((batch.topic, batch.partition))
+        if sequences is not None and sequences.epoch == batch.epoch and batch.sequence >= 0:
+            sequences.next = batch.sequence
 
     def _send_to(self, leader: str, group: list[_Batch], inline: bool = False) -> None:
         """Start one Produce request; its answer is queued for the sender thread."""
@@ -458,11 +624,14 @@ class Producer:
         group: list[_Batch],
         results: dict[tuple[str, int], pb.PartitionProduceResponse],
         default_error: ErrorCode,
+        default_message: str = "",
     ) -> None:
         """Complete, retry or fail each batch of a request that ended."""
         refresh: set[str] = set()
         finished: list[_Batch] = []
         retry: list[_Batch] = []
+        released: list[_Batch] = []
+        rewind: list[_Batch] = []
         for batch in group:
             result = results.get((batch.topic, batch.partition))
             error = errors.from_wire(result.error) if result is not None else default_error
@@ -470,6 +639,16 @@ class Producer:
                 base = result.base_offset if result is not None and self.acks != 0 else -1
                 batch.future.set_result(base)
                 finished.append(batch)
+            elif (
+                self.idempotent
+                and error in _SEQUENCE_ERRORS
+                and batch.sequence >= 0
+                and batch.attempts < self.retries
+            ):
+                batch.attempts += 1
+                batch.retry_at = time.monotonic() + self.retry_backoff_s
+                rewind.append(batch)
+                retry.append(batch)
             elif error.retriable and batch.attempts < self.retries:
                 batch.attempts += 1
                 batch.retry_at = time.monotonic() + self.retry_backoff_s * batch.attempts
@@ -477,13 +656,19 @@ class Producer:
                     refresh.add(batch.topic)
                 retry.append(batch)
             else:
-                message = result.error_message if result is not None else ""
+                message = result.error_message if result is not None else default_message
                 batch.future.set_exception(ProduceError(error, message))
                 finished.append(batch)
+                if result is not None and not error.retriable and error not in _SEQUENCE_ERRORS:
+                    released.append(batch)  # refused for good: never in the log
         if refresh:
             self.cluster.forget(sorted(refresh))
             self._refresh(sorted(refresh))
         with self._changed:
+            for batch in rewind:
+                self._bump_epoch(batch)
+            for batch in released:
+                self._release_sequences(batch)
             if leader:
                 self._in_flight[leader] -= 1
             for batch in group:

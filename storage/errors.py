@@ -10,10 +10,13 @@ so callers (the broker, the CLI, tests) catch exactly what they mean::
     │   ├── NonMonotonicOffsetError  follower offsets     (OFFSET_OUT_OF_RANGE)
     │   ├── KeylessRecordError       null key, compacted  (INVALID_RECORD)
     │   ├── InvalidTimestampError    out of range         (INVALID_TIMESTAMP)
-    │   └── TransactionalRecordError no transaction       (INVALID_PRODUCER_ID_MAPPING)
+    │   ├── TransactionalRecordError no transaction       (INVALID_PRODUCER_ID_MAPPING)
+    │   ├── OutOfOrderSequenceError  a sequence gap       (OUT_OF_ORDER_SEQUENCE_NUMBER)
+    │   └── InvalidProducerEpochError a stale epoch       (INVALID_PRODUCER_EPOCH)
     ├── OffsetOutOfRangeError        outside the log      (OFFSET_OUT_OF_RANGE)
     ├── LogDirError                  bad log directory    (KAFKA_STORAGE_ERROR)
     ├── CorruptIndexError            bad index; rebuilt   (CORRUPT_MESSAGE)
+    ├── CorruptSnapshotError         bad producer snapshot; rebuilt (CORRUPT_MESSAGE)
     └── CheckpointError              bad checkpoint file  (KAFKA_STORAGE_ERROR)
 
 Each class carries ``code``, one of Kafka's error codes (``annal.errors``).
@@ -79,6 +82,20 @@ class TransactionalRecordError(InvalidRecordError):
     code = errors.INVALID_PRODUCER_ID_MAPPING
 
 
+class OutOfOrderSequenceError(InvalidRecordError):
+    """An idempotent producer's batch whose sequence does not follow the last one
+    the log holds from it (a gap), or a new epoch that does not start at 0."""
+
+    code = errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(InvalidRecordError):
+    """An idempotent producer's batch with an epoch older than the newest the log
+    has seen from that producer id (a zombie)."""
+
+    code = errors.INVALID_PRODUCER_EPOCH
+
+
 class OffsetOutOfRangeError(StorageError):
     """An offset outside ``[log_start_offset, log_end_offset]``."""
 
@@ -93,6 +110,13 @@ class LogDirError(StorageError):
 
 class CorruptIndexError(StorageError):
     """An index file that fails its sanity check; recovery rebuilds it."""
+
+    code = errors.CORRUPT_MESSAGE
+
+
+class CorruptSnapshotError(StorageError):
+    """A producer state snapshot that fails its CRC or its schema; the log
+    deletes it and rebuilds the state from an older one and the batches."""
 
     code = errors.CORRUPT_MESSAGE
 

@@ -6,6 +6,7 @@ their base offset as 20 zero-padded decimal digits followed by a suffix::
     00000000000000368769.log         the records (v2 batches, back to back)
     00000000000000368769.index       sparse offset index, 8-byte entries
     00000000000000368769.timeindex   sparse time index, 12-byte entries
+    00000000000000368769.snapshot    producer state at that offset (``producer_state``)
 
 Transient suffixes mark files in the middle of a protocol; recovery decides
 what to do with each (see docs/storage.md):
@@ -30,6 +31,7 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+PRODUCER_SNAPSHOT_SUFFIX = ".snapshot"
 
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 TRANSIENT_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)
@@ -53,6 +55,7 @@ LOG_DIR_FILES = (
 _SEGMENT_NAME = re.compile(
     r"^(\d{20})(\.log|\.index|\.timeindex)((?:\.deleted|\.cleaned|\.swap)?)$"
 )
+_SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 
 
@@ -70,6 +73,17 @@ def parse_segment_file_name(name: str) -> tuple[int, str, str] | None:
     if m is None:
         return None
     return int(m.group(1)), m.group(2), m.group(3)
+
+
+def snapshot_file_name(offset: int) -> str:
+    """``snapshot_file_name(42)`` → ``00000000000000000042.snapshot``."""
+    return f"{offset:020d}{PRODUCER_SNAPSHOT_SUFFIX}"
+
+
+def parse_snapshot_file_name(name: str) -> int | None:
+    """The offset a producer snapshot file is named by; None for other names."""
+    m = _SNAPSHOT_NAME.match(name)
+    return None if m is None else int(m.group(1))
 
 
 def partition_dir_name(topic: str, partition: int) -> str:

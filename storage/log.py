@@ -57,6 +57,12 @@ from .errors import (
     StorageError,
 )
 from .index import TimestampOffset
+from .producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    BatchMetadata,
+    ProducerStateEntry,
+    ProducerStateManager,
+)
 from .segment import INT32_MAX, LogSegment
 from .validator import RecordValidator
 
@@ -90,6 +96,7 @@ class LogAppendInfo(NamedTuple):
     num_batches: int
     num_records: int
     valid_bytes: int
+    duplicate: bool = False  # an idempotent producer's retry: nothing stored, original offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +126,7 @@ class Log:
         *,
         time_ms: Clock,
         background: Executor,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.directory = directory
         parsed = files.parse_partition_dir_name(directory.name)
@@ -146,6 +154,9 @@ class Log:
             self.topic_partition,
             LeaderEpochCheckpointFile(directory / files.LEADER_EPOCH_CHECKPOINT),
         )
+        self._producers = ProducerStateManager(
+            directory, str(self.topic_partition), producer_id_expiration_ms
+        )
 
     # -- opening ---------------------------------------------------------
 
@@ -160,12 +171,15 @@ class Log:
         had_clean_shutdown: bool = False,
         time_ms: Clock | None = None,
         background: Executor | None = None,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> Log:
         """Open (creating when missing) the log in ``directory`` and recover it.
 
         ``recovery_point`` and ``log_start_offset`` come from the log dir's
         checkpoint files; with ``had_clean_shutdown`` recovery is skipped
-        except for segments whose indexes or tail fail their checks.
+        except for segments whose indexes or tail fail their checks.  Producer
+        state is loaded from the newest snapshot at or below the recovery
+        point (the log end after a clean shutdown) and the batches after it.
         """
         directory = Path(directory)
         if directory.exists() and not directory.is_dir():
@@ -180,6 +194,7 @@ class Log:
             config or LogConfig(),
             time_ms=time_ms or wall_clock_ms,
             background=background or run_inline,
+            producer_id_expiration_ms=producer_id_expiration_ms,
         )
         with log._lock:
             log._load(recovery_point, log_start_offset, had_clean_shutdown)
@@ -236,6 +251,40 @@ class Log:
         self._high_watermark = self._log_end_offset
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        self._load_producer_state(min(recovery_point, self._log_end_offset), clean)
+
+    def _load_producer_state(self, recovery_point: int, clean: bool) -> None:
+        """Rebuild the producer table (recovery; docs/storage.md).
+
+        1. Snapshots past the log end describe batches recovery cut: deleted.
+        2. After a clean shutdown with no snapshot at all (a log written before
+           producer state existed), Kafka's shortcut: an empty snapshot at the
+           log end, no scan.
+        3. Otherwise the newest snapshot at or below the recovery point (the
+           log end after a clean shutdown) is loaded and the batch headers
+           after it replayed, one update per batch of a producer.
+        """
+        producers = self._producers
+        end = self._log_end_offset
+        first_base = self._view.segments[0].base_offset
+        producers.delete_snapshots(range(first_base, end + 1))
+        if clean and not producers.snapshot_offsets():
+            producers.truncate_fully()
+            producers.take_snapshot(end)
+            return
+        self._rebuild_producer_state(end if clean else recovery_point)
+
+    def _rebuild_producer_state(self, limit: int) -> None:
+        """Load the newest snapshot at or below ``limit`` and replay the log from
+        there to its end (callers hold the lock)."""
+        producers = self._producers
+        start = producers.load(limit, self._view.segments[0].base_offset, self._time_ms())
+        view = self._view
+        for segment in view.segments[view.floor_index(start) :]:
+            position = segment.offset_index.lookup(start).position
+            producers.update_stored(
+                h for h in segment.iter_headers(position) if h.last_offset >= start
+            )
 
     @staticmethod
     def _passes_load_checks(segment: LogSegment) -> bool:
@@ -268,6 +317,8 @@ class Log:
             name = path.name
             parsed = files.parse_segment_file_name(name)
             if parsed is None:
+                if files.parse_snapshot_file_name(name) is not None:
+                    continue  # producer state; _load_producer_state decides
                 if name != files.LEADER_EPOCH_CHECKPOINT and not name.endswith(".tmp"):
                     logger.warning(
                         "unknown file %s in log directory %s, left in place", name, self.directory
@@ -400,10 +451,15 @@ class Log:
         if len(headers) == 1 and not self._log_append_time:
             return self._append_one(buf, headers[0], leader_epoch)
         append_time = self._log_append_time
+        idempotent = any(h.producer_id >= 0 for h in headers)
         with self._lock:
             if self._closed:
                 raise StorageError(f"log {self.name} is closed")
             now = self._time_ms() if append_time else NO_TIMESTAMP
+            if idempotent:
+                duplicate = self._producers.check_append(headers)
+                if duplicate is not None:
+                    return self._duplicate_info(duplicate)
             first = offset = self._log_end_offset
             max_timestamp, offset_of_max = NO_TIMESTAMP, first
             records = 0
@@ -436,6 +492,8 @@ class Log:
                 self._epoch_hint = leader_epoch
             last = offset - 1
             self._append_locked(parts, size, first, last, max_timestamp, offset_of_max, records)
+            if idempotent:
+                self._record_producer_batches(headers, first, now)
             return LogAppendInfo(
                 first,
                 last,
@@ -456,9 +514,14 @@ class Log:
         delta = header.last_offset_delta
         size = header.batch_length + LOG_OVERHEAD
         max_timestamp = header.max_timestamp
+        idempotent = header.producer_id >= 0
         with self._lock:
             if self._closed:
                 raise StorageError(f"log {self.name} is closed")
+            if idempotent:
+                duplicate = self._producers.check_append((header,))
+                if duplicate is not None:
+                    return self._duplicate_info(duplicate)
             first = self._log_end_offset
             last = first + delta
             offset_of_max = last if max_timestamp > NO_TIMESTAMP else first
@@ -472,9 +535,32 @@ class Log:
                 self._assign_epoch(leader_epoch, first)
                 self._epoch_hint = leader_epoch
             self._append_locked(parts, size, first, last, max_timestamp, offset_of_max, count)
+            if idempotent:
+                self._producers.update(header, first, max_timestamp)
         return LogAppendInfo(
             first, last, max_timestamp, offset_of_max, NO_TIMESTAMP, 1, count, size
         )
+
+    def _duplicate_info(self, duplicate: BatchMetadata) -> LogAppendInfo:
+        """The answer to a retried batch the log already holds: where it was stored."""
+        first, last = duplicate.first_offset, duplicate.last_offset
+        append_time = duplicate.timestamp if self._log_append_time else NO_TIMESTAMP
+        logger.debug("%s: duplicate batch %d..%d, not stored again", self.name, first, last)
+        return LogAppendInfo(
+            first, last, duplicate.timestamp, last, append_time, 0, 0, 0, duplicate=True
+        )
+
+    def _record_producer_batches(
+        self, headers: Sequence[BatchHeader], first_offset: int, append_time: int
+    ) -> None:
+        """Producer state after a leader append of ``headers`` from ``first_offset``."""
+        producers = self._producers
+        offset = first_offset
+        for header in headers:
+            if header.producer_id >= 0:
+                timestamp = append_time if append_time != NO_TIMESTAMP else header.max_timestamp
+                producers.update(header, offset, timestamp)
+            offset += header.last_offset_delta + 1
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Store batches copied from the leader, keeping their offsets and epochs.
@@ -515,6 +601,7 @@ class Log:
                 offset_of_max,
                 records,
             )
+            self._producers.update_stored(headers)
             return LogAppendInfo(
                 headers[0].base_offset,
                 headers[-1].last_offset,
@@ -603,6 +690,8 @@ class Log:
             if old.size == 0:
                 return old  # an empty active segment already starts there
             raise StorageError(f"cannot roll {self.name}: a segment at {new_base} exists")
+        # Producer state as of the new segment's base: recovery replays from here.
+        self._producers.take_snapshot(new_base)
         segment = self._new_segment(new_base)
         old.on_became_inactive()
         self._view = _View.of((*self._view.segments, segment))
@@ -707,6 +796,10 @@ class Log:
                 self.truncate_fully_and_start_at(self._log_start_offset)
                 return True
             self._after_truncation()
+            end = self._log_end_offset
+            self._producers.delete_snapshots(range(keep[0].base_offset, end + 1))
+            if self._producers.producers:  # truncation cannot add a producer
+                self._rebuild_producer_state(end)
             return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -719,6 +812,7 @@ class Log:
             self._log_end_offset = offset
             self._log_start_offset = offset
             self.leader_epoch_cache.clear_and_flush()
+            self._producers.truncate_fully()
             self._after_truncation()
 
     def _after_truncation(self) -> None:
@@ -800,7 +894,10 @@ class Log:
             self._roll_locked(self._log_end_offset)  # everything expired: roll first
         self._view = _View.of([s for s in self._view.segments if s not in doomed])
         self._remove_segments(doomed, reason)
-        self._log_start_offset = max(self._log_start_offset, self._view.segments[0].base_offset)
+        first_base = self._view.segments[0].base_offset
+        # the snapshots of deleted segments go with them; the producers stay (Kafka 2.5+)
+        self._producers.delete_snapshots(range(first_base, self._log_end_offset + 1))
+        self._log_start_offset = max(self._log_start_offset, first_base)
         self._high_watermark = max(self._high_watermark, self._log_start_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
         return len(doomed)
@@ -887,6 +984,24 @@ class Log:
             self._recovery_point = max(self._recovery_point, target)
             self._unflushed_records = 0
             self._last_flush_ms = self._time_ms()
+
+    # -- producer state ----------------------------------------------------
+
+    def producer_state(self) -> dict[int, ProducerStateEntry]:
+        """A copy of the idempotent producers' table, by producer id."""
+        with self._lock:
+            return self._producers.entries()
+
+    def take_producer_snapshot(self) -> None:
+        """Snapshot the producer table at the log end (a clean shutdown)."""
+        with self._lock:
+            if not self._closed:
+                self._producers.take_snapshot(self._log_end_offset)
+
+    def remove_expired_producers(self) -> int:
+        """Forget producers silent for ``producer.id.expiration.ms``; how many went."""
+        with self._lock:
+            return self._producers.remove_expired(self._time_ms())
 
     def flush_if_due(self) -> None:
         """Flush when ``flush.ms`` has passed since the last flush."""

@@ -16,7 +16,7 @@ A new partition goes to the directory that holds the fewest partitions.
 
 Thread safety: ``self._lock`` guards the map of logs; each Log guards itself.
 Background work (retention, flushes, checkpoints, the cleaner, delayed
-deletes) runs on one Scheduler thread owned by the manager, started by
+deletes, producer id expiration) runs on one Scheduler thread owned by the manager, started by
 ``startup`` and stopped by ``shutdown``.
 """
 
@@ -37,6 +37,7 @@ from .config import LogConfig
 from .errors import LogDirError
 from .log import Clock, Log, wall_clock_ms
 from .meta import MetaProperties, read_meta_properties, write_meta_properties
+from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from .scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ class LogManagerConfig:
     flush_start_offset_interval_ms: int = 60_000
     cleaner_enable: bool = True
     cleaner_backoff_ms: int = 15_000
+    producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS
+    producer_id_expiration_check_interval_ms: int = 600_000
 
 
 class LogManager:
@@ -118,6 +121,12 @@ class LogManager:
             self.checkpoint_log_start_offsets,
             s.flush_start_offset_interval_ms,
             s.flush_start_offset_interval_ms,
+        )
+        self._scheduler.schedule(
+            "producer-id-expiration",
+            self.remove_expired_producers,
+            s.producer_id_expiration_check_interval_ms,
+            s.producer_id_expiration_check_interval_ms,
         )
         if s.cleaner_enable:
             from .cleaner import LogCleaner
@@ -194,6 +203,7 @@ class LogManager:
                 had_clean_shutdown=clean,
                 time_ms=self._time_ms,
                 background=self._scheduler.submit,
+                producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
             )
             log.update_high_watermark(high_watermarks.get(tp, log.log_end_offset))
             self._logs[tp] = log
@@ -229,6 +239,7 @@ class LogManager:
                 config or self.default_config,
                 time_ms=self._time_ms,
                 background=self._scheduler.submit,
+                producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
             )
             self._logs[tp] = log
             self._log_dir_of[tp] = log_dir
@@ -264,6 +275,10 @@ class LogManager:
             log.delete_pending_segments()
         return removed
 
+    def remove_expired_producers(self) -> int:
+        """Forget, in every log, producers silent for ``producer.id.expiration.ms``."""
+        return sum(log.remove_expired_producers() for log in self.all_logs().values())
+
     def flush_dirty_logs(self) -> None:
         for log in self.all_logs().values():
             log.flush_if_due()
@@ -294,6 +309,7 @@ class LogManager:
         logs = self.all_logs()
         for log in logs.values():
             log.flush()
+            log.take_producer_snapshot()
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()

@@ -213,6 +213,34 @@ def test_transactional_control_and_log_append_time(
     assert "LogAppendTime: 99" in out[6] and out[7].startswith("| offset: 3 LogAppendTime: 99")
 
 
+# -- producer snapshots --------------------------------------------------------
+
+
+def test_producer_snapshots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    records = [Record(i, 1000 + i, None, b"v") for i in range(3)]
+    log.append_as_leader(
+        encode_batch(records, producer_id=7, producer_epoch=2, base_sequence=0), 0
+    )
+    log.append_as_leader(encode_batch(records), 0)
+    log.take_producer_snapshot()
+    log.close()
+    snapshot = tmp_path / "t-0" / "00000000000000000006.snapshot"
+    code, out, _ = _dump(capsys, str(snapshot))
+    assert code == 0
+    assert out == [
+        f"Dumping {snapshot}",
+        "producerId: 7 producerEpoch: 2 coordinatorEpoch: -1 currentTxnFirstOffset: None "
+        "lastTimestamp: 1002 firstSequence: 0 lastSequence: 2 lastOffset: 2 offsetDelta: 2 "
+        "timestamp: 1002",
+    ]
+    code, out, _ = _dump(capsys, "--json", str(snapshot))
+    assert _json(out)[0]["producer_id"] == 7 and _json(out)[0]["last_sequence"] == 2
+    broken = _write(tmp_path / "copy" / snapshot.name, snapshot.read_bytes()[:-1] + b"x")
+    code, out, err = _dump(capsys, str(broken))
+    assert code == 1 and "CRC mismatch" in err
+
+
 # -- indexes -------------------------------------------------------------------
 
 
@@ -355,7 +383,8 @@ def test_missing_and_unknown_files_do_not_stop_the_others(
     assert out[0] == f"Dumping {segment}" and out[-1] == "5 batches"
     assert err.splitlines() == [
         f"annal dump-log: {missing}: no such file",
-        f"annal dump-log: {notes}: unknown file kind (expected .log, .index or .timeindex)",
+        f"annal dump-log: {notes}: unknown file kind "
+        "(expected .log, .index, .timeindex or .snapshot)",
         f"annal dump-log: {tmp_path}: not a regular file",
     ]
     assert _dump(capsys, str(segment))[0] == 0

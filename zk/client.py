@@ -783,3 +783,18 @@ class ZkClient:
                 if found is not None and child.isdigit():
                     out[(topic, int(child))] = found[0].decode("utf-8")
         return out
+
+    # -- /latest_producer_id_block (see producer_ids.py) --------------------------
+
+    def get_producer_id_block(self) -> tuple[bytes, int] | None:
+        """(data, version) of ``/latest_producer_id_block``; None when absent."""
+        return self.get(layout.LATEST_PRODUCER_ID_BLOCK)
+
+    def create_producer_id_block(self, data: bytes) -> bool:
+        """Create ``/latest_producer_id_block``; False when it already exists."""
+        return self._create(layout.LATEST_PRODUCER_ID_BLOCK, data)
+
+    def set_producer_id_block(self, data: bytes, expected_version: int) -> int:
+        """Conditional write of ``/latest_producer_id_block``; StaleVersionError
+        when another broker wrote it since ``expected_version`` was read."""
+        return self._set_versioned(layout.LATEST_PRODUCER_ID_BLOCK, data, expected_version)

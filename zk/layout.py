@@ -21,6 +21,8 @@
                                                     "pattern":"static","timestamp":".."}
     /consumers/<group>/owners/<topic>/<p> ephemeral consumer thread id
     /consumers/<group>/offsets/<topic>/<p>        offset
+    /latest_producer_id_block                     {"version":1,"broker":B,"block_start":"S",
+                                                   "block_end":"E"}
 
 Everything here is pure: names and encodings, no connection.  Nothing else in
 annal builds a znode path.
@@ -411,3 +413,49 @@ def decode_consumer_registration(path: str, raw: bytes) -> tuple[dict[str, int],
 
 def consumer_owners_path(group: str, topic: str) -> str:
     return f"{CONSUMERS}/{group}/owners/{topic}"
+
+
+# -- /latest_producer_id_block ------------------------------------------------
+#
+#   /latest_producer_id_block   {"version":1,"broker":B,"block_start":"S","block_end":"E"}
+#
+# The last block of idempotent producer ids handed to a broker (Kafka's
+# ProducerIdBlockZNode; Kafka writes the ids as strings, and so do we).
+
+LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdBlock:
+    """Producer ids ``first``..``last`` (inclusive), reserved for ``broker``."""
+
+    broker: int
+    first: int
+    last: int
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "version": 1,
+                "broker": self.broker,
+                "block_start": str(self.first),
+                "block_end": str(self.last),
+            }
+        ).encode("utf-8")
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ProducerIdBlock:
+        path = LATEST_PRODUCER_ID_BLOCK
+        obj = _load(path, raw)
+        try:
+            block = cls(
+                int(_field(path, obj, "broker")),
+                int(_field(path, obj, "block_start")),
+                int(_field(path, obj, "block_end")),
+            )
+        except (TypeError, ValueError):
+            raise LayoutError(f"znode {path} has a malformed block: {obj}") from None
+        if block.first < 0 or block.last < block.first:
+            raise LayoutError(f"znode {path} holds an empty or negative block: {obj}")
+        return block

@@ -121,6 +121,9 @@ def test_leader_append_refuses_cleanly_or_stores_readable_records(
                 "INVALID_TIMESTAMP",
                 "MESSAGE_TOO_LARGE",
                 "INVALID_PRODUCER_ID_MAPPING",
+                # two batches of one producer id in one append, out of sequence
+                "OUT_OF_ORDER_SEQUENCE_NUMBER",
+                "INVALID_PRODUCER_EPOCH",
             }
             assert str(exc)
             assert _state(log) == before

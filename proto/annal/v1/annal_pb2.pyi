@@ -97,10 +97,20 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """This broker is not the controller."""
     INVALID_REQUEST: _ErrorCode.ValueType  # 42
     """The request is malformed or not allowed."""
+    OUT_OF_ORDER_SEQUENCE_NUMBER: _ErrorCode.ValueType  # 45
+    """An idempotent producer's batch does not follow the last sequence the partition
+    holds from it, or a new producer epoch does not start at sequence 0.
+    """
+    INVALID_PRODUCER_EPOCH: _ErrorCode.ValueType  # 47
+    """An idempotent producer's epoch is older than the newest the partition has seen."""
     INVALID_PRODUCER_ID_MAPPING: _ErrorCode.ValueType  # 49
     """A transactional batch whose producer id belongs to no transaction (annal has none)."""
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     """A log directory failed."""
+    UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
+    """The partition has no state for the producer id (Kafka before 2.5 answers this;
+    annal, as Kafka 2.5+, accepts any sequence from a producer it does not know).
+    """
     FENCED_LEADER_EPOCH: _ErrorCode.ValueType  # 74
     """The request's leader epoch is older than the broker's."""
     UNKNOWN_LEADER_EPOCH: _ErrorCode.ValueType  # 75
@@ -177,10 +187,20 @@ NOT_CONTROLLER: ErrorCode.ValueType  # 41
 """This broker is not the controller."""
 INVALID_REQUEST: ErrorCode.ValueType  # 42
 """The request is malformed or not allowed."""
+OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode.ValueType  # 45
+"""An idempotent producer's batch does not follow the last sequence the partition
+holds from it, or a new producer epoch does not start at sequence 0.
+"""
+INVALID_PRODUCER_EPOCH: ErrorCode.ValueType  # 47
+"""An idempotent producer's epoch is older than the newest the partition has seen."""
 INVALID_PRODUCER_ID_MAPPING: ErrorCode.ValueType  # 49
 """A transactional batch whose producer id belongs to no transaction (annal has none)."""
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 """A log directory failed."""
+UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
+"""The partition has no state for the producer id (Kafka before 2.5 answers this;
+annal, as Kafka 2.5+, accepts any sequence from a producer it does not know).
+"""
 FENCED_LEADER_EPOCH: ErrorCode.ValueType  # 74
 """The request's leader epoch is older than the broker's."""
 UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 75
@@ -2292,6 +2312,68 @@ class PartitionEpochEnd(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartitionEpochEnd: _TypeAlias = PartitionEpochEnd  # noqa: Y015
+
+@_typing.final
+class InitProducerIdRequest(_message.Message):
+    """A producer id and epoch for an idempotent producer (Kafka's InitProducerId).
+    Any broker answers, from a block of ids it reserved in ZooKeeper.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    """Must be empty: annal has idempotent producers, not transactions."""
+    transaction_timeout_ms: _builtins.int
+    """The transaction timeout, in milliseconds; unused without a transactional id."""
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        transaction_timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitProducerIdRequest: _TypeAlias = InitProducerIdRequest  # noqa: Y015
+
+@_typing.final
+class InitProducerIdResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """Kafka error code; NONE on success.  COORDINATOR_NOT_AVAILABLE when no id
+    block could be reserved (ZooKeeper unreachable; retriable).
+    """
+    producer_id: _builtins.int
+    """The new producer id, unique in the cluster; -1 on error."""
+    producer_epoch: _builtins.int
+    """Its epoch (0 for a new id); -1 on error."""
+    error_message: _builtins.str
+    """A human-readable reason when error is not NONE."""
+    def __init__(
+        self,
+        *,
+        error: Global___ErrorCode.ValueType = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitProducerIdResponse: _TypeAlias = InitProducerIdResponse  # noqa: Y015
 
 @_typing.final
 class PartitionState(_message.Message):

@@ -115,6 +115,11 @@ class AnnalStub:
                 request_serializer=annal_dot_v1_dot_annal__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
                 response_deserializer=annal_dot_v1_dot_annal__pb2.AlterPartitionReassignmentsResponse.FromString,
                 _registered_method=True)
+        self.InitProducerId = channel.unary_unary(
+                '/annal.v1.Annal/InitProducerId',
+                request_serializer=annal_dot_v1_dot_annal__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.InitProducerIdResponse.FromString,
+                _registered_method=True)
 
 
 class AnnalServicer:
@@ -233,6 +238,13 @@ class AnnalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitProducerId(self, request, context):
+        """A new producer id and epoch for an idempotent producer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnnalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -315,6 +327,11 @@ def add_AnnalServicer_to_server(servicer, server):
                     servicer.AlterPartitionReassignments,
                     request_deserializer=annal_dot_v1_dot_annal__pb2.AlterPartitionReassignmentsRequest.FromString,
                     response_serializer=annal_dot_v1_dot_annal__pb2.AlterPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'InitProducerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducerId,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.InitProducerIdResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -750,6 +767,33 @@ class Annal:
             '/annal.v1.Annal/AlterPartitionReassignments',
             annal_dot_v1_dot_annal__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
             annal_dot_v1_dot_annal__pb2.AlterPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/InitProducerId',
+            annal_dot_v1_dot_annal__pb2.InitProducerIdRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.InitProducerIdResponse.FromString,
             options,
             channel_credentials,
             insecure,

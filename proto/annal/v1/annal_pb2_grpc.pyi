@@ -77,6 +77,8 @@ class AnnalStub:
     """Change topics' configurations."""
     AlterPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_annal_pb2.AlterPartitionReassignmentsRequest, _annal_pb2.AlterPartitionReassignmentsResponse]
     """Start moving partitions to other brokers."""
+    InitProducerId: _grpc.UnaryUnaryMultiCallable[_annal_pb2.InitProducerIdRequest, _annal_pb2.InitProducerIdResponse]
+    """A new producer id and epoch for an idempotent producer."""
 
 @_typing.type_check_only
 class AnnalAsyncStub(AnnalStub):
@@ -115,6 +117,8 @@ class AnnalAsyncStub(AnnalStub):
     """Change topics' configurations."""
     AlterPartitionReassignments: _aio.UnaryUnaryMultiCallable[_annal_pb2.AlterPartitionReassignmentsRequest, _annal_pb2.AlterPartitionReassignmentsResponse]  # type: ignore[assignment]
     """Start moving partitions to other brokers."""
+    InitProducerId: _aio.UnaryUnaryMultiCallable[_annal_pb2.InitProducerIdRequest, _annal_pb2.InitProducerIdResponse]  # type: ignore[assignment]
+    """A new producer id and epoch for an idempotent producer."""
 
 class AnnalServicer(metaclass=_abc_1.ABCMeta):
     """What clients call."""
@@ -246,6 +250,14 @@ class AnnalServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_annal_pb2.AlterPartitionReassignmentsResponse, _abc.Awaitable[_annal_pb2.AlterPartitionReassignmentsResponse]]:
         """Start moving partitions to other brokers."""
+
+    @_abc_1.abstractmethod
+    def InitProducerId(
+        self,
+        request: _annal_pb2.InitProducerIdRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.InitProducerIdResponse, _abc.Awaitable[_annal_pb2.InitProducerIdResponse]]:
+        """A new producer id and epoch for an idempotent producer."""
 
 def add_AnnalServicer_to_server(servicer: AnnalServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

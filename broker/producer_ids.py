@@ -1,0 +1,106 @@
+"""InitProducerId: producer ids for idempotent producers (Kafka's ProducerIdManager).
+
+Any broker answers.  It hands out the ids of a block of
+``PRODUCER_ID_BLOCK_SIZE`` that it reserved in ZooKeeper
+(``zk/producer_ids.py``, ``/latest_producer_id_block``), one after the
+other, each with epoch 0; when the block is used up it reserves the next
+one.  Reservations are conditional writes on the znode's version, so two
+brokers never hand out the same id, and a restarted broker starts a new
+block rather than reuse its last one.
+
+Annal has no transactions: a request with a transactional id is answered
+INVALID_REQUEST.  A reservation that fails (ZooKeeper unreachable) is
+answered COORDINATOR_NOT_AVAILABLE, which clients retry.
+
+Thread safety: ``ProducerIdManager`` is thread-safe.  ``_lock`` guards the
+current block and the next id; ``_reserve_lock`` lets one thread at a time
+reserve a block.  Handing out an id from the current block runs inline on
+the event loop; a reservation (ZooKeeper I/O) runs on the admin pool.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from annal.v1 import annal_pb2 as pb
+from annal.zk.client import ZkError
+from annal.zk.layout import ProducerIdBlock
+
+from annal import errors
+from annal.errors import ErrorCode
+
+
+class ProducerIdManager:
+    """Producer ids from blocks reserved through ``reserve``; see the module docstring."""
+
+    def __init__(self, reserve: Callable[[], ProducerIdBlock]) -> None:
+        self._reserve = reserve
+        self._lock = threading.Lock()
+        self._reserve_lock = threading.Lock()
+        self._block: ProducerIdBlock | None = None
+        self._next = 0
+
+    def next_from_block(self) -> int | None:
+        """The next id of the current block; None when a new block is needed."""
+        with self._lock:
+            block = self._block
+            if block is None or self._next > block.last:
+                return None
+            producer_id = self._next
+            self._next += 1
+            return producer_id
+
+    def generate(self) -> int:
+        """The next id, reserving a new block first when needed (blocking: ZooKeeper).
+        Raises ZkError when the reservation fails."""
+        with self._reserve_lock:
+            producer_id = self.next_from_block()
+            if producer_id is not None:
+                return producer_id
+            block = self._reserve()
+            with self._lock:
+                self._block = block
+                self._next = block.first + 1
+            return block.first
+
+
+class InitProducerIdApi:
+    """The InitProducerId rpc, on the event loop."""
+
+    def __init__(
+        self,
+        ids: ProducerIdManager,
+        run_admin: Callable[[Callable[[], Any]], Awaitable[Any]],
+    ) -> None:
+        self._ids = ids
+        self._run_admin = run_admin
+
+    async def init_producer_id(
+        self, request: pb.InitProducerIdRequest
+    ) -> pb.InitProducerIdResponse:
+        if request.transactional_id:
+            return _refused(
+                errors.INVALID_REQUEST,
+                f"transactional id {request.transactional_id!r}: annal has no transactions; "
+                "idempotent producers send an empty transactional id",
+            )
+        producer_id = self._ids.next_from_block()
+        if producer_id is None:
+            try:
+                producer_id = cast(int, await self._run_admin(self._ids.generate))
+            except ZkError as exc:
+                return _refused(
+                    errors.COORDINATOR_NOT_AVAILABLE, f"cannot reserve producer ids: {exc}"
+                )
+        return pb.InitProducerIdResponse(error=pb.NONE, producer_id=producer_id, producer_epoch=0)
+
+
+def _refused(error: ErrorCode, message: str) -> pb.InitProducerIdResponse:
+    return pb.InitProducerIdResponse(
+        error=cast(pb.ErrorCode.ValueType, error.number),
+        producer_id=-1,
+        producer_epoch=-1,
+        error_message=message,
+    )
