@@ -24,6 +24,11 @@ throughput into a replicated topic (3 replicas, min.insync.replicas 2) at
 acks=all, ``produce_rf3_acks_all_records_per_s``, and its ratio to the
 single-broker acks=1 figure.
 
+The price of idempotence is measured on the same broker: acks=all produce
+runs with and without an idempotent producer, interleaved
+(``produce_acks_all_records_per_s``, ``produce_idempotent_records_per_s`` and
+``idempotent_vs_acks_all``).
+
 The price of the leader's record validation is measured in the same run: a
 second one-broker cluster, started with ``ANNAL_BENCH_NO_RECORD_WALK=1`` (its
 leaders check batches whole but do not walk their records), takes the same
@@ -96,11 +101,21 @@ def grpc_ceiling(batch: bytes, seconds: float) -> float:
 
 
 def produce(
-    bootstrap: str, topic: str, records: int, compression: str, acks: int | str = 1
+    bootstrap: str,
+    topic: str,
+    records: int,
+    compression: str,
+    acks: int | str = 1,
+    idempotent: bool = False,
 ) -> float:
     value = b"v" * RECORD_SIZE
     with Producer(
-        bootstrap, acks=acks, batch_size=64 * 1024, linger_ms=5, compression=compression
+        bootstrap,
+        acks=acks,
+        batch_size=64 * 1024,
+        linger_ms=5,
+        compression=compression,
+        enable_idempotence=idempotent,
     ) as p:
         started = time.perf_counter()
         for _ in range(records):
@@ -292,6 +307,13 @@ def main() -> int:
             compressed_base = max(compressed_base, produce(unvalidated, "lz4", records, "lz4"))
         baseline.down()
         baseline = None
+        print("idempotence: acks=all with and without ...", flush=True)
+        acks_all = idempotent = 0.0
+        for _ in range(runs):
+            acks_all = max(acks_all, produce(bootstrap, "plain", records, "none", "all"))
+            idempotent = max(
+                idempotent, produce(bootstrap, "plain", records, "none", "all", idempotent=True)
+            )
         print("consuming ...", flush=True)
         consumed = max(consume(bootstrap, "plain", records) for _ in range(runs))
         builder = BatchBuilder()
@@ -322,6 +344,9 @@ def main() -> int:
         "produce_lz4_unvalidated_records_per_s": round(compressed_base),
         "validated_vs_unvalidated": round(plain / plain_base, 3),
         "validated_vs_unvalidated_lz4": round(compressed / compressed_base, 3),
+        "produce_acks_all_records_per_s": round(acks_all),
+        "produce_idempotent_records_per_s": round(idempotent),
+        "idempotent_vs_acks_all": round(idempotent / acks_all, 3),
         "consume_records_per_s": round(consumed),
         "e2e_p50_ms": round(percentile(samples, 0.50), 2),
         "e2e_p99_ms": round(percentile(samples, 0.99), 2),
