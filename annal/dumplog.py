@@ -161,8 +161,7 @@ def dump_file(path: Path, options: _Options, out: IO[str], err: IO[str]) -> bool
     suffix = parsed[1] if parsed else path.suffix
     if suffix not in (*files.SEGMENT_SUFFIXES, files.PRODUCER_SNAPSHOT_SUFFIX):
         print(
-            f"{_PROG}: {path}: unknown file kind (expected .log, .index, .timeindex or "
-            ".snapshot)",
+            f"{_PROG}: {path}: unknown file kind (expected .log, .index, .timeindex or .snapshot)",
             file=err,
         )
         return False

@@ -6,7 +6,8 @@ producer sending at a steady rate, and for each round SIGKILLs the broker
 leading partition 0, waits for the controller to elect another leader,
 restarts the broker, waits until it is back in every ISR, and hands
 leaderships back to preferred replicas.  Then it reads every partition back
-and checks each acknowledged record at its acknowledged offset.  Each step is
+and checks each acknowledged record at its acknowledged offset, and that none
+is stored twice (the producer is idempotent).  Each step is
 reported as one event (a dict) as it happens; the last one is the summary.
 """
 
@@ -114,7 +115,12 @@ def run_drill(cluster: LocalCluster, settings: DrillSettings, report: Report) ->
 def _produce(bootstrap: str, settings: DrillSettings, acks: _Acks, stop: threading.Event) -> None:
     interval = 1.0 / max(settings.rate, 1)
     with Producer(
-        bootstrap, acks="all", retries=1_000_000, retry_backoff_ms=100, linger_ms=5
+        bootstrap,
+        acks="all",
+        retries=1_000_000,
+        retry_backoff_ms=100,
+        linger_ms=5,
+        enable_idempotence=True,  # a retry of an acknowledged batch is not stored twice
     ) as producer:
         n = 0
         next_send = time.monotonic()
@@ -212,17 +218,18 @@ def _verify(
         errors = list(acks.errors)
         acked = len(acks.at)
     gaps = [b - a for a, b in itertools.pairwise(times)]
+    duplicates = sum(n - 1 for v, n in seen.items() if v in acks.at and n > 1)
     summary = {
         "event": "summary",
         "acked": acked,
         "lost": len(lost),
         "lost_examples": [v.decode() for v in lost[:5]],
-        "duplicates": sum(n - 1 for v, n in seen.items() if v in acks.at and n > 1),
+        "duplicates": duplicates,
         "send_errors": len(errors),
         "max_ack_gap_ms": round(max(gaps, default=0.0) * 1000),
         "rounds": settings.rounds,
         "elapsed_s": round(elapsed_s, 1),
-        "ok": not lost,
+        "ok": not lost and not duplicates,
     }
     report(summary)
-    return not lost
+    return not lost and not duplicates

@@ -62,6 +62,7 @@ def test_failover_drill(tmp_path: Path) -> None:
         assert events[0]["replication_factor"] == 3 and events[0]["min_insync_replicas"] == 2
         summary = events[-1]
         assert summary["ok"] and summary["lost"] == 0 and summary["acked"] > 600
+        assert summary["duplicates"] == 0  # the drill's producer is idempotent
         assert events[1]["broker"] not in events[2]["leaders"].values()
         assert annal("cluster", "--dir", d, "kill", "2").returncode == 0
         assert annal("cluster", "--dir", d, "kill", "3").returncode == 0
