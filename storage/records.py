@@ -633,19 +633,20 @@ def decode_batch(
     within its records section) for a bad CRC, a truncated batch or record,
     a bad varint, or a record count that does not match the records.
     """
-    return _decode_at(buf, position)
-
-
-def _decode_at(
-    buf: bytes | bytearray | memoryview, position: int, located: Located | None = None
-) -> tuple[BatchHeader, list[Any]]:
     header = check_batch(buf, position, len(buf))
+    return header, _decode_checked(buf, header)
+
+
+def _decode_checked(
+    buf: bytes | bytearray | memoryview, header: BatchHeader, located: Located | None = None
+) -> list[Any]:
+    """The records of a batch ``check_batch`` passed."""
     body = _records_section(buf, header)
     try:
-        return header, _decode_records(body, header, located)
+        return _decode_records(body, header, located)
     except CorruptRecordError as exc:
         raise CorruptRecordError(
-            f"{exc.reason} (byte {exc.position} of the records section)", position
+            f"{exc.reason} (byte {exc.position} of the records section)", header.position
         ) from None
 
 
@@ -874,18 +875,20 @@ def decode_located(
     position = 0
     end = len(buf)
     located = (cls, topic, partition)
+    legacy: bytes | None = None  # buf as bytes, made once the first legacy entry shows up
     while position < end:
         if position + MAGIC_OFFSET < end and buf[position + MAGIC_OFFSET] < CURRENT_MAGIC:
             from .legacy import decode_legacy_entry
 
-            legacy = buf if isinstance(buf, bytes) else bytes(buf)
+            if legacy is None:
+                legacy = buf if isinstance(buf, bytes) else bytes(buf)
             records, position = decode_legacy_entry(legacy, position)
             where = (topic, partition)
             out += [_new_located(cls, where + r) for r in records if r.offset >= start]
             continue
         header = check_batch(buf, position, end)
         if header.last_offset >= start:
-            _, decoded = _decode_at(buf, position, located)
+            decoded = _decode_checked(buf, header, located)
             if header.base_offset < start:
                 decoded = [r for r in decoded if r[2] >= start]
             out += decoded
