@@ -21,6 +21,7 @@ from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 from annal.errors import ErrorCode
+from annal.topic_partition import TopicPartition
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -199,7 +200,7 @@ class AdminClient:
         )
 
     def reassign_partitions(
-        self, targets: Mapping[tuple[str, int], Sequence[int]]
+        self, targets: Mapping[TopicPartition, Sequence[int]]
     ) -> list[PartitionOutcome]:
         """Start moving each (topic, partition) to its target replicas (preferred
         leader first); one outcome per partition, ``error`` NONE when started."""
@@ -215,17 +216,17 @@ class AdminClient:
             for r in response.results
         )
 
-    def delete_records(self, offsets: Mapping[tuple[str, int], int]) -> list[DeletedRecords]:
+    def delete_records(self, offsets: Mapping[TopicPartition, int]) -> list[DeletedRecords]:
         """Delete the records of each (topic, partition) before its offset (-1: the
         high watermark), through each partition's leader.  One result per
         partition, sorted; ``error`` NONE with the new ``low_watermark``."""
         self._refresh(sorted({t for t, _ in offsets}))
         results: list[DeletedRecords] = []
-        retry: dict[tuple[str, int], int] = {}
+        retry: dict[TopicPartition, int] = {}
         for attempt in range(2):
             by_leader: dict[str, list[pb.DeleteRecordsPartition]] = {}
             for (topic, partition), offset in sorted((retry or offsets).items()):
-                leader = self.cluster.leaders.get((topic, partition))
+                leader = self.cluster.leaders.get(TopicPartition(topic, partition))
                 if leader is None:
                     results.append(
                         DeletedRecords(
@@ -251,7 +252,9 @@ class AdminClient:
                 for r in response.results:
                     error = errors.from_wire(r.error)
                     if error is errors.NOT_LEADER_OR_FOLLOWER and attempt == 0:
-                        retry[(r.topic, r.partition)] = offsets[(r.topic, r.partition)]
+                        retry[TopicPartition(r.topic, r.partition)] = offsets[
+                            TopicPartition(r.topic, r.partition)
+                        ]
                     else:
                         results.append(
                             DeletedRecords(

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from annal.clierrors import fail
+from annal.topic_partition import TopicPartition
 
 
 def _properties(pairs: list[str]) -> dict[str, str]:
@@ -201,7 +202,9 @@ def run_consumer(args: argparse.Namespace) -> int:
                         args.topic, p, EARLIEST if earliest else LATEST
                     )
             while True:
-                results = consumer.multi_fetch({(args.topic, p): o for p, o in positions.items()})
+                results = consumer.multi_fetch(
+                    {TopicPartition(args.topic, p): o for p, o in positions.items()}
+                )
                 got_any = False
                 for (_, p), result in sorted(results.items()):
                     positions[p] = result.next_offset

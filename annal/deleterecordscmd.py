@@ -13,6 +13,7 @@ from typing import Any
 from annal import errors
 from annal.clierrors import fail
 from annal.planfiles import read_partition_file
+from annal.topic_partition import TopicPartition
 
 EXAMPLE = '{"version": 1, "partitions": [{"topic": "events", "partition": 0, "offset": 1000}]}'
 
@@ -46,7 +47,7 @@ below it are removed by the leader and, at their next fetch, the followers.""",
     delete.set_defaults(run=run)
 
 
-def read_offsets(path: Path) -> dict[tuple[str, int], int]:
+def read_offsets(path: Path) -> dict[TopicPartition, int]:
     """The file's (topic, partition) → offset; ValueError naming what is wrong."""
     return read_partition_file(path, EXAMPLE, "offset", _offset)
 

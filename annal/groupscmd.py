@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from annal.clierrors import fail
+from annal.topic_partition import TopicPartition
 
 
 def add_parser(commands: Any) -> None:
@@ -96,7 +97,7 @@ def describe(zk: Any, zookeeper: str, group: str) -> list[dict[str, Any]]:
     with SimpleConsumer(zookeeper_connect=zookeeper) as consumer:
         for topic, partition in partitions:
             end = consumer.offsets_before(topic, partition, LATEST)
-            current = committed.get((topic, partition), -1)
+            current = committed.get(TopicPartition(topic, partition), -1)
             rows.append(
                 {
                     "group": group,

@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any
 
 from annal.clierrors import fail
+from annal.topic_partition import TopicPartition
 
 
 def add_parser(commands: Any) -> None:
@@ -176,7 +177,7 @@ def run_consume(args: argparse.Namespace) -> int:
             started = time.monotonic()
             idle = 0
             rounds = consumer.stream(
-                {(args.topic, p): o for p, o in positions.items()}, args.fetch_size
+                {TopicPartition(args.topic, p): o for p, o in positions.items()}, args.fetch_size
             )
             for results in rounds:  # the next fetch is on its way while this one is read
                 got = 0

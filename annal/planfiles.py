@@ -8,12 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from annal.topic_partition import TopicPartition
+
 T = TypeVar("T")
 
 
 def read_partition_file(
     path: Path, example: str, field: str, parse: Callable[[Any], T]
-) -> dict[tuple[str, int], T]:
+) -> dict[TopicPartition, T]:
     """(topic, partition) → ``parse(entry[field])`` for each entry of the file's
     "partitions" list; ValueError naming the file and what is wrong."""
     try:
@@ -25,10 +27,10 @@ def read_partition_file(
     entries = raw.get("partitions") if isinstance(raw, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ValueError(f'{path} has no "partitions" list; expected e.g. {example}')
-    out: dict[tuple[str, int], T] = {}
+    out: dict[TopicPartition, T] = {}
     for n, entry in enumerate(entries):
         try:
-            key = (str(entry["topic"]), int(entry["partition"]))
+            key = TopicPartition(str(entry["topic"]), int(entry["partition"]))
             value = parse(entry[field])
         except (KeyError, TypeError, ValueError) as exc:
             detail = f": {exc}" if isinstance(exc, ValueError) and str(exc) else ""

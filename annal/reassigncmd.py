@@ -12,6 +12,7 @@ from typing import Any
 from annal import errors
 from annal.clierrors import fail
 from annal.planfiles import read_partition_file
+from annal.topic_partition import TopicPartition
 
 EXAMPLE = '{"version": 1, "partitions": [{"topic": "events", "partition": 0, "replicas": [2, 3]}]}'
 
@@ -51,7 +52,7 @@ is complete (exit 0 when all are, 1 otherwise).""",
     reassign.set_defaults(run=run)
 
 
-def read_plan(path: Path) -> dict[tuple[str, int], list[int]]:
+def read_plan(path: Path) -> dict[TopicPartition, list[int]]:
     """The file's (topic, partition) → replicas; ValueError naming what is wrong."""
     return read_partition_file(path, EXAMPLE, "replicas", lambda r: [int(b) for b in r])
 
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             existing = set(client.list_topics())
             current = {
-                (t.name, p.partition): list(p.replicas)
+                TopicPartition(t.name, p.partition): list(p.replicas)
                 for t in client.describe_topics(sorted({t for t, _ in plan} & existing))
                 for p in t.partitions
             }
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-Plan = dict[tuple[str, int], list[int]]
+Plan = dict[TopicPartition, list[int]]
 
 
 def _verify(plan: Plan, current: Plan, as_json: bool = False) -> int:
@@ -101,7 +102,7 @@ def _verify(plan: Plan, current: Plan, as_json: bool = False) -> int:
     }
     complete = True
     for (topic, partition), replicas in sorted(plan.items()):
-        found = current.get((topic, partition))
+        found = current.get(TopicPartition(topic, partition))
         status = "missing" if found is None else "complete" if found == replicas else "in_progress"
         complete = complete and status == "complete"
         if as_json:
@@ -111,7 +112,7 @@ def _verify(plan: Plan, current: Plan, as_json: bool = False) -> int:
     return 0 if complete else 1
 
 
-def _plan_json(plan: dict[tuple[str, int], list[int]]) -> str:
+def _plan_json(plan: dict[TopicPartition, list[int]]) -> str:
     return json.dumps(
         {
             "version": 1,

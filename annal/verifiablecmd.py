@@ -17,6 +17,8 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
+from annal.topic_partition import TopicPartition
+
 
 def emit(name: str, **fields: Any) -> None:
     print(json.dumps({"timestamp": int(time.time() * 1000), "name": name, **fields}), flush=True)
@@ -130,7 +132,9 @@ def run_consumer(args: argparse.Namespace) -> int:
             start = EARLIEST if args.reset_policy == "earliest" else LATEST
             positions = {p: consumer.offsets_before(args.topic, p, start) for p in partitions}
             while args.max_messages < 0 or consumed < args.max_messages:
-                results = consumer.multi_fetch({(args.topic, p): o for p, o in positions.items()})
+                results = consumer.multi_fetch(
+                    {TopicPartition(args.topic, p): o for p, o in positions.items()}
+                )
                 summary = []
                 for (_, p), result in sorted(results.items()):
                     positions[p] = result.next_offset

@@ -59,6 +59,8 @@ from annal.producer.producer import Producer
 from annal.storage.records import BatchBuilder, iter_records
 from annal.v1 import annal_pb2 as pb
 
+from annal.topic_partition import TopicPartition
+
 RECORD_SIZE = 100
 PARTITIONS = 6
 
@@ -174,7 +176,7 @@ def consumer_floor(batch: bytes, rounds: int) -> float:
     with SimpleConsumer("127.0.0.1:1") as consumer:
         started = time.perf_counter()
         for _ in range(rounds):
-            results: dict[tuple[str, int], FetchResult] = {}
+            results: dict[TopicPartition, FetchResult] = {}
             consumer._read_response(response, wanted, results)
             count += sum(len(result.records) for result in results.values())
             del results

@@ -36,6 +36,7 @@ from annal.zk.client import StaleVersionError, ZkClient
 from annal.zk.layout import TopicAssignment
 
 from annal import errors
+from annal.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -145,10 +146,10 @@ class AdminManager:
 
     def _create_topics_now(
         self, request: pb.CreateTopicsRequest
-    ) -> tuple[pb.CreateTopicsResponse, list[tuple[str, int]]]:
+    ) -> tuple[pb.CreateTopicsResponse, list[TopicPartition]]:
         repeated = checks.repeated(t.name for t in request.topics)
         response = pb.CreateTopicsResponse()
-        created: list[tuple[str, int]] = []
+        created: list[TopicPartition] = []
         for topic in request.topics:
             if topic.name in repeated:
                 refusal = checks.repeated_refusal(topic.name)
@@ -157,10 +158,10 @@ class AdminManager:
                 error, message, partitions = self._create_topic_now(topic, request.validate_only)
             response.topics.add(name=topic.name, error=error, error_message=message)
             if error == pb.NONE and not request.validate_only:
-                created.append((topic.name, partitions))
+                created.append(TopicPartition(topic.name, partitions))
         return response, created
 
-    async def _await_leaders(self, wanted: list[tuple[str, int]], timeout_ms: int) -> None:
+    async def _await_leaders(self, wanted: list[TopicPartition], timeout_ms: int) -> None:
         """Wait (bounded) until this broker's metadata cache knows a live leader for
         every partition of ``wanted`` (topic, partition count), as Kafka's
         delayed CreateTopics/CreatePartitions do; then clients asking this broker
@@ -235,10 +236,10 @@ class AdminManager:
 
     def _create_partitions_now(
         self, request: pb.CreatePartitionsRequest
-    ) -> tuple[pb.CreatePartitionsResponse, list[tuple[str, int]]]:
+    ) -> tuple[pb.CreatePartitionsResponse, list[TopicPartition]]:
         repeated = checks.repeated(t.name for t in request.topics)
         response = pb.CreatePartitionsResponse()
-        grown: list[tuple[str, int]] = []
+        grown: list[TopicPartition] = []
         for topic in request.topics:
             if topic.name in repeated:
                 refusal: Refusal | None = checks.repeated_refusal(topic.name)
@@ -250,7 +251,7 @@ class AdminManager:
                 error_message=refusal.message if refusal else "",
             )
             if refusal is None and not request.validate_only:
-                grown.append((topic.name, topic.count))
+                grown.append(TopicPartition(topic.name, topic.count))
         return response, grown
 
     def _grow_topic_now(
@@ -410,27 +411,35 @@ class AdminManager:
         checks.check_timeout_ms(request.timeout_ms)
         deadline = time.monotonic() + wait_ms(request.timeout_ms, context) / 1000
         cache = self._metadata.snapshot()
-        outcome: dict[tuple[str, int], tuple[pb.ErrorCode.ValueType, str]] = {}
-        asked: list[tuple[str, int]] = []
+        outcome: dict[TopicPartition, tuple[pb.ErrorCode.ValueType, str]] = {}
+        asked: list[TopicPartition] = []
         if request.topic_partitions:
             for entry in request.topic_partitions:
                 if refusal := checks.topic_name(entry.topic):
                     for partition in list(entry.partitions) or [-1]:
-                        outcome[(entry.topic, partition)] = (code(refusal.error), refusal.message)
+                        outcome[TopicPartition(entry.topic, partition)] = (
+                            code(refusal.error),
+                            refusal.message,
+                        )
                     continue
                 known = cache.topics.get(entry.topic, {})
                 for partition in list(entry.partitions) or sorted(known):
                     if refusal := checks.partition_index(entry.topic, partition):
-                        outcome[(entry.topic, partition)] = (code(refusal.error), refusal.message)
+                        outcome[TopicPartition(entry.topic, partition)] = (
+                            code(refusal.error),
+                            refusal.message,
+                        )
                     else:
-                        asked.append((entry.topic, partition))
+                        asked.append(TopicPartition(entry.topic, partition))
                 if not known and not entry.partitions:
-                    outcome[(entry.topic, -1)] = (
+                    outcome[TopicPartition(entry.topic, -1)] = (
                         pb.UNKNOWN_TOPIC_OR_PARTITION,
                         f"unknown topic {entry.topic}",
                     )
         else:
-            asked = [(t, p) for t, ps in sorted(cache.topics.items()) for p in sorted(ps)]
+            asked = [
+                TopicPartition(t, p) for t, ps in sorted(cache.topics.items()) for p in sorted(ps)
+            ]
         pending = []
         for key in asked:
             verdict = preferred_verdict(cache, *key)
@@ -462,7 +471,7 @@ class AdminManager:
         )
 
     async def _request_preferred_election(
-        self, partitions: list[tuple[str, int]], deadline: float
+        self, partitions: list[TopicPartition], deadline: float
     ) -> None:
         """Write the request znode, waiting (bounded) for an earlier one to be taken."""
         while not await self.blocking(self._zk.request_preferred_election, partitions):
@@ -477,7 +486,7 @@ class AdminManager:
         controller; answers at once (a move takes as long as copying the data)."""
         cache = self._metadata.snapshot()
         results: list[pb.ReassignmentResult] = []
-        targets: dict[tuple[str, int], tuple[int, ...]] = {}
+        targets: dict[TopicPartition, tuple[int, ...]] = {}
         for wanted in request.partitions:
             refusal = checks.topic_partition(wanted.topic, wanted.partition)
             if refusal is None and cache.topics.get(wanted.topic, {}).get(wanted.partition) is None:
@@ -489,7 +498,7 @@ class AdminManager:
                 wanted.topic, wanted.partition, list(wanted.replicas), list(cache.brokers)
             )
             if refusal is None:
-                targets[(wanted.topic, wanted.partition)] = tuple(wanted.replicas)
+                targets[TopicPartition(wanted.topic, wanted.partition)] = tuple(wanted.replicas)
             results.append(
                 pb.ReassignmentResult(
                     topic=wanted.topic,

@@ -63,7 +63,7 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
         self,
         replicas: ReplicaManager,
         metadata: MetadataCache,
-        controlled_shutdown: Callable[[int], list[tuple[str, int]] | None],
+        controlled_shutdown: Callable[[int], list[TopicPartition] | None],
         run: Runner[Any],
         run_admin: Runner[Any],
     ) -> None:
@@ -320,7 +320,7 @@ class ControllerChannel:
         self,
         broker: BrokerRegistration,
         controller_epoch: int,
-        partitions: Sequence[tuple[str, int]],
+        partitions: Sequence[TopicPartition],
         delete: bool = True,
     ) -> None:
         request = pb.StopReplicaRequest(

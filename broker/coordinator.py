@@ -50,8 +50,6 @@ logger = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes
 
-Partitions = tuple[str, int]
-
 
 @dataclass(frozen=True, slots=True)
 class CommitEntry:
@@ -86,7 +84,7 @@ class OffsetsCoordinator:
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
         # offsets partition -> group -> (topic, partition) -> value
-        self._caches: dict[int, dict[str, dict[Partitions, OffsetValue]]] = {}
+        self._caches: dict[int, dict[str, dict[TopicPartition, OffsetValue]]] = {}
         self._loading: set[int] = set()
         self._generation: dict[int, int] = {}  # bumps on each leadership change
 
@@ -115,7 +113,7 @@ class OffsetsCoordinator:
 
     def _load(self, index: int, log: Log, generation: int) -> None:
         started = time.monotonic()
-        cache: dict[str, dict[Partitions, OffsetValue]] = {}
+        cache: dict[str, dict[TopicPartition, OffsetValue]] = {}
         offset, end, records = log.log_start_offset, log.log_end_offset, 0
         try:
             while offset < end:
@@ -157,19 +155,19 @@ class OffsetsCoordinator:
 
     async def commit(
         self, group: str, entries: Sequence[CommitEntry], timeout_ms: int
-    ) -> dict[Partitions, tuple[ErrorCode, str]]:
+    ) -> dict[TopicPartition, tuple[ErrorCode, str]]:
         """(error, message) per (topic, partition) of ``entries``."""
         index = self.partition_of(group)
         with self._lock:
             state = self._state(index)
             generation = self._generation.get(index)
         if state != errors.NONE:
-            return {(e.topic, e.partition): (state, "") for e in entries}
-        out: dict[Partitions, tuple[ErrorCode, str]] = {}
+            return {TopicPartition(e.topic, e.partition): (state, "") for e in entries}
+        out: dict[TopicPartition, tuple[ErrorCode, str]] = {}
         accepted = []
         for e in entries:
             if len(e.metadata.encode("utf-8")) > MAX_METADATA_BYTES:
-                out[(e.topic, e.partition)] = (
+                out[TopicPartition(e.topic, e.partition)] = (
                     errors.OFFSET_METADATA_TOO_LARGE,
                     f"metadata is limited to {MAX_METADATA_BYTES} bytes",
                 )
@@ -202,16 +200,19 @@ class OffsetsCoordinator:
                 if cache is not None and self._generation.get(index) == generation:
                     offsets = cache.setdefault(group, {})
                     for e in accepted:
-                        offsets[(e.topic, e.partition)] = OffsetValue(
+                        offsets[TopicPartition(e.topic, e.partition)] = OffsetValue(
                             e.offset, e.leader_epoch, e.metadata, now
                         )
         for e in accepted:
-            out[(e.topic, e.partition)] = (error, message if error != errors.NONE else "")
+            out[TopicPartition(e.topic, e.partition)] = (
+                error,
+                message if error != errors.NONE else "",
+            )
         return out
 
     def fetch(
-        self, group: str, wanted: Sequence[Partitions] | None
-    ) -> tuple[ErrorCode, dict[Partitions, OffsetValue | None]]:
+        self, group: str, wanted: Sequence[TopicPartition] | None
+    ) -> tuple[ErrorCode, dict[TopicPartition, OffsetValue | None]]:
         """(error, committed value per partition: None when the group has none);
         ``wanted`` None means every partition the group committed."""
         index = self.partition_of(group)
@@ -240,7 +241,7 @@ _COMMIT_ERRORS = {
 
 
 def _apply(
-    cache: dict[str, dict[Partitions, OffsetValue]], key_bytes: bytes, value: bytes | None
+    cache: dict[str, dict[TopicPartition, OffsetValue]], key_bytes: bytes, value: bytes | None
 ) -> None:
     try:
         key = decode_key(key_bytes)
@@ -248,10 +249,10 @@ def _apply(
             return  # group metadata, not an offset
         offsets = cache.setdefault(key.group, {})
         if value is None:
-            offsets.pop((key.topic, key.partition), None)
+            offsets.pop(TopicPartition(key.topic, key.partition), None)
             if not offsets:
                 del cache[key.group]
         else:
-            offsets[(key.topic, key.partition)] = decode_value(value)
+            offsets[TopicPartition(key.topic, key.partition)] = decode_value(value)
     except OffsetsSchemaError as exc:
         logger.warning("skipping an unreadable offsets record: %s", exc)

@@ -16,6 +16,7 @@ from annal.broker.metadata_cache import MetadataCache
 from annal.v1 import annal_pb2 as pb
 
 from annal.errors import ErrorCode
+from annal.topic_partition import TopicPartition
 
 
 class GroupApi:
@@ -61,7 +62,7 @@ class GroupApi:
     ) -> pb.OffsetCommitResponse:
         checks.check_timeout_ms(request.timeout_ms)
         group_refusal = checks.group_id(request.group)
-        outcome: dict[tuple[str, int], tuple[ErrorCode, str]] = {}
+        outcome: dict[TopicPartition, tuple[ErrorCode, str]] = {}
         entries = []
         for t in request.topics:
             for p in t.partitions:
@@ -69,7 +70,7 @@ class GroupApi:
                     t.name, p.partition, p.offset, p.leader_epoch
                 )
                 if refusal is not None:
-                    outcome[(t.name, p.partition)] = (refusal.error, refusal.message)
+                    outcome[TopicPartition(t.name, p.partition)] = (refusal.error, refusal.message)
                 else:
                     entries.append(
                         CommitEntry(t.name, p.partition, p.offset, p.leader_epoch, p.metadata)
@@ -84,7 +85,7 @@ class GroupApi:
         for t in request.topics:
             out = response.topics.add(name=t.name)
             for p in t.partitions:
-                error, message = outcome[(t.name, p.partition)]
+                error, message = outcome[TopicPartition(t.name, p.partition)]
                 out.partitions.add(partition=p.partition, error=code(error), error_message=message)
         return response
 
@@ -98,7 +99,7 @@ class GroupApi:
                 refusal = refusal or checks.partition_index(t.topic, p)
         if refusal is not None:
             return pb.OffsetFetchResponse(error=code(refusal.error), error_message=refusal.message)
-        wanted = [(t.topic, p) for t in request.topics for p in t.partitions] or None
+        wanted = [TopicPartition(t.topic, p) for t in request.topics for p in t.partitions] or None
         error, found = self._coordinator.fetch(request.group, wanted)
         response = pb.OffsetFetchResponse(error=code(error))
         by_topic: dict[str, pb.OffsetFetchTopic] = {}

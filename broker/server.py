@@ -281,7 +281,7 @@ class BrokerServer:
 
     def _notify_isr_change(self, written: list[TopicPartition]) -> None:
         """Tell the controller, which tells every broker's metadata cache."""
-        self.zk.notify_isr_change([(tp.topic, tp.partition) for tp in written])
+        self.zk.notify_isr_change([TopicPartition(tp.topic, tp.partition) for tp in written])
 
     def _partition_exists(self, tp: TopicPartition) -> bool:
         found = self.zk.get_topic_assignment(tp.topic)
@@ -337,7 +337,7 @@ class BrokerServer:
             backoff_s = 0.0
             logger.info("re-registered broker %d", self.config.broker_id)
 
-    def _controlled_shutdown_request(self, broker_id: int) -> list[tuple[str, int]] | None:
+    def _controlled_shutdown_request(self, broker_id: int) -> list[TopicPartition] | None:
         """ControlledShutdown arriving here: None unless this broker is the controller."""
         if self.controller is None:
             return None

@@ -23,6 +23,7 @@ from annal.v1 import annal_pb2_grpc
 
 from annal import errors
 from annal.errors import AnnalError, ErrorCode
+from annal.topic_partition import TopicPartition
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -72,7 +73,7 @@ class ClusterConnection:
         self._stubs: dict[str, annal_pb2_grpc.AnnalStub] = {}
         self._channels: list[grpc.Channel] = []
         self.partition_counts: dict[str, int] = {}
-        self.leaders: dict[tuple[str, int], str] = {}
+        self.leaders: dict[TopicPartition, str] = {}
         self.available: dict[str, tuple[int, ...]] = {}  # partitions with a known leader
 
     def stub(self, endpoint: str) -> annal_pb2_grpc.AnnalStub:
@@ -138,9 +139,9 @@ class ClusterConnection:
             for p in topic.partitions:
                 leader = brokers.get(p.leader)
                 if leader is None:
-                    leaders.pop((topic.name, p.partition), None)
+                    leaders.pop(TopicPartition(topic.name, p.partition), None)
                 else:
-                    leaders[(topic.name, p.partition)] = leader
+                    leaders[TopicPartition(topic.name, p.partition)] = leader
         self.partition_counts, self.leaders = counts, leaders
         self._update_available()
         return metadata

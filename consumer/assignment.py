@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from annal.topic_partition import TopicPartition
+
 
 def thread_ids(consumer_id: str, count: int) -> list[str]:
     return [f"{consumer_id}-{n}" for n in range(count)]
@@ -21,10 +23,10 @@ def thread_ids(consumer_id: str, count: int) -> list[str]:
 
 def range_assign(
     partitions: Mapping[str, Sequence[int]], threads: Mapping[str, Sequence[str]]
-) -> dict[str, list[tuple[str, int]]]:
+) -> dict[str, list[TopicPartition]]:
     """thread id → its (topic, partition)s; ``threads`` maps each topic to the
     ids of the consumer threads subscribed to it."""
-    out: dict[str, list[tuple[str, int]]] = {}
+    out: dict[str, list[TopicPartition]] = {}
     for topic, subscribed in sorted(threads.items()):
         ordered = sorted(set(subscribed))
         parts = sorted(partitions.get(topic, ()))
@@ -34,7 +36,9 @@ def range_assign(
         start = 0
         for i, thread in enumerate(ordered):
             count = per + (1 if i < extra else 0)
-            out.setdefault(thread, []).extend((topic, p) for p in parts[start : start + count])
+            out.setdefault(thread, []).extend(
+                TopicPartition(topic, p) for p in parts[start : start + count]
+            )
             start += count
     return out
 

@@ -77,9 +77,9 @@ from annal.consumer.simple import (
 from annal.zk import layout
 from annal.zk.client import SessionEvent, ZkClient, ZkError
 
-logger = logging.getLogger(__name__)
+from annal.topic_partition import TopicPartition
 
-TopicPartition = tuple[str, int]
+logger = logging.getLogger(__name__)
 
 
 class ConsumerTimeout(Exception):
@@ -392,7 +392,7 @@ class GroupConsumer:
                     for (t, p), owner in claimed:
                         self.zk.release_partition(self.group, t, p, owner)
                     return False
-                claimed.append(((topic, partition), thread))
+                claimed.append((TopicPartition(topic, partition), thread))
         return True
 
     def _release_all(self) -> None:
@@ -473,8 +473,8 @@ class GroupConsumer:
                 fresh = self._fetch.offsets_before(topic, partition, reset)
                 with self._lock:
                     if self._generation == generation:
-                        self._positions[(topic, partition)] = fresh
-                        self._consumed_at[(topic, partition)] = fresh
+                        self._positions[TopicPartition(topic, partition)] = fresh
+                        self._consumed_at[TopicPartition(topic, partition)] = fresh
 
     def _stream_for(self, topic: str, thread_id: str) -> Stream:
         key = (topic if self._pattern == "static" else "", thread_id)

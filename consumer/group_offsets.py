@@ -22,6 +22,7 @@ from annal.consumer.simple import ConsumerError
 from annal.v1 import annal_pb2 as pb
 
 from annal import errors
+from annal.topic_partition import TopicPartition
 
 T = TypeVar("T")
 
@@ -55,7 +56,7 @@ class GroupOffsets:
             raise ConsumerError(error, answer.error_message)
         return f"{answer.coordinator.host}:{answer.coordinator.port}"
 
-    def commit(self, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
+    def commit(self, offsets: Mapping[TopicPartition, int], metadata: str = "") -> None:
         """Store the next offset to consume of each (topic, partition)."""
         by_topic: dict[str, list[pb.OffsetCommitPartition]] = {}
         for (topic, partition), offset in sorted(offsets.items()):
@@ -83,8 +84,8 @@ class GroupOffsets:
         self._retry(attempt)
 
     def committed(
-        self, partitions: Sequence[tuple[str, int]] | None = None
-    ) -> dict[tuple[str, int], int]:
+        self, partitions: Sequence[TopicPartition] | None = None
+    ) -> dict[TopicPartition, int]:
         """The committed offset of each partition (-1 for none); of every
         partition the group committed when ``partitions`` is None."""
         by_topic: dict[str, list[int]] = {}
@@ -95,12 +96,16 @@ class GroupOffsets:
             topics=[pb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()],
         )
 
-        def attempt() -> dict[tuple[str, int], int]:
+        def attempt() -> dict[TopicPartition, int]:
             response = self._call("OffsetFetch", request)
             error = errors.from_wire(response.error)
             if error is not errors.NONE:
                 raise ConsumerError(error, response.error_message)
-            return {(t.name, p.partition): p.offset for t in response.topics for p in t.partitions}
+            return {
+                TopicPartition(t.name, p.partition): p.offset
+                for t in response.topics
+                for p in t.partitions
+            }
 
         return self._retry(attempt)
 

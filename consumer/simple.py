@@ -29,21 +29,22 @@ from annal.storage.records import Header, decode_located
 from annal.v1 import annal_pb2 as pb
 
 from annal import errors
+from annal.topic_partition import TopicPartition
 
 EARLIEST = -2
 LATEST = -1
 
 
 def _advance(
-    response: pb.FetchResponse, positions: dict[tuple[str, int], int]
-) -> dict[tuple[str, int], int]:
+    response: pb.FetchResponse, positions: dict[TopicPartition, int]
+) -> dict[TopicPartition, int]:
     """Move ``positions`` past the whole batches of ``response`` (headers only,
     no decoding); the partitions that answered a retriable error, with their
     offsets."""
     retry = {}
     for topic in response.topics:
         for p in topic.partitions:
-            key = (topic.name, p.partition)
+            key = TopicPartition(topic.name, p.partition)
             if p.error == pb.NONE:
                 header = last_header(p.records)
                 if header is not None:
@@ -134,7 +135,7 @@ class SimpleConsumer:
         return sorted(p for (t, p) in self.cluster.leaders if t == topic)
 
     def leader(self, topic: str, partition: int) -> str:
-        key = (topic, partition)
+        key = TopicPartition(topic, partition)
         if key not in self.cluster.leaders:
             self.refresh_metadata([topic])
         try:
@@ -150,16 +151,18 @@ class SimpleConsumer:
     def fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20
     ) -> FetchResult:
-        return self.multi_fetch({(topic, partition): offset}, max_bytes)[(topic, partition)]
+        return self.multi_fetch({TopicPartition(topic, partition): offset}, max_bytes)[
+            TopicPartition(topic, partition)
+        ]
 
     def multi_fetch(
-        self, offsets: Mapping[tuple[str, int], int], max_bytes: int = 1 << 20
-    ) -> dict[tuple[str, int], FetchResult]:
+        self, offsets: Mapping[TopicPartition, int], max_bytes: int = 1 << 20
+    ) -> dict[TopicPartition, FetchResult]:
         """Fetch many partitions, one request per leader; retries when leaders move."""
-        results: dict[tuple[str, int], FetchResult] = {}
+        results: dict[TopicPartition, FetchResult] = {}
         pending = dict(offsets)
         for attempt in range(self.retries + 1):
-            by_leader: dict[str, dict[tuple[str, int], int]] = {}
+            by_leader: dict[str, dict[TopicPartition, int]] = {}
             for key, offset in pending.items():
                 try:
                     by_leader.setdefault(self.leader(*key), {})[key] = offset
@@ -180,10 +183,10 @@ class SimpleConsumer:
     def _fetch_from(
         self,
         endpoint: str,
-        wanted: Mapping[tuple[str, int], int],
+        wanted: Mapping[TopicPartition, int],
         max_bytes: int,
-        results: dict[tuple[str, int], FetchResult],
-    ) -> dict[tuple[str, int], int]:
+        results: dict[TopicPartition, FetchResult],
+    ) -> dict[TopicPartition, int]:
         request = self._fetch_request(wanted, max_bytes)
         try:
             response = self.cluster.stub(endpoint).Fetch(request, timeout=self.timeout_s)
@@ -194,7 +197,7 @@ class SimpleConsumer:
         return self._read_response(response, wanted, results)
 
     def _fetch_request(
-        self, wanted: Mapping[tuple[str, int], int], max_bytes: int
+        self, wanted: Mapping[TopicPartition, int], max_bytes: int
     ) -> pb.FetchRequest:
         topics: dict[str, list[pb.PartitionFetchData]] = {}
         for (topic, partition), offset in wanted.items():
@@ -215,16 +218,16 @@ class SimpleConsumer:
     def _read_response(
         self,
         response: pb.FetchResponse,
-        wanted: Mapping[tuple[str, int], int],
-        results: dict[tuple[str, int], FetchResult],
-    ) -> dict[tuple[str, int], int]:
+        wanted: Mapping[TopicPartition, int],
+        results: dict[TopicPartition, FetchResult],
+    ) -> dict[TopicPartition, int]:
         """Decode each partition into ``results``; the retriable ones (leader moved)
         come back with their offsets.  OFFSET_OUT_OF_RANGE and other errors raise."""
-        retry: dict[tuple[str, int], int] = {}
+        retry: dict[TopicPartition, int] = {}
         with paused_gc():  # tens of thousands of tuples: no collections midway
             for topic in response.topics:
                 for p in topic.partitions:
-                    key = (topic.name, p.partition)
+                    key = TopicPartition(topic.name, p.partition)
                     offset = wanted[key]
                     error = errors.from_wire(p.error)
                     if error.retriable:
@@ -247,8 +250,8 @@ class SimpleConsumer:
         return retry
 
     def stream(
-        self, offsets: Mapping[tuple[str, int], int], max_bytes: int = 1 << 20
-    ) -> Generator[dict[tuple[str, int], FetchResult], None, None]:
+        self, offsets: Mapping[TopicPartition, int], max_bytes: int = 1 << 20
+    ) -> Generator[dict[TopicPartition, FetchResult], None, None]:
         """Fetch ``offsets`` round after round, each continuing where the last
         ended, with the next round's requests (one per leader) already on their
         way while the caller reads this one, as Kafka's fetcher threads run
@@ -260,7 +263,7 @@ class SimpleConsumer:
             failures = 0
             while True:
                 responses = []
-                retry: dict[tuple[str, int], int] = {}
+                retry: dict[TopicPartition, int] = {}
                 for _, wanted, call in ahead:
                     try:
                         response = call.result()
@@ -272,7 +275,7 @@ class SimpleConsumer:
                     responses.append((wanted, response))
                     retry.update(_advance(response, positions))
                 ahead = [] if retry else self._start_round(positions, max_bytes)
-                results: dict[tuple[str, int], FetchResult] = {}
+                results: dict[TopicPartition, FetchResult] = {}
                 for wanted, response in responses:
                     retry.update(self._read_response(response, wanted, results))
                 yield results
@@ -287,11 +290,11 @@ class SimpleConsumer:
                 call.cancel()
 
     def _start_round(
-        self, positions: Mapping[tuple[str, int], int], max_bytes: int
-    ) -> list[tuple[str, dict[tuple[str, int], int], grpc.Future]]:
+        self, positions: Mapping[TopicPartition, int], max_bytes: int
+    ) -> list[tuple[str, dict[TopicPartition, int], grpc.Future]]:
         """One Fetch per leader, sent without waiting; partitions with no known
         leader sit this round out."""
-        by_leader: dict[str, dict[tuple[str, int], int]] = {}
+        by_leader: dict[str, dict[TopicPartition, int]] = {}
         for key, offset in positions.items():
             try:
                 by_leader.setdefault(self.leader(*key), {})[key] = offset

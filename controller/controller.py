@@ -80,6 +80,8 @@ from annal.zk.client import (
 )
 from annal.zk.layout import BrokerRegistration, PartitionState, TopicAssignment
 
+from annal.topic_partition import TopicPartition
+
 from .election import PartitionState as State
 from .election import elect_leader, transition
 
@@ -126,7 +128,7 @@ SendLeaderAndIsr = Callable[
     [BrokerRegistration, int, Sequence[PartitionUpdate], Sequence[BrokerRegistration]], None
 ]
 # (broker, controller epoch, partitions, delete the logs) -> None
-SendStopReplica = Callable[[BrokerRegistration, int, Sequence[tuple[str, int]], bool], None]
+SendStopReplica = Callable[[BrokerRegistration, int, Sequence[TopicPartition], bool], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,12 +209,12 @@ class Controller:
         self._suspensions = 0  # SUSPENDED or LOST seen so far
         self._checked_suspensions = 0  # ... when the event loop last checked its office
         self._live: dict[int, BrokerRegistration] = {}
-        self._states: dict[tuple[str, int], State] = {}
-        self._view: dict[tuple[str, int], PartitionUpdate] = {}  # what brokers are told
+        self._states: dict[TopicPartition, State] = {}
+        self._view: dict[TopicPartition, PartitionUpdate] = {}  # what brokers are told
         self._watches: list[object] = []
         self._topic_watches: set[str] = set()  # topics with a data watch (event thread)
         self._shutting_down: set[int] = set()  # brokers that asked for controlled shutdown
-        self._shutdown_requests: queue.Queue[tuple[int, Future[list[tuple[str, int]] | None]]] = (
+        self._shutdown_requests: queue.Queue[tuple[int, Future[list[TopicPartition] | None]]] = (
             queue.Queue()
         )
         self._armed: set[str] = set()  # topics whose watch has made its first call
@@ -248,7 +250,7 @@ class Controller:
 
     def controlled_shutdown(
         self, broker_id: int, timeout_s: float = 30.0
-    ) -> list[tuple[str, int]] | None:
+    ) -> list[TopicPartition] | None:
         """Called from a request thread: move ``broker_id``'s leaderships away.
         The replicated partitions it still leads, or None when this broker is
         not the active controller (or cannot act now: its session is suspended)."""
@@ -256,7 +258,7 @@ class Controller:
             acting = self._connected and not self._lost
         if not self.active or not acting:
             return None
-        reply: Future[list[tuple[str, int]] | None] = Future()
+        reply: Future[list[TopicPartition] | None] = Future()
         self._shutdown_requests.put((broker_id, reply))
         self._events.put(Event.CONTROLLED_SHUTDOWN)
         return reply.result(timeout_s)
@@ -534,11 +536,11 @@ class Controller:
             found = self.zk.get_topic_assignment(topic)
             if found is not None:
                 assignment, _ = found
-                by_broker: dict[int, list[tuple[str, int]]] = {}
+                by_broker: dict[int, list[TopicPartition]] = {}
                 for partition, replicas in assignment.partitions.items():
                     for replica in replicas:
-                        by_broker.setdefault(replica, []).append((topic, partition))
-                    key = (topic, partition)
+                        by_broker.setdefault(replica, []).append(TopicPartition(topic, partition))
+                    key = TopicPartition(topic, partition)
                     self._states[key] = transition(
                         topic,
                         partition,
@@ -564,13 +566,13 @@ class Controller:
         (the replicas already know; Kafka sends no LeaderAndIsr for this)."""
         updates: list[PartitionUpdate] = []
         for topic, partition in self.zk.take_isr_changes(self._fence()):
-            known = self._view.get((topic, partition))
+            known = self._view.get(TopicPartition(topic, partition))
             current = self.zk.get_partition_state(topic, partition)
             if known is None or current is None:
                 continue
             state, version = current
             update = PartitionUpdate(topic, partition, state, known.replicas, version)
-            self._view[(topic, partition)] = update
+            self._view[TopicPartition(topic, partition)] = update
             updates.append(update)
         if updates:
             self._publish(MetadataUpdate(updates, list(self._live.values())))
@@ -591,7 +593,7 @@ class Controller:
         for (topic, partition), target in targets.items():
             try:
                 if self._reassign(topic, partition, target):
-                    done.append((topic, partition))
+                    done.append(TopicPartition(topic, partition))
             except StaleVersionError as exc:  # a leader wrote meanwhile: its notice retries
                 logger.info("reassignment of %s-%d waits: %s", topic, partition, exc)
         if done:
@@ -660,13 +662,19 @@ class Controller:
             broker = self._live.get(broker_id)
             if broker is not None:
                 self._send(
-                    partial(self._send_stop_replica, broker, self.epoch, [(topic, partition)], True)
+                    partial(
+                        self._send_stop_replica,
+                        broker,
+                        self.epoch,
+                        [TopicPartition(topic, partition)],
+                        True,
+                    )
                 )
         return True
 
     def _announce(self, update: PartitionUpdate) -> None:
         """A partition changed: its replicas, then every broker's cache, are told."""
-        self._view[(update.topic, update.partition)] = update
+        self._view[TopicPartition(update.topic, update.partition)] = update
         self._tell_replicas([update])
         self._publish(MetadataUpdate([update], list(self._live.values())))
 
@@ -680,8 +688,8 @@ class Controller:
         """Kafka's leader rebalance: a broker that is the preferred replica of more
         than ``leader.imbalance.per.broker.percentage`` percent of partitions it
         does not lead gets them back (when it is alive and in their ISR)."""
-        preferred_of: dict[int, list[tuple[str, int]]] = {}
-        not_leading: dict[int, list[tuple[str, int]]] = {}
+        preferred_of: dict[int, list[TopicPartition]] = {}
+        not_leading: dict[int, list[TopicPartition]] = {}
         for key, update in sorted(self._view.items()):
             if update.replicas:
                 preferred = update.replicas[0]
@@ -698,13 +706,13 @@ class Controller:
         if chosen:
             self._elect_preferred(chosen, "leader imbalance")
 
-    def _elect_preferred(self, partitions: Sequence[tuple[str, int]], why: str) -> None:
+    def _elect_preferred(self, partitions: Sequence[TopicPartition], why: str) -> None:
         """Each partition whose first assigned replica is alive, in the ISR and not
         leading takes it as leader (bumped leader epoch)."""
         candidates = set(self._live) - self._shutting_down
         updates: list[PartitionUpdate] = []
         for topic, partition in partitions:
-            known = self._view.get((topic, partition))
+            known = self._view.get(TopicPartition(topic, partition))
             current = self.zk.get_partition_state(topic, partition)
             if known is None or not known.replicas or current is None:
                 continue
@@ -723,7 +731,7 @@ class Controller:
                 logger.warning("%s; %s-%d keeps its leader", exc, topic, partition)
                 continue
             update = PartitionUpdate(topic, partition, new, known.replicas, version)
-            self._view[(topic, partition)] = update
+            self._view[TopicPartition(topic, partition)] = update
             updates.append(update)
             logger.info(
                 "preferred replica %d leads %s-%d again (epoch %d; %s)",
@@ -744,7 +752,7 @@ class Controller:
         self._answer_shutdown_requests(lambda broker_id: None)
 
     def _answer_shutdown_requests(
-        self, answer: Callable[[int], list[tuple[str, int]] | None]
+        self, answer: Callable[[int], list[TopicPartition] | None]
     ) -> None:
         while True:
             try:
@@ -756,7 +764,7 @@ class Controller:
             except Exception as exc:
                 reply.set_exception(exc)
 
-    def _move_leaderships(self, broker_id: int) -> list[tuple[str, int]]:
+    def _move_leaderships(self, broker_id: int) -> list[TopicPartition]:
         """Hand ``broker_id``'s leaderships to other live ISR replicas and take it
         out of the ISRs it is in; the replicated partitions it still leads."""
         if broker_id not in self._live:
@@ -764,8 +772,8 @@ class Controller:
         self._shutting_down.add(broker_id)
         candidates = set(self._live) - self._shutting_down
         updates: list[PartitionUpdate] = []
-        remaining: list[tuple[str, int]] = []
-        followed: list[tuple[str, int]] = []  # it stops copying these (StopReplica, kept)
+        remaining: list[TopicPartition] = []
+        followed: list[TopicPartition] = []  # it stops copying these (StopReplica, kept)
         for (topic, partition), known in sorted(self._view.items()):
             if broker_id not in known.replicas or len(known.replicas) < 2:
                 continue
@@ -777,7 +785,7 @@ class Controller:
             if state.leader == broker_id:
                 election = elect_leader(known.replicas, isr, candidates)
                 if election.leader < 0:
-                    remaining.append((topic, partition))
+                    remaining.append(TopicPartition(topic, partition))
                     continue
                 new = PartitionState(
                     election.leader, state.leader_epoch + 1, election.isr, self.epoch
@@ -793,12 +801,12 @@ class Controller:
             except StaleVersionError as exc:
                 logger.warning("%s; %s-%d stays as it is", exc, topic, partition)
                 if state.leader == broker_id:
-                    remaining.append((topic, partition))
+                    remaining.append(TopicPartition(topic, partition))
                 continue
             update = PartitionUpdate(topic, partition, new, known.replicas, version)
-            self._view[(topic, partition)] = update
+            self._view[TopicPartition(topic, partition)] = update
             updates.append(update)
-            followed.append((topic, partition))
+            followed.append(TopicPartition(topic, partition))
             logger.info(
                 "controlled shutdown of broker %d: %s-%d now led by %d (epoch %d), isr %s",
                 broker_id,
@@ -859,7 +867,7 @@ class Controller:
     def _online_partition(
         self, topic: str, partition: int, replicas: tuple[int, ...], dead: set[int]
     ) -> PartitionUpdate | None:
-        key = (topic, partition)
+        key = TopicPartition(topic, partition)
         current = self.zk.get_partition_state(topic, partition)
         live = set(self._live)
         if current is None:

@@ -52,6 +52,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from annal.topic_partition import TopicPartition
+
 Offsets = dict[str, dict[str, int]]  # {"topic": {"partition": offset}}
 UTC = datetime.UTC
 
@@ -94,10 +96,10 @@ class OffsetRange(InputPartition):
 # -- planning (driver) ----------------------------------------------------------
 
 
-def _partitions(options: ReadOptions) -> list[tuple[str, int]]:
+def _partitions(options: ReadOptions) -> list[TopicPartition]:
     subscription = options.subscription
     if subscription.assign is not None:
-        return sorted((t, p) for t, ps in subscription.assign.items() for p in ps)
+        return sorted(TopicPartition(t, p) for t, ps in subscription.assign.items() for p in ps)
     with AdminClient(options.bootstrap) as admin:
         if subscription.pattern is not None:
             regex = re.compile(subscription.pattern)
@@ -113,13 +115,15 @@ def _partitions(options: ReadOptions) -> list[tuple[str, int]]:
         if not names:
             return []
         return sorted(
-            (t.name, p.partition) for t in admin.describe_topics(names) for p in t.partitions
+            TopicPartition(t.name, p.partition)
+            for t in admin.describe_topics(names)
+            for p in t.partitions
         )
 
 
 def _resolve(
     spec: str | Offsets,
-    partitions: Sequence[tuple[str, int]],
+    partitions: Sequence[TopicPartition],
     consumer: SimpleConsumer,
     default: int,
 ) -> Offsets:

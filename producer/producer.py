@@ -65,6 +65,7 @@ from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 from annal.errors import ErrorCode
+from annal.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -219,9 +220,7 @@ class Producer:
             resolved = -1
         if resolved not in (-1, 0, 1):
             raise ValueError(f"acks must be all (-1), 0 or 1, not {acks!r}")
-        self.idempotent = _idempotence(
-            enable_idempotence, resolved, acks, retries, max_in_flight
-        )
+        self.idempotent = _idempotence(enable_idempotence, resolved, acks, retries, max_in_flight)
         if compression not in CODECS:
             raise ValueError(f"compression must be one of {sorted(CODECS)}, not {compression!r}")
         bootstrap = resolve_bootstrap(
@@ -248,19 +247,19 @@ class Producer:
         self._raw_values = value_serializer is _identity
         self._mutex = threading.Lock()
         self._changed = threading.Condition(self._mutex)
-        self._open: dict[tuple[str, int], _Batch] = {}
+        self._open: dict[TopicPartition, _Batch] = {}
         # closed batches waiting to go, oldest first, per partition
-        self._ready: dict[tuple[str, int], deque[_Batch]] = {}
+        self._ready: dict[TopicPartition, deque[_Batch]] = {}
         self._unacknowledged: set[_Batch] = set()
         self._in_flight: dict[str, int] = {}  # requests per leader
-        self._muted: set[tuple[str, int]] = set()  # partitions with a batch in flight
+        self._muted: set[TopicPartition] = set()  # partitions with a batch in flight
         self._closing = False
         self._flushing = 0
         # idempotence: the producer id and epoch (guarded by the mutex; -1: none
         # yet), and each partition's sequences (stamped by the sender thread)
         self.producer_id = -1
         self.producer_epoch = -1
-        self._sequences: dict[tuple[str, int], _Sequences] = {}
+        self._sequences: dict[TopicPartition, _Sequences] = {}
         self._io = ThreadPoolExecutor(
             max_workers=4 * self.max_in_flight, thread_name_prefix="producer-io"
         )
@@ -337,7 +336,7 @@ class Producer:
             timestamp_ms = time.time_ns() // 1_000_000
         size = 14 + (len(key_bytes) if key_bytes else 0) + (len(value_bytes) if value_bytes else 0)
         with self._mutex:
-            batch = self._open.get((topic, partition))
+            batch = self._open.get(TopicPartition(topic, partition))
             if batch is None:
                 batch = self._open_batch(topic, partition)
             index = batch.count
@@ -352,14 +351,14 @@ class Producer:
     def _open_batch(self, topic: str, partition: int) -> _Batch:
         """A new open batch (callers hold the mutex)."""
         batch = _Batch(topic, partition, BatchBuilder(self.compression), time.monotonic())
-        self._open[(topic, partition)] = batch
+        self._open[TopicPartition(topic, partition)] = batch
         self._unacknowledged.add(batch)
         self._changed.notify_all()  # the sender arms its linger timer
         return batch
 
     def _close_batch(self, batch: _Batch) -> None:
-        del self._open[(batch.topic, batch.partition)]
-        self._ready.setdefault((batch.topic, batch.partition), deque()).append(batch)
+        del self._open[TopicPartition(batch.topic, batch.partition)]
+        self._ready.setdefault(TopicPartition(batch.topic, batch.partition), deque()).append(batch)
         self._partitioner.on_new_batch(batch.topic, batch.partition)
 
     def flush(self, timeout_s: float | None = None) -> None:
@@ -433,7 +432,7 @@ class Producer:
         muted = self._muted
         draining = self._flushing or self._closing
 
-        def sendable(key: tuple[str, int]) -> str | None:
+        def sendable(key: TopicPartition) -> str | None:
             leader = leaders.get(key, "")
             if leader not in chosen:
                 if leader and self._in_flight.get(leader, 0) >= self.max_in_flight:
@@ -475,7 +474,7 @@ class Producer:
             counted = set(groups)  # _collect counted these requests already
             self._refresh(sorted({b.topic for b in unrouted}))
             for batch in unrouted:
-                leader = self.cluster.leaders.get((batch.topic, batch.partition), "")
+                leader = self.cluster.leaders.get(TopicPartition(batch.topic, batch.partition), "")
                 groups.setdefault(leader, []).append(batch)
             if "" in groups:
                 self._finished_request("", groups.pop(""), {}, errors.LEADER_NOT_AVAILABLE)
@@ -507,7 +506,7 @@ class Producer:
                 for batch in group:
                     if batch.sequence >= 0:
                         continue  # a retry: the same bytes again
-                    key = (batch.topic, batch.partition)
+                    key = TopicPartition(batch.topic, batch.partition)
                     sequences = self._sequences.get(key)
                     if sequences is None or sequences.epoch != epoch:
                         sequences = self._sequences[key] = _Sequences(epoch)
@@ -574,7 +573,7 @@ class Producer:
         """A batch the broker refused for good: the log never had its sequence
         numbers, so the partition's next batch takes them (callers hold the mutex;
         nothing else of the partition is stamped while it was in flight)."""
-        sequences = self._sequences.get((batch.topic, batch.partition))
+        sequences = self._sequences.get(TopicPartition(batch.topic, batch.partition))
         if sequences is not None and sequences.epoch == batch.epoch and batch.sequence >= 0:
             sequences.next = batch.sequence
 
@@ -615,14 +614,16 @@ class Producer:
         if isinstance(answer, grpc.RpcError):
             self._finished_request(leader, group, {}, errors.transport_error(answer))
             return
-        results = {(t.name, p.partition): p for t in answer.topics for p in t.partitions}
+        results = {
+            TopicPartition(t.name, p.partition): p for t in answer.topics for p in t.partitions
+        }
         self._finished_request(leader, group, results, errors.UNKNOWN_SERVER_ERROR)
 
     def _finished_request(
         self,
         leader: str,
         group: list[_Batch],
-        results: dict[tuple[str, int], pb.PartitionProduceResponse],
+        results: dict[TopicPartition, pb.PartitionProduceResponse],
         default_error: ErrorCode,
         default_message: str = "",
     ) -> None:
@@ -633,7 +634,7 @@ class Producer:
         released: list[_Batch] = []
         rewind: list[_Batch] = []
         for batch in group:
-            result = results.get((batch.topic, batch.partition))
+            result = results.get(TopicPartition(batch.topic, batch.partition))
             error = errors.from_wire(result.error) if result is not None else default_error
             if error is errors.NONE:
                 base = result.base_offset if result is not None and self.acks != 0 else -1
@@ -675,5 +676,7 @@ class Producer:
                 self._muted.discard((batch.topic, batch.partition))
             self._unacknowledged.difference_update(finished)
             for batch in retry:  # it goes first: older than anything queued behind it
-                self._ready.setdefault((batch.topic, batch.partition), deque()).appendleft(batch)
+                self._ready.setdefault(
+                    TopicPartition(batch.topic, batch.partition), deque()
+                ).appendleft(batch)
             self._changed.notify_all()

@@ -90,12 +90,12 @@ def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
-def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
-    """``orders-3`` → ("orders", 3); None if the name has no partition suffix."""
+def parse_partition_dir_name(name: str) -> TopicPartition | None:
+    """``orders-3`` → TopicPartition("orders", 3); None if the name has no partition suffix."""
     m = _PARTITION_DIR.match(name)
     if m is None:
         return None
-    return m.group(1), int(m.group(2))
+    return TopicPartition(m.group(1), int(m.group(2)))
 
 
 def fsync_dir(path: Path) -> None:

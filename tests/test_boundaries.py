@@ -57,3 +57,15 @@ def test_clients_never_import_broker_internals() -> None:
         if names & forbidden
     }
     assert offenders == {}
+
+
+def test_partitions_are_named_not_bare_tuples() -> None:
+    """Modules pass ``TopicPartition`` values, never bare ``(topic, partition)`` tuples."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for n, line in enumerate(path.read_text("utf-8").splitlines(), 1)
+        if "tuple[str, int]" in line
+    ]
+    assert offenders == [], f"bare (topic, partition) tuples in signatures: {offenders}"

@@ -55,6 +55,8 @@ from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
+from annal.topic_partition import TopicPartition
+
 from . import layout
 from .layout import BrokerRegistration, PartitionState, TopicAssignment
 
@@ -598,10 +600,10 @@ class ZkClient:
         out.append(path)
         return out
 
-    def take_isr_changes(self, fence: ControllerEpoch | None = None) -> list[tuple[str, int]]:
+    def take_isr_changes(self, fence: ControllerEpoch | None = None) -> list[TopicPartition]:
         """The partitions named by every pending ``isr_change_`` znode, which are
         deleted once read (the controller's side of ``notify_isr_change``)."""
-        changed: set[tuple[str, int]] = set()
+        changed: set[TopicPartition] = set()
         for child in sorted(self.children(layout.ISR_CHANGE_NOTIFICATION)):
             path = f"{layout.ISR_CHANGE_NOTIFICATION}/{child}"
             found = self.get(path)
@@ -613,14 +615,14 @@ class ZkClient:
             self.delete_recursive(path, fence)
         return sorted(changed)
 
-    def notify_isr_change(self, partitions: Sequence[tuple[str, int]]) -> None:
+    def notify_isr_change(self, partitions: Sequence[TopicPartition]) -> None:
         """A sequential ``isr_change_`` znode listing partitions whose ISR changed."""
         data = layout.encode_partition_list(partitions)
         self._call(self._kazoo.create, layout.ISR_CHANGE_PREFIX, data, sequence=True, makepath=True)
 
     # -- /admin/preferred_replica_election ------------------------------------------
 
-    def request_preferred_election(self, partitions: Sequence[tuple[str, int]]) -> bool:
+    def request_preferred_election(self, partitions: Sequence[TopicPartition]) -> bool:
         """Ask the controller to hand these partitions to their preferred replicas;
         False while an earlier request is still pending."""
         return self._create(
@@ -629,7 +631,7 @@ class ZkClient:
 
     def take_preferred_election(
         self, fence: ControllerEpoch | None = None
-    ) -> list[tuple[str, int]] | None:
+    ) -> list[TopicPartition] | None:
         """The pending request's partitions (the znode is then deleted), or None."""
         path = layout.PREFERRED_REPLICA_ELECTION
         found = self.get(path)
@@ -644,11 +646,11 @@ class ZkClient:
 
     # -- /admin/reassign_partitions -------------------------------------------------
 
-    def request_reassignments(self, targets: Mapping[tuple[str, int], Sequence[int]]) -> bool:
+    def request_reassignments(self, targets: Mapping[TopicPartition, Sequence[int]]) -> bool:
         """Ask the controller to move partitions; False while a reassignment runs."""
         return self._create(layout.REASSIGN_PARTITIONS, layout.encode_reassignments(targets))
 
-    def get_reassignments(self) -> tuple[dict[tuple[str, int], tuple[int, ...]], int] | None:
+    def get_reassignments(self) -> tuple[dict[TopicPartition, tuple[int, ...]], int] | None:
         """The reassignments still running (partition → target replicas) and the
         znode version, or None when none is."""
         found = self.get(layout.REASSIGN_PARTITIONS)
@@ -661,7 +663,7 @@ class ZkClient:
             return {}, found[1]
 
     def finish_reassignments(
-        self, done: Sequence[tuple[str, int]], fence: ControllerEpoch | None = None
+        self, done: Sequence[TopicPartition], fence: ControllerEpoch | None = None
     ) -> None:
         """Drop finished partitions from the request; delete it once empty."""
         while True:
@@ -774,14 +776,14 @@ class ZkClient:
             except (NoNodeError, BadVersionError):
                 pass
 
-    def partition_owners(self, group: str) -> dict[tuple[str, int], str]:
+    def partition_owners(self, group: str) -> dict[TopicPartition, str]:
         """(topic, partition) → owning consumer thread id, for the whole group."""
-        out = {}
+        out: dict[TopicPartition, str] = {}
         for topic in self.children(f"{layout.CONSUMERS}/{group}/owners"):
             for child in self.children(layout.consumer_owners_path(group, topic)):
                 found = self.get(f"{layout.consumer_owners_path(group, topic)}/{child}")
                 if found is not None and child.isdigit():
-                    out[(topic, int(child))] = found[0].decode("utf-8")
+                    out[TopicPartition(topic, int(child))] = found[0].decode("utf-8")
         return out
 
     # -- /latest_producer_id_block (see producer_ids.py) --------------------------

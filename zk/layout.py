@@ -39,6 +39,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from annal.topic_partition import TopicPartition
+
 CLUSTER_ID = "/cluster/id"
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
@@ -309,16 +311,16 @@ def decode_controller_epoch(raw: bytes) -> int:
 # -- partition lists: /admin/preferred_replica_election, isr_change_<seq> ---------
 
 
-def encode_partition_list(partitions: Sequence[tuple[str, int]]) -> bytes:
+def encode_partition_list(partitions: Sequence[TopicPartition]) -> bytes:
     return _dump(
         {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]}
     )
 
 
-def decode_partition_list(path: str, raw: bytes) -> list[tuple[str, int]]:
+def decode_partition_list(path: str, raw: bytes) -> list[TopicPartition]:
     listed = _field(path, _load(path, raw), "partitions")
     try:
-        return [(str(p["topic"]), int(p["partition"])) for p in listed]
+        return [TopicPartition(str(p["topic"]), int(p["partition"])) for p in listed]
     except (KeyError, TypeError, ValueError):
         raise LayoutError(f"znode {path} lists partitions without topic and partition") from None
 
@@ -326,7 +328,7 @@ def decode_partition_list(path: str, raw: bytes) -> list[tuple[str, int]]:
 # -- /admin/reassign_partitions --------------------------------------------------
 
 
-def encode_reassignments(targets: Mapping[tuple[str, int], Sequence[int]]) -> bytes:
+def encode_reassignments(targets: Mapping[TopicPartition, Sequence[int]]) -> bytes:
     return _dump(
         {
             "version": 1,
@@ -338,12 +340,14 @@ def encode_reassignments(targets: Mapping[tuple[str, int], Sequence[int]]) -> by
     )
 
 
-def decode_reassignments(raw: bytes) -> dict[tuple[str, int], tuple[int, ...]]:
+def decode_reassignments(raw: bytes) -> dict[TopicPartition, tuple[int, ...]]:
     path = REASSIGN_PARTITIONS
     listed = _field(path, _load(path, raw), "partitions")
     try:
         return {
-            (str(p["topic"]), int(p["partition"])): tuple(int(b) for b in p["replicas"])
+            TopicPartition(str(p["topic"]), int(p["partition"])): tuple(
+                int(b) for b in p["replicas"]
+            )
             for p in listed
         }
     except (KeyError, TypeError, ValueError):
