@@ -83,13 +83,19 @@ def run(args: argparse.Namespace) -> int:
             print(f"zookeeper: {state.zookeeper_connect}")
         elif args.action == "status":
             status = cluster.status()
+            status["partitions"] = _partition_health(status)
             if args.json:
                 print(json.dumps(status))
             else:
                 print(f"zookeeper  {status['zookeeper']}  alive={status['zookeeper_alive']}")
                 print(f"controller {status['controller']}")
                 for b in status["brokers"]:
-                    print(f"broker {b['id']}  {b['endpoint']}  pid={b['pid']}  alive={b['alive']}")
+                    metrics = f"  metrics={b['metrics_endpoint']}" if b["metrics_endpoint"] else ""
+                    print(
+                        f"broker {b['id']}  {b['endpoint']}  pid={b['pid']}  alive={b['alive']}"
+                        + metrics
+                    )
+                print(_health_line(status["partitions"]))
         elif args.action == "down":
             cluster.down()
             print(f"cluster in {cluster.directory} is down")
@@ -153,4 +159,30 @@ def _describe(event: dict[str, Any]) -> str:
         f"{event['acked']} records acknowledged, {lost}, {event['duplicates']} stored twice "
         f"(expected 0: the producer is idempotent), longest pause between acknowledgements "
         f"{event['max_ack_gap_ms']} ms"
+    )
+
+
+def _partition_health(status: dict[str, Any]) -> dict[str, Any]:
+    """Partition counts by condition (``admin.health``), asked of a live broker;
+    ``{"error": why}`` when no broker can answer."""
+    from annal.admin.client import AdminClient
+    from annal.admin.health import summary
+    from annal.errors import AnnalError
+
+    live = [b["endpoint"] for b in status["brokers"] if b["alive"]]
+    if not live:
+        return {"error": "no broker is running"}
+    try:
+        with AdminClient(",".join(live), timeout_s=5) as client:
+            return dict(summary(client))
+    except (AnnalError, ValueError) as exc:
+        return {"error": str(exc)}
+
+
+def _health_line(health: dict[str, Any]) -> str:
+    if "error" in health:
+        return f"partitions unknown: {health['error']}"
+    return (
+        f"partitions {health['partitions']}  under-replicated={health['under-replicated']}  "
+        f"unavailable={health['unavailable']}  under-min-isr={health['under-min-isr']}"
     )

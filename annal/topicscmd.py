@@ -6,10 +6,13 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from annal import errors
 from annal.clierrors import fail
+
+if TYPE_CHECKING:
+    from annal.admin.client import PartitionInfo
 
 ACTIONS = ("create", "list", "describe", "alter", "delete")
 
@@ -66,6 +69,14 @@ def add_parser(commands: Any) -> None:
     common(describe, topic=False)
     describe.add_argument("--topic", help="one topic (default: all)")
     describe.add_argument("--json", action="store_true", help="one JSON object per topic")
+    health = describe.add_mutually_exclusive_group()
+    for condition, text in (
+        ("under-replicated-partitions", "only partitions whose ISR is smaller than their replicas"),
+        ("unavailable-partitions", "only partitions with no live leader"),
+        ("under-min-isr-partitions", "only partitions whose ISR is below min.insync.replicas"),
+        ("at-min-isr-partitions", "only partitions whose ISR is exactly min.insync.replicas"),
+    ):
+        health.add_argument(f"--{condition}", action="store_true", help=text)
     alter = actions.add_parser(
         "alter",
         help="add partitions to a topic",
@@ -120,6 +131,9 @@ def _run(args: argparse.Namespace, client: Any) -> int:
         names = client.list_topics()
         print(json.dumps(names) if args.json else "\n".join(names))
     elif args.action == "describe":
+        condition = _condition(args)
+        if condition is not None:
+            return _describe_unhealthy(client, args, condition)
         for topic in client.describe_topics([args.topic] if args.topic else []):
             if args.json:
                 print(json.dumps({**asdict(topic), "replication_factor": topic.replication_factor}))
@@ -129,14 +143,53 @@ def _run(args: argparse.Namespace, client: Any) -> int:
                 f"ReplicationFactor: {topic.replication_factor}"
             )
             for p in topic.partitions:
-                print(
-                    f"\tTopic: {topic.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
-                    f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
-                )
+                print(_partition_line(topic.name, p))
     elif args.action == "alter":
         client.create_partitions(args.topic, args.partitions)
         print(f"Topic {args.topic} now has {args.partitions} partitions.")
     elif args.action == "delete":
         client.delete_topic(args.topic)
         print(f"Deleted topic {args.topic}.")
+    return 0
+
+
+HEALTH_FILTERS = ("under-replicated", "unavailable", "under-min-isr", "at-min-isr")
+
+
+def _condition(args: argparse.Namespace) -> str | None:
+    """The partition-health filter asked for (``health.Condition``'s value), if any."""
+    for condition in HEALTH_FILTERS:
+        if getattr(args, f"{condition.replace('-', '_')}_partitions", False):
+            return condition
+    return None
+
+
+def _partition_line(topic: str, p: PartitionInfo) -> str:
+    leader = "none" if p.leader < 0 else str(p.leader)
+    line = (
+        f"\tTopic: {topic}\tPartition: {p.partition}\tLeader: {leader}\t"
+        f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
+    )
+    if p.offline_replicas:
+        line += f"\tOffline: {','.join(map(str, p.offline_replicas))}"
+    return line
+
+
+def _describe_unhealthy(client: Any, args: argparse.Namespace, wanted: str) -> int:
+    """Only the partitions in condition ``wanted``, as kafka-topics.sh prints them
+    (no topic summary lines); nothing at all when every partition is healthy."""
+    from annal.admin import health
+
+    condition = health.Condition(wanted)
+    topics = client.describe_topics([args.topic] if args.topic else [])
+    found = health.select(client, topics, condition)
+    if args.json:
+        print(
+            json.dumps(
+                [{"topic": t.name, **asdict(p), "condition": condition.value} for t, p in found]
+            )
+        )
+        return 0
+    for topic, p in found:
+        print(_partition_line(topic.name, p))
     return 0

@@ -166,6 +166,9 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "queued.max.requests": (_int(1), "500"),
     "queued.max.request.bytes": (_int(-1), str(256 * 1024 * 1024)),
     "socket.request.max.bytes": (_int(1024), str(100 * 1024 * 1024)),
+    # Prometheus metrics over HTTP (broker/metrics.py): -1 off, 0 any free port
+    "metrics.port": (_int(-1), "-1"),
+    "metrics.host": (_str, ""),
 }
 
 
@@ -213,6 +216,8 @@ class BrokerConfig:
     queued_max_requests: int
     queued_max_request_bytes: int
     socket_request_max_bytes: int
+    metrics_port: int
+    metrics_host: str
     raw: Mapping[str, str]
     ignored: tuple[str, ...] = ()  # Kafka settings given that annal does not use
 
@@ -301,6 +306,8 @@ class BrokerConfig:
             queued_max_requests=values["queued.max.requests"],
             queued_max_request_bytes=values["queued.max.request.bytes"],
             socket_request_max_bytes=values["socket.request.max.bytes"],
+            metrics_port=values["metrics.port"],
+            metrics_host=values["metrics.host"],
             raw={k: str(v) for k, v in props.items()},
             ignored=tuple(sorted(n for n in props if n in KAFKA_SETTINGS_UNUSED)),
         )

@@ -23,7 +23,9 @@ from typing import cast
 import grpc
 from annal.broker import request_checks as checks
 from annal.broker.delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, Purgatories
-from annal.broker.replica_manager import AppendResult, ReplicaManager
+from annal.broker.metrics import BrokerMetrics
+from annal.broker.replica_manager import AppendResult, ReadResult, ReplicaManager
+from annal.storage.batch import count_records
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 
@@ -62,8 +64,10 @@ class DataApi:
         replicas: ReplicaManager,
         purgatories: Purgatories,
         run_storage: Callable[[Callable[[], AppendResult]], Awaitable[AppendResult]],
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self._replicas = replicas
+        self._metrics = metrics
         self._purgatories = purgatories
         self._run_storage = run_storage
         # Partitions with an append on the storage thread: the end of each one's
@@ -99,6 +103,8 @@ class DataApi:
                     result = await self._append_off_loop(tp, data.records, request.acks)
                 else:
                     result = replicas.append(tp, data.records, request.acks)
+                if self._metrics is not None:
+                    self._count_in(topic.name, len(data.records), result)
                 if request.acks == -1 and result.error == errors.NONE:
                     waiting.append(
                         _Awaited(
@@ -116,6 +122,28 @@ class DataApi:
         if waiting:
             await self._await_replication(response, waiting, wait_ms(request.timeout_ms, context))
         return response
+
+    def _count_in(self, topic: str, size: int, result: AppendResult) -> None:
+        metrics = self._metrics
+        assert metrics is not None
+        if result.error == errors.NONE:
+            if result.records:
+                metrics.topic("bytesin", topic, size)
+                metrics.topic("messagesin", topic, result.records)
+        else:
+            metrics.request_error("Produce", result.error.name)
+
+    def _count_out(self, topic: str, result: ReadResult, follower: bool) -> None:
+        metrics = self._metrics
+        assert metrics is not None
+        if result.error != errors.NONE:
+            metrics.request_error("Fetch", result.error.name)
+        elif result.records:
+            if follower:
+                metrics.topic("replicationbytesout", topic, len(result.records))
+            else:
+                metrics.topic("bytesout", topic, len(result.records))
+                metrics.topic("messagesout", topic, count_records(result.records))
 
     async def _append_off_loop(self, tp: TopicPartition, records: bytes, acks: int) -> AppendResult:
         """An append that rolls its log runs on the storage thread (a new segment's
@@ -223,6 +251,8 @@ class DataApi:
                     p.log_start_offset,
                 )
                 budget = max(budget - len(result.records), 0)
+                if self._metrics is not None:
+                    self._count_out(topic.name, result, request.replica_id >= 0)
                 out.partitions.add(
                     partition=p.partition,
                     error=code(result.error),

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import grpc
+from annal.broker.metrics import BrokerMetrics
 from annal.broker.rpc_guard import RequestGuard, RequestLimits
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
@@ -47,8 +48,11 @@ ADMIN_THREADS = 4
 class NetworkLayer:
     """See the module docstring."""
 
-    def __init__(self, limits: RequestLimits, max_request_bytes: int) -> None:
+    def __init__(
+        self, limits: RequestLimits, max_request_bytes: int, metrics: BrokerMetrics | None = None
+    ) -> None:
         self.limits = limits
+        self.metrics = metrics
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="network", daemon=True)
         self._running = threading.Event()
@@ -97,7 +101,7 @@ class NetworkLayer:
 
     async def _serve(self, address: str, add_services: Callable[[grpc.aio.Server], None]) -> int:
         server = grpc.aio.server(
-            interceptors=[RequestGuard(self.limits)],
+            interceptors=[RequestGuard(self.limits, self.metrics)],
             options=[
                 ("grpc.max_receive_message_length", self._max_request_bytes),
                 ("grpc.max_send_message_length", self._max_request_bytes),

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from annal.broker.delayed import FetchStart
 from annal.broker.isr_changes import IsrChangeWriter
+from annal.broker.metrics import PartitionHealth
 from annal.broker.partition import (
     Applied,
     IsrChange,
@@ -56,6 +57,7 @@ class AppendResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     message: str = ""
+    records: int = 0  # how many were stored (0 for an idempotent producer's retry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,9 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self.controller_epoch = 0
         self._on_change = on_change or (lambda tp: None)
+        # ISR changes this broker wrote as a leader, for metrics
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # -- controller requests -------------------------------------------------
 
@@ -215,6 +220,27 @@ class ReplicaManager:
         with self._lock:
             return self._partitions.get(tp)
 
+    def health(self) -> list[PartitionHealth]:
+        """Every hosted partition's replication state and log figures, now."""
+        with self._lock:
+            hosted = list(self._partitions.values())
+        out = []
+        for p in hosted:
+            log = p.log
+            out.append(
+                PartitionHealth(
+                    p.tp,
+                    p.is_leader,
+                    len(p.replicas),
+                    len(p.isr),
+                    log.config.min_insync_replicas,
+                    log.size,
+                    log.log_start_offset,
+                    log.log_end_offset,
+                )
+            )
+        return out
+
     def _not_leader_error(self, tp: TopicPartition, partition: Partition | None) -> ErrorCode:
         """NOT_LEADER_OR_FOLLOWER for a partition that exists elsewhere (clients then
         refresh metadata and retry), UNKNOWN_TOPIC_OR_PARTITION for one that does not."""
@@ -249,6 +275,7 @@ class ReplicaManager:
             info.last_offset,
             info.log_append_time_ms,
             partition.log.log_start_offset,
+            records=0 if info.duplicate else info.num_records,
         )
 
     def replication_outcome(
@@ -341,7 +368,13 @@ class ReplicaManager:
         commits or drops the change, and requests waiting on it look again."""
         partition = self.partition(change.tp)
         if partition is not None:
+            before = len(partition.isr)
             partition.complete_isr_change(change, version)
+            after = len(partition.isr)
+            if after < before:
+                self.isr_shrinks += 1
+            elif after > before:
+                self.isr_expands += 1
         self._on_change(change.tp)
 
     def shutdown(self) -> None:

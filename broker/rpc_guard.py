@@ -14,7 +14,10 @@ health):
   the caller gets INTERNAL with a one-line message, never gRPC's UNKNOWN
   "Exception calling application" (nor a second traceback from gRPC);
 * ``context.abort`` from a handler, and a caller's cancellation, pass
-  through untouched.
+  through untouched;
+* with ``BrokerMetrics``, each answer is counted and timed by API, and an
+  error in it (a refused request's status, a response's top-level error
+  code) counted by name.
 
 Handlers answer everything they expect (unknown topics, bad partitions,
 fenced epochs) in their responses; this is the net under them, not a way to
@@ -28,11 +31,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from annal.broker.metrics import BrokerMetrics
 from annal.broker.request_checks import InvalidRequest
+
+from annal.errors import from_wire
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +106,11 @@ Behaviour = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 class RequestGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """See the module docstring."""
 
-    def __init__(self, limits: RequestLimits | None = None) -> None:
+    def __init__(
+        self, limits: RequestLimits | None = None, metrics: BrokerMetrics | None = None
+    ) -> None:
         self._limits = limits
+        self._metrics = metrics
 
     async def intercept_service(
         self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
@@ -109,13 +119,21 @@ class RequestGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None or handler.unary_unary is None:
             return handler  # streaming rpcs (health Watch) keep gRPC's own handling
         return grpc.unary_unary_rpc_method_handler(
-            _guarded(handler_call_details.method, handler.unary_unary, self._limits),
+            _guarded(handler_call_details.method, handler.unary_unary, self._limits, self._metrics),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
 
 
-def _guarded(method: str, behaviour: Behaviour, limits: RequestLimits | None) -> Behaviour:
+def _guarded(
+    method: str,
+    behaviour: Behaviour,
+    limits: RequestLimits | None,
+    metrics: BrokerMetrics | None = None,
+) -> Behaviour:
+    if metrics is not None:
+        return _measured(method.rsplit("/", 1)[-1], _guarded(method, behaviour, limits), metrics)
+
     async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
         size = request.ByteSize() if hasattr(request, "ByteSize") else len(request)
         if limits is not None and (refusal := limits.admit(size)) is not None:
@@ -138,3 +156,24 @@ def _guarded(method: str, behaviour: Behaviour, limits: RequestLimits | None) ->
                 limits.release(size)
 
     return guarded
+
+
+def _measured(api: str, guarded: Behaviour, metrics: BrokerMetrics) -> Behaviour:
+    """``guarded`` with its answers counted and timed, and their errors counted."""
+
+    async def measured(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started = time.perf_counter()
+        try:
+            response = await guarded(request, context)
+        except grpc.aio.AbortError:
+            status = context.code()
+            metrics.request_error(api, status.name if status is not None else "ABORTED")
+            raise
+        finally:
+            metrics.request_done(api, (time.perf_counter() - started) * 1000.0)
+        error = getattr(response, "error", 0)
+        if isinstance(error, int) and error != 0:
+            metrics.request_error(api, from_wire(error).name)
+        return response
+
+    return measured

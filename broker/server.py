@@ -42,6 +42,7 @@ from annal.broker.delayed import Purgatories
 from annal.broker.group_api import GroupApi
 from annal.broker.isr_changes import IsrChangeWriter
 from annal.broker.metadata_cache import MetadataCache
+from annal.broker.metrics import BrokerMetrics, BrokerState
 from annal.broker.network import NetworkLayer
 from annal.broker.producer_ids import InitProducerIdApi, ProducerIdManager
 from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
@@ -96,6 +97,9 @@ class BrokerServer:
         self._session_thread: threading.Thread | None = None
         self._session_events: queue.Queue[SessionEvent] = queue.Queue()
         self.started = threading.Event()
+        self.metrics = BrokerMetrics()
+        self.metrics_port: int | None = None
+        self._session_state = "CONNECTED"
 
     @property
     def registration(self) -> BrokerRegistration:
@@ -134,7 +138,7 @@ class BrokerServer:
             raise BrokerStartupError(str(exc)) from exc
         self.logs = logs
         limits = RequestLimits(config.queued_max_requests, config.queued_max_request_bytes)
-        network = NetworkLayer(limits, config.socket_request_max_bytes)
+        network = NetworkLayer(limits, config.socket_request_max_bytes, self.metrics)
         network.start()
         self.network = network
         purgatories = Purgatories(network.loop, network.thread_id, limits)
@@ -174,7 +178,7 @@ class BrokerServer:
         )
         self.zk.add_session_listener(self._isr_writer.session_changed)
         self._isr_writer.start()
-        data = DataApi(self.replicas, purgatories, network.run_storage)
+        data = DataApi(self.replicas, purgatories, network.run_storage, self.metrics)
         admin = AdminManager(
             config, self.zk, self.metadata, purgatories, network.run_admin, lambda: self.cluster_id
         )
@@ -208,6 +212,8 @@ class BrokerServer:
         except RuntimeError as exc:
             self._abort()
             raise BrokerStartupError(f"cannot listen on {address}: {exc}") from exc
+        if config.metrics_port >= 0:
+            self._serve_metrics()
         try:
             self._register()
         except ZkError as exc:
@@ -234,6 +240,7 @@ class BrokerServer:
         self._config_changes.start()
         network.set_serving(["", SERVICE_NAME])
         self.zk.add_session_listener(self._session_events.put)
+        self.zk.add_session_listener(self._session_changed)
         self._session_thread = threading.Thread(
             target=self._watch_session, name="zk-session", daemon=True
         )
@@ -246,6 +253,37 @@ class BrokerServer:
             self.cluster_id,
             config.zookeeper_connect,
         )
+
+    def _controller_state(self) -> tuple[bool, int, int]:
+        controller = self.controller
+        if controller is None:
+            return False, 0, 0
+        return controller.active, controller.epoch, controller.offline_partition_count()
+
+    def _serve_metrics(self) -> None:
+        """Serve ``/metrics`` (``metrics.port``), before registering: a broker that
+        appears in ZooKeeper can be scraped."""
+        replicas = self.replicas
+        assert self.purgatories is not None
+        purgatories = self.purgatories
+        self.metrics.add_state(
+            BrokerState(
+                partitions=replicas.health,
+                controller=self._controller_state,
+                purgatories=purgatories.waiting,
+                session_state=lambda: self._session_state,
+                isr_changes=lambda: (replicas.isr_shrinks, replicas.isr_expands),
+            )
+        )
+        host = self.config.metrics_host or self.config.listener.host
+        try:
+            self.metrics_port = self.metrics.serve(host, self.config.metrics_port)
+        except OSError as exc:
+            self._abort()
+            raise BrokerStartupError(
+                f"cannot serve metrics on {host or '0.0.0.0'}:{self.config.metrics_port}: {exc}"
+            ) from exc
+        logger.info("metrics on http://%s:%d/metrics", host or "0.0.0.0", self.metrics_port)
 
     def _register(self) -> None:
         """Register; a registration left by this broker's own previous process (same
@@ -288,6 +326,7 @@ class BrokerServer:
         return found is not None and tp.partition in found[0].partitions
 
     def _abort(self) -> None:
+        self.metrics.stop()
         if self.network is not None:
             self.network.stop(0)
             self.network = None
@@ -297,6 +336,9 @@ class BrokerServer:
             self.logs.shutdown()
             self.logs = None
         self.zk.stop()
+
+    def _session_changed(self, event: SessionEvent) -> None:
+        self._session_state = event.name
 
     def _watch_session(self) -> None:
         """Re-register after a session loss; the kazoo listener only queued the event.
@@ -401,6 +443,7 @@ class BrokerServer:
             self._isr_writer.await_shutdown()
         if self.network is not None:
             self.network.stop(grace_s)
+        self.metrics.stop()
         if self._session_thread is not None:
             self._session_thread.join(5)
         self.zk.stop()

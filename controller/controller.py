@@ -244,6 +244,13 @@ class Controller:
         while not self._stopped.wait(self._rebalance.check_interval_s):
             self._events.put(Event.AUTO_REBALANCE)
 
+    def offline_partition_count(self) -> int:
+        """Partitions with no live leader, as this controller knows them (0 when
+        not in office); for metrics, from any thread."""
+        if not self.active:
+            return 0
+        return sum(1 for state in list(self._states.values()) if state is State.OFFLINE)
+
     def await_shutdown(self, timeout_s: float = 10.0) -> None:
         if self._thread.is_alive():
             self._thread.join(timeout_s)

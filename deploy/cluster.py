@@ -39,6 +39,7 @@ class BrokerEntry:
     id: int
     port: int
     pid: int | None = None
+    metrics_port: int | None = None
 
 
 @dataclass
@@ -111,7 +112,12 @@ class LocalCluster:
 
     def broker(self, state: ClusterState, entry: BrokerEntry) -> BrokerProcess:
         return BrokerProcess(
-            entry.id, state.zookeeper_connect, self.directory, port=entry.port, settings=SETTINGS
+            entry.id,
+            state.zookeeper_connect,
+            self.directory,
+            port=entry.port,
+            settings=SETTINGS,
+            metrics_port=entry.metrics_port,
         )
 
     def up(self, brokers: int, timeout_s: float = 90.0) -> ClusterState:
@@ -123,10 +129,16 @@ class LocalCluster:
         state = ClusterState(zookeeper.port, zookeeper.process.pid)
         for broker_id in range(1, brokers + 1):
             process = BrokerProcess(
-                broker_id, state.zookeeper_connect, self.directory, settings=SETTINGS
+                broker_id,
+                state.zookeeper_connect,
+                self.directory,
+                settings=SETTINGS,
+                metrics_port=0,
             )
             process.start()
-            state.brokers.append(BrokerEntry(broker_id, process.port, process.pid))
+            state.brokers.append(
+                BrokerEntry(broker_id, process.port, process.pid, process.metrics_port)
+            )
         self.save(state)
         with ZkClient(state.zookeeper_connect) as zk:
             try:
@@ -160,6 +172,9 @@ class LocalCluster:
                 {
                     "id": b.id,
                     "endpoint": f"127.0.0.1:{b.port}",
+                    "metrics_endpoint": (
+                        None if b.metrics_port is None else f"127.0.0.1:{b.metrics_port}"
+                    ),
                     "pid": b.pid,
                     "alive": pid_alive(b.pid),
                 }

@@ -58,17 +58,24 @@ class BrokerProcess:
         directory: Path,
         port: int = 0,
         settings: Mapping[str, str] | None = None,
+        metrics_port: int | None = None,
     ) -> None:
+        """``metrics_port``: None serves no metrics, 0 a free port (chosen here)."""
         self.broker_id = broker_id
         self.zookeeper_connect = zookeeper_connect
         self.directory = Path(directory) / f"broker-{broker_id}"
         self.port = port or free_port()
         self.settings = dict(settings or {})
+        self.metrics_port = None if metrics_port is None else (metrics_port or free_port())
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def metrics_endpoint(self) -> str | None:
+        return None if self.metrics_port is None else f"127.0.0.1:{self.metrics_port}"
 
     @property
     def log_path(self) -> Path:
@@ -84,6 +91,7 @@ class BrokerProcess:
             "zookeeper.connect": self.zookeeper_connect,
             "listeners": f"GRPC://127.0.0.1:{self.port}",
             "log.dirs": str(self.log_dir),
+            **({} if self.metrics_port is None else {"metrics.port": str(self.metrics_port)}),
             **self.settings,
         }
         return [sys.executable, "-m", "annal", "broker", "start"] + [

@@ -243,6 +243,32 @@ def last_header(buf: bytes | bytearray | memoryview) -> BatchHeader | None:
     return None if last < 0 else read_header(buf, last)
 
 
+RECORDS_COUNT_OFFSET = 57
+
+
+def count_records(buf: bytes | bytearray | memoryview) -> int:
+    """How many records the whole batches in ``buf`` hold, from their headers
+    (no CRC, nothing decompressed): for data the log already validated.  A
+    legacy (magic 0 or 1) entry counts as one, even a compressed wrapper."""
+    count = 0
+    position = 0
+    end = len(buf)
+    unpack = _LENGTH.unpack_from
+    while position + LOG_OVERHEAD <= end:
+        length = unpack(buf, position + BATCH_LENGTH_OFFSET)[0]
+        following = position + LOG_OVERHEAD + length
+        if length <= 0 or following > end:
+            break  # a torn tail: the reader's limit cut the last batch short
+        if buf[position + MAGIC_OFFSET] >= CURRENT_MAGIC and following >= (
+            position + RECORD_BATCH_OVERHEAD
+        ):
+            count += unpack(buf, position + RECORDS_COUNT_OFFSET)[0]
+        else:
+            count += 1
+        position = following
+    return count
+
+
 def scan_valid_prefix(
     buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None
 ) -> tuple[list[BatchHeader], int, CorruptRecordError | None]:

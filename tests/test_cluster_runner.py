@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,16 @@ def test_local_cluster_lifecycle(tmp_path: Path) -> None:
         assert status["controller"] in (1, 2)
         assert [(b["id"], b["alive"]) for b in status["brokers"]] == [(1, True), (2, True)]
         assert all({"id", "endpoint", "pid", "alive"} <= set(b) for b in status["brokers"])
+        # the local runner serves each broker's metrics, and status tells where
+        for b in status["brokers"]:
+            with urllib.request.urlopen(f"http://{b['metrics_endpoint']}/metrics") as scrape:
+                assert b"annal_server_replicamanager_leadercount" in scrape.read()
+        assert status["partitions"] == {
+            "partitions": 0, "under-replicated": 0, "unavailable": 0, "under-min-isr": 0,
+            "at-min-isr": 0,
+        }  # fmt: skip
+        text = annal("cluster", "status", "--dir", d).stdout
+        assert "metrics=127.0.0.1:" in text and "under-replicated=0" in text
 
         assert annal("cluster", "--dir", d, "kill", "2").returncode == 0
         status = json.loads(annal("cluster", "--dir", d, "status", "--json").stdout)

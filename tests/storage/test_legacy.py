@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from annal.storage.batch import Compression, TimestampType, iter_batches
+from annal.storage.batch import Compression, TimestampType, count_records, iter_batches
 from annal.storage.errors import CorruptRecordError
 from annal.storage.legacy import iter_legacy_records, upconvert
 from annal.storage.log import Log
-from annal.storage.records import iter_records
+from annal.storage.records import Record, encode_batch, iter_records
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
@@ -182,3 +182,14 @@ def wrap(inner: bytes, codec: int, offset: int, compress: bool = True) -> bytes:
     body = struct.pack(">bbqi", 1, codec, 1_000, -1) + struct.pack(">i", len(value)) + value
     message = struct.pack(">I", zlib.crc32(body)) + body
     return struct.pack(">qi", offset, len(message)) + message
+
+
+def test_count_records_reads_headers_of_every_format() -> None:
+    v2 = encode_batch([Record(i, 1000, None, b"v") for i in range(7)]) + encode_batch(
+        [Record(7, 1000, None, b"w")], base_offset=7
+    )
+    assert count_records(v2) == 8
+    assert count_records(v2[:-5]) == 7  # a torn last batch is not counted
+    assert count_records(b"") == 0
+    assert count_records(legacy_set(1, 0)) == 5  # one per uncompressed entry
+    assert count_records(legacy_set(0, 0) + v2) == 13

@@ -1,0 +1,267 @@
+"""A broker's metrics, served to Prometheus over HTTP (``metrics.port``).
+
+Names are Kafka's JMX names in the form Prometheus' JMX exporter gives them,
+with ``annal`` for ``kafka``: ``kafka.server:type=ReplicaManager,
+name=UnderReplicatedPartitions`` is ``annal_server_replicamanager_
+underreplicatedpartitions``.  Rates (Kafka's ``…PerSec`` meters) are counters
+here (``…_total``): Prometheus takes the rate.  docs/operations.md has the
+table of every name and its meaning.
+
+Two kinds of metric:
+
+* counted as things happen (``BrokerMetrics``): requests by API with their
+  errors and latencies (at the gRPC edge, ``rpc_guard.py``), bytes and
+  records in and out per topic (the data API);
+* read when scraped (``StateCollector``): partition health (under-replicated,
+  under min ISR, offline, leaders), ISR shrinks and expands (the replica
+  manager counts them), the controller's state, each log's size
+  and offsets, purgatory sizes and the ZooKeeper session's state, each read
+  from its owner at that moment, so nothing has to keep them up to date.
+
+Thread safety: prometheus-client's metrics are thread-safe; the collector's
+sources must be callable from the HTTP server's thread (they read copies).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from annal.topic_partition import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+# Request latency buckets, in milliseconds (Kafka's TotalTimeMs is in ms too).
+LATENCY_BUCKETS_MS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+
+SESSION_STATES = ("CONNECTED", "SUSPENDED", "LOST")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionHealth:
+    """One hosted partition as the replica manager sees it now."""
+
+    tp: TopicPartition
+    leader: bool
+    replicas: int
+    isr: int
+    min_isr: int
+    log_size: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+@dataclass
+class BrokerState:
+    """Where the collector reads the broker's state from, at each scrape."""
+
+    partitions: Callable[[], list[PartitionHealth]]
+    controller: Callable[[], tuple[bool, int, int]]  # (active, epoch, offline partitions)
+    purgatories: Callable[[], Mapping[str, int]]
+    session_state: Callable[[], str]
+    isr_changes: Callable[[], tuple[int, int]]  # (shrinks, expands) since start
+
+
+class BrokerMetrics:
+    """The metrics a broker counts as it works, in a registry of its own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        registry = self.registry
+        self.requests = Counter(
+            "annal_network_requestmetrics_requests",
+            "Requests answered, by API",
+            ["request"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "annal_network_requestmetrics_errors",
+            "Errors answered, by API and error (Kafka's error names; gRPC status names "
+            "for requests refused as a whole)",
+            ["request", "error"],
+            registry=registry,
+        )
+        self.total_time = Histogram(
+            "annal_network_requestmetrics_totaltimems",
+            "Time from a request's arrival to its answer, in milliseconds, by API",
+            ["request"],
+            buckets=LATENCY_BUCKETS_MS,
+            registry=registry,
+        )
+        topic_counter = [
+            ("bytesin", "Bytes of record batches appended by producers"),
+            ("messagesin", "Records appended by producers"),
+            ("bytesout", "Bytes of record batches sent to consumers"),
+            ("messagesout", "Records sent to consumers"),
+            ("replicationbytesout", "Bytes of record batches sent to followers"),
+        ]
+        self._topic = {
+            name: Counter(
+                f"annal_server_brokertopicmetrics_{name}", text, ["topic"], registry=registry
+            )
+            for name, text in topic_counter
+        }
+        self._children: dict[tuple[str, str], Any] = {}
+        self._request_children: dict[str, tuple[Any, Any]] = {}
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    # -- counting -----------------------------------------------------------------
+
+    def request_done(self, api: str, elapsed_ms: float) -> None:
+        children = self._request_children.get(api)
+        if children is None:
+            children = (self.requests.labels(api), self.total_time.labels(api))
+            self._request_children[api] = children
+        children[0].inc()
+        children[1].observe(elapsed_ms)
+
+    def request_error(self, api: str, error: str) -> None:
+        self.errors.labels(api, error).inc()
+
+    def topic(self, name: str, topic: str, amount: int) -> None:
+        """Add ``amount`` to the per-topic counter ``name`` (``bytesin``, ...)."""
+        key = (name, topic)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self._topic[name].labels(topic)
+        child.inc(amount)
+
+    # -- serving ------------------------------------------------------------------
+
+    def add_state(self, state: BrokerState) -> None:
+        self.registry.register(StateCollector(state))
+
+    def serve(self, host: str, port: int) -> int:
+        """Serve ``/metrics`` on ``host:port`` (0: a free port); the port taken."""
+        server, thread = start_http_server(port, host or "0.0.0.0", registry=self.registry)
+        self._server, self._thread = server, thread
+        return int(server.server_port)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+
+class StateCollector(Collector):
+    """Gauges read from the broker at each scrape; see the module docstring."""
+
+    def __init__(self, state: BrokerState) -> None:
+        self._state = state
+
+    def describe(self) -> list[Metric]:
+        return []  # the names depend on what is hosted; nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            yield from self._collect()
+        except Exception:  # a scrape must never take the broker down
+            logger.exception("collecting broker metrics failed")
+
+    def _collect(self) -> Iterator[Metric]:
+        state = self._state
+        partitions = state.partitions()
+        led = [p for p in partitions if p.leader]
+
+        def gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, text, value=value)
+
+        yield gauge(
+            "annal_server_replicamanager_partitioncount",
+            "Partitions this broker hosts (leader or follower)",
+            len(partitions),
+        )
+        yield gauge(
+            "annal_server_replicamanager_leadercount", "Partitions this broker leads", len(led)
+        )
+        yield gauge(
+            "annal_server_replicamanager_underreplicatedpartitions",
+            "Partitions this broker leads whose ISR is smaller than their replica set",
+            sum(1 for p in led if p.isr < p.replicas),
+        )
+        yield gauge(
+            "annal_server_replicamanager_underminisrpartitioncount",
+            "Partitions this broker leads whose ISR is smaller than min.insync.replicas",
+            sum(1 for p in led if p.isr < p.min_isr),
+        )
+        yield gauge(
+            "annal_server_replicamanager_atminisrpartitioncount",
+            "Partitions this broker leads whose ISR is exactly min.insync.replicas",
+            sum(1 for p in led if p.isr == p.min_isr),
+        )
+        shrinks, expands = state.isr_changes()
+        counted = CounterMetricFamily(
+            "annal_server_replicamanager_isrshrinks",
+            "Times a partition this broker leads shrank its ISR",
+            value=shrinks,
+        )
+        yield counted
+        yield CounterMetricFamily(
+            "annal_server_replicamanager_isrexpands",
+            "Times a partition this broker leads grew its ISR",
+            value=expands,
+        )
+        active, epoch, offline = state.controller()
+        yield gauge(
+            "annal_controller_kafkacontroller_activecontrollercount",
+            "1 on the broker that is the controller, 0 on the others",
+            1 if active else 0,
+        )
+        yield gauge(
+            "annal_controller_kafkacontroller_offlinepartitionscount",
+            "Partitions with no live leader (counted by the controller; 0 elsewhere)",
+            offline if active else 0,
+        )
+        yield gauge(
+            "annal_controller_kafkacontroller_controllerepoch",
+            "The controller epoch this broker last saw from its own term (0 if never controller)",
+            epoch,
+        )
+        size = GaugeMetricFamily(
+            "annal_log_log_size", "Bytes in the partition's log", labels=["topic", "partition"]
+        )
+        end = GaugeMetricFamily(
+            "annal_log_log_logendoffset",
+            "The offset the partition's next record will get",
+            labels=["topic", "partition"],
+        )
+        start = GaugeMetricFamily(
+            "annal_log_log_logstartoffset",
+            "The first offset still in the partition's log",
+            labels=["topic", "partition"],
+        )
+        for p in partitions:
+            labels = [p.tp.topic, str(p.tp.partition)]
+            size.add_metric(labels, p.log_size)
+            end.add_metric(labels, p.log_end_offset)
+            start.add_metric(labels, p.log_start_offset)
+        yield from (size, end, start)
+        purgatory = GaugeMetricFamily(
+            "annal_server_delayedoperationpurgatory_purgatorysize",
+            "Requests waiting in each purgatory",
+            labels=["delayedoperation"],
+        )
+        for name, waiting in sorted(state.purgatories().items()):
+            purgatory.add_metric([name], waiting)
+        yield purgatory
+        session = GaugeMetricFamily(
+            "annal_server_sessionexpirelistener_sessionstate",
+            "1 for the ZooKeeper session's current state",
+            labels=["state"],
+        )
+        current = state.session_state()
+        for name in SESSION_STATES:
+            session.add_metric([name], 1 if name == current else 0)
+        yield session

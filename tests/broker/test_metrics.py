@@ -1,0 +1,138 @@
+"""Each broker's Prometheus metrics (``metrics.port``), scraped from real brokers."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Callable
+
+import pytest
+from annal.admin.client import AdminClient
+from annal.deploy.runner import BrokerProcess, wait_until
+from annal.deploy.zookeeper import free_port
+from annal.producer.producer import Producer
+from prometheus_client.parser import text_string_to_metric_families
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+FAST_ISR = {"replica.lag.time.max.ms": "1500", "zookeeper.session.timeout.ms": "6000"}
+
+
+def scrape(broker: BrokerProcess) -> Samples:
+    """Every sample a broker's /metrics serves: (name, sorted labels) → value."""
+    port = broker.settings["metrics.port"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode("utf-8")
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def total(brokers: list[BrokerProcess], name: str) -> float:
+    """``name`` summed over the brokers; -1 while one of them cannot be scraped."""
+    try:
+        return sum(value(scrape(b), name) for b in brokers)
+    except OSError:
+        return -1
+
+
+@pytest.mark.timeout(240)
+def test_metrics_follow_a_follower_down_and_back(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    brokers = [
+        broker_factory(i, settings={**FAST_ISR, "metrics.port": str(free_port())})
+        for i in (1, 2, 3)
+    ]
+    with AdminClient(brokers[0].endpoint) as admin:
+        admin.create_topic("watched", 3, 3)
+        wait_until(
+            lambda: all(
+                p.leader >= 0 and len(p.isr) == 3
+                for p in admin.describe_topics(["watched"])[0].partitions
+            ),
+            30,
+            "every partition led, ISR complete",
+        )
+    with Producer(brokers[0].endpoint, acks=-1) as producer:
+        for i in range(30):
+            producer.send("watched", value=b"x" * 100, partition=i % 3)
+        producer.flush()
+
+    samples = [scrape(b) for b in brokers]
+    assert (
+        sum(value(s, "annal_controller_kafkacontroller_activecontrollercount") for s in samples)
+        == 1
+    )
+    assert sum(value(s, "annal_server_replicamanager_leadercount") for s in samples) == 3
+    assert all(value(s, "annal_server_replicamanager_partitioncount") == 3 for s in samples)
+    assert (
+        sum(value(s, "annal_server_replicamanager_underreplicatedpartitions") for s in samples) == 0
+    )
+    assert (
+        sum(
+            value(s, "annal_server_brokertopicmetrics_messagesin_total", topic="watched")
+            for s in samples
+        )
+        == 30
+    )
+    assert (
+        sum(
+            value(s, "annal_server_brokertopicmetrics_bytesin_total", topic="watched")
+            for s in samples
+        )
+        > 3000
+    )
+    assert (
+        sum(
+            value(s, "annal_network_requestmetrics_requests_total", request="Produce")
+            for s in samples
+        )
+        >= 1
+    )
+    assert all(
+        value(s, "annal_server_sessionexpirelistener_sessionstate", state="CONNECTED") == 1
+        for s in samples
+    )
+    for s in samples:
+        ends = [
+            value(s, "annal_log_log_logendoffset", topic="watched", partition=str(p))
+            for p in range(3)
+        ]
+        assert ends == [10, 10, 10]
+        assert ("annal_server_delayedoperationpurgatory_purgatorysize",
+                (("delayedoperation", "fetch"),)) in s  # fmt: skip
+
+    # a follower dies: its partitions' leaders shrink their ISRs
+    victim = brokers[2]
+    victim.kill()
+    live = brokers[:2]
+    wait_until(
+        lambda: total(live, "annal_server_replicamanager_underreplicatedpartitions") == 3,
+        60,
+        "every partition under-replicated",
+    )
+    assert total(live, "annal_server_replicamanager_isrshrinks_total") >= 1
+
+    # it comes back and catches up: the ISRs grow again
+    victim.start()
+    wait_until(
+        lambda: (
+            total(brokers, "annal_server_replicamanager_underreplicatedpartitions") == 0
+            and total(brokers, "annal_server_replicamanager_partitioncount") == 9
+        ),
+        90,
+        "no partition under-replicated",
+        poll_s=0.5,
+    )
+    assert total(brokers, "annal_server_replicamanager_isrexpands_total") >= 1
+
+
+def test_metrics_are_off_unless_asked_for(broker: BrokerProcess) -> None:
+    assert "metrics.port" not in broker.settings
+    assert "metrics on http" not in broker.log_path.read_text()
