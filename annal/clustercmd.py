@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
             endpoints = ",".join(f"127.0.0.1:{b.port}" for b in state.brokers)
             print(f"cluster up in {cluster.directory}")
             print(f"bootstrap servers: {endpoints}")
+            kafka = ",".join(f"127.0.0.1:{b.kafka_port}" for b in state.brokers)
+            print(f"Kafka bootstrap servers: {kafka}")
             print(f"zookeeper: {state.zookeeper_connect}")
         elif args.action == "status":
             status = cluster.status()
@@ -89,7 +91,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"zookeeper  {status['zookeeper']}  alive={status['zookeeper_alive']}")
                 print(f"controller {status['controller']}")
                 for b in status["brokers"]:
-                    print(f"broker {b['id']}  {b['endpoint']}  pid={b['pid']}  alive={b['alive']}")
+                    print(
+                        f"broker {b['id']}  {b['endpoint']}  kafka={b['kafka_endpoint']}  "
+                        f"pid={b['pid']}  alive={b['alive']}"
+                    )
         elif args.action == "down":
             cluster.down()
             print(f"cluster in {cluster.directory} is down")

@@ -1,6 +1,7 @@
 """A local cluster: one ZooKeeper and N brokers as background processes under one directory.
 
-    <dir>/cluster.json        what runs: ZooKeeper's port and pid, each broker's id, port, pid
+    <dir>/cluster.json        what runs: ZooKeeper's port and pid, each broker's id, ports
+                              (gRPC, Kafka's protocol), pid
     <dir>/zookeeper/          its zoo.cfg, data and zookeeper.log
     <dir>/broker-<id>/        its logs/ (log.dirs) and broker.log
 
@@ -39,6 +40,7 @@ class BrokerEntry:
     id: int
     port: int
     pid: int | None = None
+    kafka_port: int = 0  # the Kafka-protocol listener
 
 
 @dataclass
@@ -111,7 +113,12 @@ class LocalCluster:
 
     def broker(self, state: ClusterState, entry: BrokerEntry) -> BrokerProcess:
         return BrokerProcess(
-            entry.id, state.zookeeper_connect, self.directory, port=entry.port, settings=SETTINGS
+            entry.id,
+            state.zookeeper_connect,
+            self.directory,
+            port=entry.port,
+            settings=SETTINGS,
+            kafka_port=entry.kafka_port,
         )
 
     def up(self, brokers: int, timeout_s: float = 90.0) -> ClusterState:
@@ -126,7 +133,9 @@ class LocalCluster:
                 broker_id, state.zookeeper_connect, self.directory, settings=SETTINGS
             )
             process.start()
-            state.brokers.append(BrokerEntry(broker_id, process.port, process.pid))
+            state.brokers.append(
+                BrokerEntry(broker_id, process.port, process.pid, process.kafka_port)
+            )
         self.save(state)
         with ZkClient(state.zookeeper_connect) as zk:
             try:
@@ -160,6 +169,7 @@ class LocalCluster:
                 {
                     "id": b.id,
                     "endpoint": f"127.0.0.1:{b.port}",
+                    "kafka_endpoint": f"127.0.0.1:{b.kafka_port}" if b.kafka_port else None,
                     "pid": b.pid,
                     "alive": pid_alive(b.pid),
                 }

@@ -1,7 +1,8 @@
 """Brokers as local processes: what the tests, the demo and ``annal cluster`` start.
 
 Each broker runs ``python -m annal broker start`` with its settings as
-arguments, its logs under ``<dir>/broker-<id>/logs`` and its output in
+arguments (two listeners: gRPC, and Kafka's protocol on ``PLAINTEXT://``),
+its logs under ``<dir>/broker-<id>/logs`` and its output in
 ``<dir>/broker-<id>/broker.log``.  Failure drills stop a broker with SIGTERM
 (clean) or SIGKILL (crash).
 """
@@ -58,17 +59,24 @@ class BrokerProcess:
         directory: Path,
         port: int = 0,
         settings: Mapping[str, str] | None = None,
+        kafka_port: int = 0,
     ) -> None:
         self.broker_id = broker_id
         self.zookeeper_connect = zookeeper_connect
         self.directory = Path(directory) / f"broker-{broker_id}"
         self.port = port or free_port()
+        self.kafka_port = kafka_port or free_port()
         self.settings = dict(settings or {})
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def kafka_endpoint(self) -> str:
+        """Where Kafka's clients connect (the ``PLAINTEXT://`` listener)."""
+        return f"127.0.0.1:{self.kafka_port}"
 
     @property
     def log_path(self) -> Path:
@@ -82,7 +90,7 @@ class BrokerProcess:
         settings = {
             "broker.id": str(self.broker_id),
             "zookeeper.connect": self.zookeeper_connect,
-            "listeners": f"GRPC://127.0.0.1:{self.port}",
+            "listeners": f"GRPC://127.0.0.1:{self.port},PLAINTEXT://127.0.0.1:{self.kafka_port}",
             "log.dirs": str(self.log_dir),
             **self.settings,
         }
