@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-PKGS    = storage deploy zk broker controller producer admin consumer client pipeline
+PKGS    = storage deploy zk broker controller producer admin consumer client pipeline kafkaproto
 STAMP   = $(VENV)/.installed
 
 .PHONY: demo test lint typecheck bench setup os-deps clean
@@ -12,14 +12,15 @@ STAMP   = $(VENV)/.installed
 setup: $(STAMP) os-deps
 
 # ZooKeeper (Debian's package: the real server the tests and the local cluster
-# run) and docker-compose (to validate docker-compose.yml without an engine).
+# run), docker-compose (to validate docker-compose.yml without an engine) and
+# kcat (a Kafka client the tests of the Kafka-protocol listener run).
 os-deps:
-	@if ! [ -f /usr/share/java/zookeeper.jar ] && [ -z "$$ZOOKEEPER_HOME" ] || ! command -v docker-compose >/dev/null; then \
+	@if ! [ -f /usr/share/java/zookeeper.jar ] && [ -z "$$ZOOKEEPER_HOME" ] || ! command -v docker-compose >/dev/null || ! command -v kcat >/dev/null; then \
 	  if command -v apt-get >/dev/null; then \
-	    echo "installing zookeeper and docker-compose from the OS packages"; \
+	    echo "installing zookeeper, docker-compose and kcat from the OS packages"; \
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	    $$SUDO apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq zookeeper docker-compose >/dev/null; \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq zookeeper docker-compose kcat >/dev/null; \
 	  else \
 	    echo "ZooKeeper is missing: install it (Debian: apt-get install zookeeper) or set ZOOKEEPER_HOME" >&2; exit 1; \
 	  fi; \

@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
             endpoints = ",".join(f"127.0.0.1:{b.port}" for b in state.brokers)
             print(f"cluster up in {cluster.directory}")
             print(f"bootstrap servers: {endpoints}")
+            kafka = ",".join(f"127.0.0.1:{b.kafka_port}" for b in state.brokers)
+            print(f"Kafka bootstrap servers: {kafka}")
             print(f"zookeeper: {state.zookeeper_connect}")
         elif args.action == "status":
             status = cluster.status()
@@ -92,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
                 for b in status["brokers"]:
                     metrics = f"  metrics={b['metrics_endpoint']}" if b["metrics_endpoint"] else ""
                     print(
-                        f"broker {b['id']}  {b['endpoint']}  pid={b['pid']}  alive={b['alive']}"
-                        + metrics
+                        f"broker {b['id']}  {b['endpoint']}  kafka={b['kafka_endpoint']}  "
+                        f"pid={b['pid']}  alive={b['alive']}" + metrics
                     )
                 print(_health_line(status["partitions"]))
         elif args.action == "down":

@@ -22,11 +22,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import grpc
 from annal.broker import request_checks as checks
 from annal.broker.config import BrokerConfig
 from annal.broker.coordinator import OFFSETS_TOPIC
-from annal.broker.data_api import code, wait_ms
+from annal.broker.data_api import Deadline, code, wait_ms
 from annal.broker.delayed import Purgatories
 from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot
 from annal.broker.request_checks import Refusal
@@ -137,7 +136,7 @@ class AdminManager:
     # -- topics ------------------------------------------------------------------------
 
     async def create_topics(
-        self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CreateTopicsRequest, context: Deadline
     ) -> pb.CreateTopicsResponse:
         checks.check_timeout_ms(request.timeout_ms)
         response, created = await self.blocking(self._create_topics_now, request)
@@ -227,7 +226,7 @@ class AdminManager:
         return None
 
     async def create_partitions(
-        self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CreatePartitionsRequest, context: Deadline
     ) -> pb.CreatePartitionsResponse:
         checks.check_timeout_ms(request.timeout_ms)
         response, grown = await self.blocking(self._create_partitions_now, request)
@@ -292,7 +291,7 @@ class AdminManager:
         return None
 
     async def delete_topics(
-        self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.DeleteTopicsRequest, context: Deadline
     ) -> pb.DeleteTopicsResponse:
         checks.check_timeout_ms(request.timeout_ms)
         response, marked = await self.blocking(self._delete_topics_now, request)
@@ -403,7 +402,7 @@ class AdminManager:
     # -- elections and reassignments -----------------------------------------------------
 
     async def elect_leaders(
-        self, request: pb.ElectLeadersRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ElectLeadersRequest, context: Deadline
     ) -> pb.ElectLeadersResponse:
         """Preferred leader election: asks the controller through
         ``/admin/preferred_replica_election`` (as kafka-preferred-replica-election.sh

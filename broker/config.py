@@ -25,25 +25,46 @@ class ConfigError(ValueError):
     """A broker setting that is unknown, missing or invalid."""
 
 
+GRPC = "GRPC"
+PLAINTEXT = "PLAINTEXT"  # Kafka's own binary protocol, unencrypted
+
+
 @dataclass(frozen=True, slots=True)
 class Listener:
-    """One ``GRPC://host:port`` endpoint."""
+    """One endpoint: ``GRPC://host:port`` (annal's protocol, which brokers also
+    speak to each other) or ``PLAINTEXT://host:port`` (Kafka's protocol)."""
 
     host: str
     port: int
+    protocol: str = GRPC
 
     def __str__(self) -> str:
-        return f"GRPC://{self.host}:{self.port}"
+        return f"{self.protocol}://{self.host}:{self.port}"
 
 
 def parse_listener(name: str, text: str) -> Listener:
     scheme, sep, rest = text.strip().partition("://")
-    if not sep or scheme.upper() not in ("GRPC", "PLAINTEXT"):
-        raise ConfigError(f"{name}={text!r}: expected GRPC://host:port")
+    if not sep or scheme.upper() not in (GRPC, PLAINTEXT):
+        raise ConfigError(
+            f"{name}={text!r}: expected GRPC://host:port or PLAINTEXT://host:port"
+        )
     host, colon, port = rest.rpartition(":")
     if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{name}={text!r}: expected GRPC://host:port with a port 0-65535")
-    return Listener(host, int(port))
+        raise ConfigError(f"{name}={text!r}: expected {scheme}://host:port with a port 0-65535")
+    return Listener(host, int(port), scheme.upper())
+
+
+def parse_listeners(name: str, text: str) -> dict[str, Listener]:
+    """A comma-separated ``listeners`` list: protocol → listener, one of each at most."""
+    found: dict[str, Listener] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        listener = parse_listener(name, item)
+        if listener.protocol in found:
+            raise ConfigError(f"{name}={text!r}: names {listener.protocol} twice")
+        found[listener.protocol] = listener
+    return found
 
 
 def _int(minimum: int | None = None) -> Callable[[str, str], int]:
@@ -180,8 +201,10 @@ class BrokerConfig:
     zookeeper_connect: str
     zookeeper_session_timeout_ms: int
     zookeeper_connection_timeout_ms: int
-    listener: Listener
+    listener: Listener  # the gRPC one
     advertised_listener: Listener
+    kafka_listener: Listener | None  # PLAINTEXT://, Kafka's protocol, when configured
+    kafka_advertised_listener: Listener | None
     rack: str | None
     log_dirs: tuple[str, ...]
     num_partitions: int
@@ -253,14 +276,28 @@ class BrokerConfig:
         for required in ("broker.id", "zookeeper.connect"):
             if required not in values or values[required] == "":
                 raise ConfigError(f"{required} is required")
-        listener = parse_listener("listeners", values["listeners"])
-        advertised = (
-            parse_listener("advertised.listeners", values["advertised.listeners"])
-            if "advertised.listeners" in values
-            else listener
-        )
-        if advertised.host in ("", "0.0.0.0"):
-            advertised = Listener(socket.gethostname(), advertised.port)
+        listeners = parse_listeners("listeners", values["listeners"])
+        if GRPC not in listeners:
+            raise ConfigError(
+                f"listeners={values['listeners']!r}: a GRPC:// listener is required (brokers "
+                "and annal's clients speak gRPC); add one, e.g. GRPC://:9092,PLAINTEXT://:9093"
+            )
+        advertised_listeners = {
+            **listeners,
+            **parse_listeners("advertised.listeners", values.get("advertised.listeners", "")),
+        }
+        extra = sorted(set(advertised_listeners) - set(listeners))
+        if extra:
+            raise ConfigError(
+                f"advertised.listeners names {', '.join(extra)}, which listeners "
+                f"({values['listeners']!r}) does not"
+            )
+        for protocol, found in list(advertised_listeners.items()):
+            if found.host in ("", "0.0.0.0"):
+                advertised_listeners[protocol] = Listener(
+                    socket.gethostname(), found.port, protocol
+                )
+        listener, advertised = listeners[GRPC], advertised_listeners[GRPC]
         config = cls(
             broker_id=values["broker.id"],
             zookeeper_connect=values["zookeeper.connect"],
@@ -268,6 +305,8 @@ class BrokerConfig:
             zookeeper_connection_timeout_ms=values["zookeeper.connection.timeout.ms"],
             listener=listener,
             advertised_listener=advertised,
+            kafka_listener=listeners.get(PLAINTEXT),
+            kafka_advertised_listener=advertised_listeners.get(PLAINTEXT),
             rack=values["broker.rack"] or None,
             log_dirs=values.get("log.dirs") or values["log.dir"],
             num_partitions=values["num.partitions"],

@@ -160,7 +160,10 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
         self._metadata.update(
             request.controller_id,
             request.controller_epoch,
-            [LiveBroker(b.id, b.host, b.port, b.rack or None) for b in request.live_brokers],
+            [
+                LiveBroker(b.id, b.host, b.port, b.rack or None, b.kafka_host, b.kafka_port)
+                for b in request.live_brokers
+            ],
             [
                 (
                     s.topic,
@@ -304,7 +307,14 @@ class ControllerChannel:
             controller_epoch=controller_epoch,
             partition_states=[_partition_state(u) for u in update.partitions],
             live_brokers=[
-                pb.Broker(id=b.broker_id, host=b.host, port=b.port, rack=b.rack or "")
+                pb.Broker(
+                    id=b.broker_id,
+                    host=b.host,
+                    port=b.port,
+                    rack=b.rack or "",
+                    kafka_host=b.kafka_host or "",
+                    kafka_port=b.kafka_port,
+                )
                 for b in update.live
             ],
             deleted_topics=list(update.deleted_topics),

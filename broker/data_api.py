@@ -18,9 +18,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 
-import grpc
 from annal.broker import request_checks as checks
 from annal.broker.delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, Purgatories
 from annal.broker.metrics import BrokerMetrics
@@ -41,7 +40,14 @@ def code(error: ErrorCode) -> pb.ErrorCode.ValueType:
     return cast(pb.ErrorCode.ValueType, error.number)
 
 
-def wait_ms(timeout_ms: int, context: grpc.aio.ServicerContext) -> int:
+class Deadline(Protocol):
+    """What the handlers need of a request's context: the time its caller has left
+    (a gRPC context; the Kafka listener's requests carry no deadline of their own)."""
+
+    def time_remaining(self) -> float | None: ...
+
+
+def wait_ms(timeout_ms: int, context: Deadline) -> int:
     """A request's wait: its timeout (0 for the default), cut at the caller's deadline."""
     return checks.bounded_wait_ms(timeout_ms, DEFAULT_TIMEOUT_MS, context.time_remaining())
 
@@ -77,7 +83,7 @@ class DataApi:
     # -- produce -------------------------------------------------------------------
 
     async def produce(
-        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ProduceRequest, context: Deadline
     ) -> pb.ProduceResponse:
         checks.check_timeout_ms(request.timeout_ms)
         refused_acks = checks.acks(request.acks)
@@ -192,7 +198,7 @@ class DataApi:
     # -- fetch ---------------------------------------------------------------------
 
     async def fetch(
-        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+        self, request: pb.FetchRequest, context: Deadline
     ) -> pb.FetchResponse:
         checks.check_replica_id(request.replica_id)
         checks.check_fetch_limits(request.max_wait_ms, request.min_bytes, request.max_bytes)
@@ -322,7 +328,7 @@ class DataApi:
     # -- delete records ------------------------------------------------------------
 
     async def delete_records(
-        self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.DeleteRecordsRequest, context: Deadline
     ) -> pb.DeleteRecordsResponse:
         """Move each partition's log start on its leader (this broker), then answer
         once the in-sync followers have followed (or the wait ran out)."""

@@ -7,11 +7,10 @@ the admin pool.
 
 from __future__ import annotations
 
-import grpc
 from annal.broker import request_checks as checks
 from annal.broker.admin_manager import AdminManager
 from annal.broker.coordinator import OFFSETS_TOPIC, CommitEntry, OffsetsCoordinator
-from annal.broker.data_api import code, wait_ms
+from annal.broker.data_api import Deadline, code, wait_ms
 from annal.broker.metadata_cache import MetadataCache
 from annal.v1 import annal_pb2 as pb
 
@@ -58,7 +57,7 @@ class GroupApi:
         )
 
     async def offset_commit(
-        self, request: pb.OffsetCommitRequest, context: grpc.aio.ServicerContext
+        self, request: pb.OffsetCommitRequest, context: Deadline
     ) -> pb.OffsetCommitResponse:
         checks.check_timeout_ms(request.timeout_ms)
         group_refusal = checks.group_id(request.group)

@@ -29,6 +29,8 @@ class LiveBroker:
     host: str
     port: int
     rack: str | None = None
+    kafka_host: str = ""  # the Kafka-protocol listener; "" and 0 when it has none
+    kafka_port: int = 0
 
 
 @dataclass(frozen=True, slots=True)

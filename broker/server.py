@@ -9,7 +9,9 @@ Start-up, in order (DESIGN §4):
 4. register the ephemeral ``/brokers/ids/<id>`` (a live holder of the same id
    is a start-up error naming it);
 5. serve gRPC on the listener from the broker's event loop
-   (``network.py``), and report SERVING on ``grpc.health.v1``.
+   (``network.py``) and, when configured, Kafka's protocol on the
+   ``PLAINTEXT://`` listener (``annal.kafkaproto``) from the same loop, and report
+   SERVING on ``grpc.health.v1``.
 
 A lost ZooKeeper session removes the registration; the session thread
 re-registers as soon as a new session is connected.  The ZooKeeper client
@@ -50,6 +52,10 @@ from annal.broker.replica_manager import ReplicaManager
 from annal.broker.rpc_guard import RequestLimits
 from annal.broker.service import AnnalService
 from annal.controller.controller import Controller, RebalanceSettings
+from annal.kafkaproto.apis import KafkaApis
+from annal.kafkaproto.cluster import ClusterApis
+from annal.kafkaproto.data import DataApis
+from annal.kafkaproto.listener import KafkaListener
 from annal.storage.errors import LogDirError
 from annal.storage.files import TopicPartition
 from annal.storage.log import Log
@@ -85,6 +91,8 @@ class BrokerServer:
         self.cluster_id: str | None = None
         self.logs: LogManager | None = None
         self.port: int | None = None
+        self.kafka_port: int | None = None
+        self.kafka: KafkaListener | None = None
         self.network: NetworkLayer | None = None
         self.replicas: ReplicaManager
         self.fetchers: ReplicaFetcherManager | None = None
@@ -105,7 +113,15 @@ class BrokerServer:
     def registration(self) -> BrokerRegistration:
         listener = self.config.advertised_listener
         port = listener.port or (self.port or 0)
-        return BrokerRegistration(self.config.broker_id, listener.host, port, self.config.rack)
+        kafka = self.config.kafka_advertised_listener
+        return BrokerRegistration(
+            self.config.broker_id,
+            listener.host,
+            port,
+            self.config.rack,
+            kafka_host=None if kafka is None else kafka.host,
+            kafka_port=0 if kafka is None else (kafka.port or (self.kafka_port or 0)),
+        )
 
     def start(self) -> None:
         config = self.config
@@ -185,12 +201,9 @@ class BrokerServer:
         producer_ids = ProducerIdManager(
             lambda: reserve_producer_id_block(self.zk, config.broker_id)
         )
-        service = AnnalService(
-            data,
-            admin,
-            GroupApi(self.coordinator, self.metadata, admin),
-            InitProducerIdApi(producer_ids, network.run_admin),
-        )
+        groups = GroupApi(self.coordinator, self.metadata, admin)
+        init_producer_id = InitProducerIdApi(producer_ids, network.run_admin)
+        service = AnnalService(data, admin, groups, init_producer_id)
         control = ControlService(
             self.replicas,
             self.metadata,
@@ -212,6 +225,19 @@ class BrokerServer:
         except RuntimeError as exc:
             self._abort()
             raise BrokerStartupError(f"cannot listen on {address}: {exc}") from exc
+        if config.kafka_listener is not None:
+            kafka_apis = KafkaApis()
+            DataApis(data, init_producer_id).register(kafka_apis)
+            ClusterApis(admin, self.metadata, lambda: self.cluster_id).register(kafka_apis)
+            self.kafka = KafkaListener(kafka_apis, limits, config.socket_request_max_bytes)
+            kafka_address = f"{config.kafka_listener.host}:{config.kafka_listener.port}"
+            try:
+                self.kafka_port = network.call(
+                    self.kafka.start(config.kafka_listener.host, config.kafka_listener.port)
+                )
+            except OSError as exc:
+                self._abort()
+                raise BrokerStartupError(f"cannot listen on {kafka_address}: {exc}") from exc
         if config.metrics_port >= 0:
             self._serve_metrics()
         try:
@@ -246,10 +272,12 @@ class BrokerServer:
         )
         self._session_thread.start()
         self.started.set()
+        kafka_endpoint = self.registration.kafka_endpoint
         logger.info(
-            "broker %d serving on %s (cluster %s, ZooKeeper %s)",
+            "broker %d serving on %s%s (cluster %s, ZooKeeper %s)",
             config.broker_id,
             self.registration.endpoint,
+            "" if kafka_endpoint is None else f" and Kafka's protocol on {kafka_endpoint}",
             self.cluster_id,
             config.zookeeper_connect,
         )
@@ -325,8 +353,17 @@ class BrokerServer:
         found = self.zk.get_topic_assignment(tp.topic)
         return found is not None and tp.partition in found[0].partitions
 
+    def _stop_kafka(self) -> None:
+        if self.kafka is not None and self.network is not None:
+            try:
+                self.network.call(self.kafka.stop(), 10)
+            except Exception:  # stopping goes on whatever the listener says
+                logger.exception("stopping the Kafka listener")
+            self.kafka = None
+
     def _abort(self) -> None:
         self.metrics.stop()
+        self._stop_kafka()
         if self.network is not None:
             self.network.stop(0)
             self.network = None
@@ -441,6 +478,7 @@ class BrokerServer:
             self.replicas.shutdown()
             self._isr_writer.initiate_shutdown()
             self._isr_writer.await_shutdown()
+        self._stop_kafka()
         if self.network is not None:
             self.network.stop(grace_s)
         self.metrics.stop()

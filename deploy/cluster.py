@@ -1,6 +1,7 @@
 """A local cluster: one ZooKeeper and N brokers as background processes under one directory.
 
-    <dir>/cluster.json        what runs: ZooKeeper's port and pid, each broker's id, port, pid
+    <dir>/cluster.json        what runs: ZooKeeper's port and pid, each broker's id, ports
+                              (gRPC, Kafka's protocol), pid
     <dir>/zookeeper/          its zoo.cfg, data and zookeeper.log
     <dir>/broker-<id>/        its logs/ (log.dirs) and broker.log
 
@@ -40,6 +41,7 @@ class BrokerEntry:
     port: int
     pid: int | None = None
     metrics_port: int | None = None
+    kafka_port: int = 0  # the Kafka-protocol listener
 
 
 @dataclass
@@ -118,6 +120,7 @@ class LocalCluster:
             port=entry.port,
             settings=SETTINGS,
             metrics_port=entry.metrics_port,
+            kafka_port=entry.kafka_port,
         )
 
     def up(self, brokers: int, timeout_s: float = 90.0) -> ClusterState:
@@ -137,7 +140,13 @@ class LocalCluster:
             )
             process.start()
             state.brokers.append(
-                BrokerEntry(broker_id, process.port, process.pid, process.metrics_port)
+                BrokerEntry(
+                    broker_id,
+                    process.port,
+                    process.pid,
+                    metrics_port=process.metrics_port,
+                    kafka_port=process.kafka_port,
+                )
             )
         self.save(state)
         with ZkClient(state.zookeeper_connect) as zk:
@@ -175,6 +184,7 @@ class LocalCluster:
                     "metrics_endpoint": (
                         None if b.metrics_port is None else f"127.0.0.1:{b.metrics_port}"
                     ),
+                    "kafka_endpoint": f"127.0.0.1:{b.kafka_port}" if b.kafka_port else None,
                     "pid": b.pid,
                     "alive": pid_alive(b.pid),
                 }

@@ -1,7 +1,8 @@
 """Brokers as local processes: what the tests, the demo and ``annal cluster`` start.
 
 Each broker runs ``python -m annal broker start`` with its settings as
-arguments, its logs under ``<dir>/broker-<id>/logs`` and its output in
+arguments (two listeners: gRPC, and Kafka's protocol on ``PLAINTEXT://``),
+its logs under ``<dir>/broker-<id>/logs`` and its output in
 ``<dir>/broker-<id>/broker.log``.  Failure drills stop a broker with SIGTERM
 (clean) or SIGKILL (crash).
 """
@@ -59,12 +60,14 @@ class BrokerProcess:
         port: int = 0,
         settings: Mapping[str, str] | None = None,
         metrics_port: int | None = None,
+        kafka_port: int = 0,
     ) -> None:
         """``metrics_port``: None serves no metrics, 0 a free port (chosen here)."""
         self.broker_id = broker_id
         self.zookeeper_connect = zookeeper_connect
         self.directory = Path(directory) / f"broker-{broker_id}"
         self.port = port or free_port()
+        self.kafka_port = kafka_port or free_port()
         self.settings = dict(settings or {})
         self.metrics_port = None if metrics_port is None else (metrics_port or free_port())
         self.process: subprocess.Popen[bytes] | None = None
@@ -78,6 +81,11 @@ class BrokerProcess:
         return None if self.metrics_port is None else f"127.0.0.1:{self.metrics_port}"
 
     @property
+    def kafka_endpoint(self) -> str:
+        """Where Kafka's clients connect (the ``PLAINTEXT://`` listener)."""
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
     def log_path(self) -> Path:
         return self.directory / "broker.log"
 
@@ -89,7 +97,7 @@ class BrokerProcess:
         settings = {
             "broker.id": str(self.broker_id),
             "zookeeper.connect": self.zookeeper_connect,
-            "listeners": f"GRPC://127.0.0.1:{self.port}",
+            "listeners": f"GRPC://127.0.0.1:{self.port},PLAINTEXT://127.0.0.1:{self.kafka_port}",
             "log.dirs": str(self.log_dir),
             **({} if self.metrics_port is None else {"metrics.port": str(self.metrics_port)}),
             **self.settings,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["annal", "storage", "zk", "broker", "controller", "producer", "admin",
-            "consumer", "client", "pipeline", "deploy"]  # fmt: skip
+            "consumer", "client", "pipeline", "deploy", "kafkaproto"]  # fmt: skip
 
 
 def imported_modules(package: str) -> dict[str, set[str]]:

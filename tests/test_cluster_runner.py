@@ -17,12 +17,19 @@ def test_local_cluster_lifecycle(tmp_path: Path) -> None:
     try:
         assert up.returncode == 0, up.stderr
         assert "bootstrap servers: 127.0.0.1:" in up.stdout and "/annal" in up.stdout
+        assert "Kafka bootstrap servers: 127.0.0.1:" in up.stdout
         status = json.loads(annal("cluster", "status", "--json", "--dir", d).stdout)
         assert set(status) >= {"zookeeper", "controller", "brokers", "dir"}
         assert status["zookeeper"].endswith("/annal")
         assert status["controller"] in (1, 2)
         assert [(b["id"], b["alive"]) for b in status["brokers"]] == [(1, True), (2, True)]
-        assert all({"id", "endpoint", "pid", "alive"} <= set(b) for b in status["brokers"])
+        assert all(
+            {"id", "endpoint", "kafka_endpoint", "pid", "alive"} <= set(b)
+            for b in status["brokers"]
+        )
+        kafka_endpoints = [b["kafka_endpoint"] for b in status["brokers"]]
+        assert all(e.startswith("127.0.0.1:") for e in kafka_endpoints)
+        assert kafka_endpoints[0] != kafka_endpoints[1]
         # the local runner serves each broker's metrics, and status tells where
         for b in status["brokers"]:
             with urllib.request.urlopen(f"http://{b['metrics_endpoint']}/metrics") as scrape:

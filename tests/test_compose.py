@@ -44,6 +44,9 @@ def test_broker_commands_parse_and_match_the_local_runner() -> None:
         assert config.broker_id == int(name.split("-")[1])
         assert config.zookeeper_connect == "zookeeper:2181/annal"
         assert config.advertised_listener.host == name
+        kafka = config.kafka_advertised_listener
+        assert kafka is not None and (kafka.host, kafka.port) == (name, 9093)
+        assert sorted(service["expose"]) == ["9092", "9093"]
         for key, value in SETTINGS.items():  # the runner's settings hold in compose too
             assert settings[key] == value
         volumes.add(service["volumes"][0].split(":")[0])

@@ -175,25 +175,39 @@ def decode_cluster_id(raw: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
-    """A live broker, as registered in its ephemeral znode."""
+    """A live broker, as registered in its ephemeral znode: its gRPC endpoint
+    (``host``/``port``, the top-level fields) and, when it has one, its Kafka
+    protocol endpoint (``PLAINTEXT://`` in ``endpoints``)."""
 
     broker_id: int
     host: str
     port: int
     rack: str | None = None
     timestamp_ms: int = 0
+    kafka_host: str | None = None
+    kafka_port: int = 0
 
     @property
     def endpoint(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def kafka_endpoint(self) -> str | None:
+        return None if self.kafka_host is None else f"{self.kafka_host}:{self.kafka_port}"
+
     def encode(self) -> bytes:
+        endpoints = [f"GRPC://{self.host}:{self.port}"]
+        protocols = {"GRPC": "PLAINTEXT"}  # listener name → security protocol, as Kafka's
+        if self.kafka_host is not None:
+            endpoints.append(f"PLAINTEXT://{self.kafka_host}:{self.kafka_port}")
+            protocols["PLAINTEXT"] = "PLAINTEXT"
         return _dump(
             {
                 "version": 5,
                 "host": self.host,
                 "port": self.port,
-                "endpoints": [f"GRPC://{self.host}:{self.port}"],
+                "endpoints": endpoints,
+                "listener_security_protocol_map": protocols,
                 "rack": self.rack,
                 "timestamp": str(self.timestamp_ms or _now_ms()),
             }
@@ -203,12 +217,21 @@ class BrokerRegistration:
     def decode(cls, broker_id: int, raw: bytes) -> BrokerRegistration:
         path = broker_path(broker_id)
         obj = _load(path, raw)
+        kafka_host: str | None = None
+        kafka_port = 0
+        for endpoint in obj.get("endpoints") or []:
+            name, sep, address = str(endpoint).partition("://")
+            host, colon, port = address.rpartition(":")
+            if sep and colon and name == "PLAINTEXT" and port.isdigit():
+                kafka_host, kafka_port = host, int(port)
         return cls(
             broker_id,
             str(_field(path, obj, "host")),
             int(_field(path, obj, "port")),
             obj.get("rack"),
             int(obj.get("timestamp") or 0),
+            kafka_host,
+            kafka_port,
         )
 
 

@@ -50,7 +50,10 @@ def test_start_register_serve_and_stop_cleanly(
         assert raw is not None
         registration = json.loads(raw[0])
         assert registration["version"] == 5
-        assert registration["endpoints"] == [f"GRPC://127.0.0.1:{broker.port}"]
+        assert registration["endpoints"] == [
+            f"GRPC://127.0.0.1:{broker.port}",
+            f"PLAINTEXT://127.0.0.1:{broker.kafka_port}",
+        ]
         assert (registration["host"], registration["port"]) == ("127.0.0.1", broker.port)
         cluster_id = zk.get_or_create_cluster_id()
 

@@ -143,3 +143,39 @@ def test_a_stock_kafka_server_properties_loads_with_its_unused_settings_named(
     )
     with pytest.raises(ConfigError, match="did you mean 'num.partitions'"):
         BrokerConfig.load(path, {"num.partition": "3"})  # unknown stays an error
+
+
+def test_a_kafka_protocol_listener_beside_grpc() -> None:
+    config = BrokerConfig.from_properties(
+        {
+            **BASE,
+            "listeners": "GRPC://0.0.0.0:9092,PLAINTEXT://0.0.0.0:9093",
+            "advertised.listeners": "GRPC://b1.example:9092,PLAINTEXT://b1.example:19093",
+        }
+    )
+    assert config.listener == Listener("0.0.0.0", 9092)
+    assert config.kafka_listener == Listener("0.0.0.0", 9093, "PLAINTEXT")
+    assert config.advertised_listener == Listener("b1.example", 9092)
+    assert config.kafka_advertised_listener == Listener("b1.example", 19093, "PLAINTEXT")
+    only_grpc = BrokerConfig.from_properties(
+        {**BASE, "listeners": "GRPC://h:1,PLAINTEXT://h:2", "advertised.listeners": "GRPC://a:1"}
+    )
+    assert only_grpc.kafka_advertised_listener == Listener("h", 2, "PLAINTEXT")
+    assert BrokerConfig.from_properties(BASE).kafka_listener is None
+
+
+@pytest.mark.parametrize(
+    ("listeners", "advertised", "message"),
+    [
+        ("PLAINTEXT://:9093", None, "a GRPC:// listener is required"),
+        ("GRPC://:1,GRPC://:2", None, "names GRPC twice"),
+        ("GRPC://:1", "PLAINTEXT://h:2", "advertised.listeners names PLAINTEXT, which listeners"),
+        ("GRPC://:1,SSL://:2", None, "expected GRPC://host:port or PLAINTEXT://host:port"),
+    ],
+)
+def test_bad_listener_lists_are_named(listeners: str, advertised: str | None, message: str) -> None:
+    props = {**BASE, "listeners": listeners}
+    if advertised is not None:
+        props["advertised.listeners"] = advertised
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_properties(props)

@@ -29,10 +29,18 @@ def test_json_shapes() -> None:
         "host": "10.0.0.5",
         "port": 9092,
         "endpoints": ["GRPC://10.0.0.5:9092"],
+        "listener_security_protocol_map": {"GRPC": "PLAINTEXT"},
         "rack": None,
         "timestamp": "1700000000000",
     }
     assert BrokerRegistration.decode(1, registration.encode()) == registration
+    both = BrokerRegistration(1, "10.0.0.5", 9092, "r1", 1, kafka_host="k.example", kafka_port=9093)
+    encoded = json.loads(both.encode())
+    assert encoded["endpoints"] == ["GRPC://10.0.0.5:9092", "PLAINTEXT://k.example:9093"]
+    protocols = encoded["listener_security_protocol_map"]
+    assert protocols == {"GRPC": "PLAINTEXT", "PLAINTEXT": "PLAINTEXT"}
+    assert BrokerRegistration.decode(1, both.encode()) == both
+    assert both.kafka_endpoint == "k.example:9093" and registration.kafka_endpoint is None
     assignment = TopicAssignment({0: (1, 2, 3), 1: (2, 3, 1)})
     assert json.loads(assignment.encode()) == {
         "version": 2,

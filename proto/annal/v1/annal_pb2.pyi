@@ -225,6 +225,8 @@ class Broker(_message.Message):
     HOST_FIELD_NUMBER: _builtins.int
     PORT_FIELD_NUMBER: _builtins.int
     RACK_FIELD_NUMBER: _builtins.int
+    KAFKA_HOST_FIELD_NUMBER: _builtins.int
+    KAFKA_PORT_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     """broker.id"""
     host: _builtins.str
@@ -233,6 +235,10 @@ class Broker(_message.Message):
     """Advertised gRPC port."""
     rack: _builtins.str
     """broker.rack, empty when unset."""
+    kafka_host: _builtins.str
+    """Advertised host of the Kafka-protocol (PLAINTEXT://) listener, empty when none."""
+    kafka_port: _builtins.int
+    """Advertised port of the Kafka-protocol listener, 0 when none."""
     def __init__(
         self,
         *,
@@ -240,10 +246,12 @@ class Broker(_message.Message):
         host: _builtins.str = ...,
         port: _builtins.int = ...,
         rack: _builtins.str = ...,
+        kafka_host: _builtins.str = ...,
+        kafka_port: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "id", b"id", "port", b"port", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "id", b"id", "kafka_host", b"kafka_host", "kafka_port", b"kafka_port", "port", b"port", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,1 @@
+"""Kafka's binary protocol on the broker: the PLAINTEXT:// listener and its APIs."""

@@ -1,0 +1,107 @@
+"""Kafka's cluster APIs: Metadata and DescribeCluster, from the metadata cache.
+
+Metadata is annal's Metadata (``AdminManager.metadata``: the same cache, the
+same auto-creation) with each broker given by its Kafka endpoint, the
+``PLAINTEXT://`` listener it registered in ``/brokers/ids/<id>``.  A broker
+without one is left out of the broker list, as Kafka leaves out brokers that
+lack the listener a client came in on.
+
+Kafka's Metadata tells "all topics" (a null list) from "no topics" (an empty
+one), and v0 asks for all with an empty list; annal's request says all with
+an empty list, so "no topics" is answered here with the brokers only.
+
+Thread safety: runs on the broker's event loop only.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from annal.broker.admin_manager import AdminManager
+from annal.broker.metadata_cache import MetadataCache
+from annal.kafkaproto.apis import KafkaApis, Values
+from annal.kafkaproto.wire import Request
+from annal.v1 import annal_pb2 as pb
+
+from annal import errors
+
+METADATA, DESCRIBE_CLUSTER = 3, 60
+NO_TOPIC_ID = uuid.UUID(int=0)  # annal's topics have names only (Kafka's "zero" id)
+
+
+class ClusterApis:
+    """See the module docstring."""
+
+    def __init__(
+        self, admin: AdminManager, metadata: MetadataCache, cluster_id: Callable[[], str | None]
+    ) -> None:
+        self._admin = admin
+        self._metadata = metadata
+        self._cluster_id = cluster_id
+
+    def register(self, apis: KafkaApis) -> None:
+        apis.add(METADATA, "Metadata", (0, 12), self.metadata)
+        apis.add(DESCRIBE_CLUSTER, "DescribeCluster", (0, 1), self.describe_cluster)
+
+    def _brokers(self) -> list[dict[str, Any]]:
+        cache = self._metadata.snapshot()
+        return [
+            {"node_id": b.broker_id, "broker_id": b.broker_id, "host": b.kafka_host,
+             "port": b.kafka_port, "rack": b.rack}
+            for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
+            if b.kafka_host
+        ]  # fmt: skip
+
+    async def metadata(self, request: Request) -> Values:
+        body = request.body
+        names = body.topics
+        everything = names is None or (request.head.api_version == 0 and not names)
+        values: dict[str, Any] = {
+            "throttle_time": 0,
+            "brokers": self._brokers(),
+            "cluster_id": self._cluster_id(),
+            "controller_id": self._metadata.snapshot().controller_id,
+            "topics": [],
+        }
+        if not everything and not names:
+            return values
+        answer = await self._admin.metadata(
+            pb.MetadataRequest(
+                topics=[] if everything else [t.name for t in names],
+                allow_auto_topic_creation=getattr(body, "allow_auto_topic_creation", True),
+            )
+        )
+        values["topics"] = [
+            {
+                "error_code": t.error,
+                "name": t.name,
+                "topic_id": NO_TOPIC_ID,
+                "is_internal": t.is_internal,
+                "partitions": [
+                    {
+                        "error_code": p.error,
+                        "partition_index": p.partition,
+                        "leader_id": p.leader,
+                        "leader_epoch": p.leader_epoch,
+                        "replica_nodes": list(p.replicas),
+                        "isr_nodes": list(p.isr),
+                        "offline_replicas": list(p.offline_replicas),
+                    }
+                    for p in t.partitions
+                ],
+            }
+            for t in answer.topics
+        ]
+        return values
+
+    async def describe_cluster(self, request: Request) -> Values:
+        return {
+            "throttle_time": 0,
+            "error_code": errors.NONE.number,
+            "endpoint_type": 1,  # brokers
+            "cluster_id": self._cluster_id() or "",
+            "controller_id": self._metadata.snapshot().controller_id,
+            "brokers": self._brokers(),
+        }

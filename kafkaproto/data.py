@@ -1,0 +1,249 @@
+"""Kafka's data APIs on annal's data path: Produce, Fetch, ListOffsets,
+OffsetForLeaderEpoch, InitProducerId.
+
+Each handler turns the decoded Kafka request into the request of the same
+name that annal's gRPC service takes, hands it to the same broker code
+(``DataApi``, ``InitProducerIdApi``), and turns the answer back.  Record
+batches are the same bytes both ways.  What Kafka's protocol has and annal
+does not (fetch sessions, transactions) is answered as Kafka allows:
+
+* fetch sessions are declined: every response carries session id 0, so a
+  client sends full fetch requests (KIP-227 lets a broker do this);
+* a read_committed fetch or ListOffsets sees the high watermark as the last
+  stable offset (annal writes no transactional batches), with no aborted
+  transactions;
+* InitProducerId always hands out a new producer id at epoch 0, as Kafka does
+  for a producer without a transactional id (the id and epoch a v3+ request
+  carries are not needed to bump an epoch then).
+
+Thread safety: runs on the broker's event loop only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from annal.broker.data_api import DataApi
+from annal.broker.producer_ids import InitProducerIdApi
+from annal.kafkaproto.apis import KafkaApis, Values
+from annal.kafkaproto.wire import Request, millis
+from annal.v1 import annal_pb2 as pb
+from kio.schema.errors import ErrorCode as KioErrorCode
+
+from annal import errors
+
+PRODUCE, FETCH, LIST_OFFSETS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 22, 23
+
+
+class NoDeadline:
+    """A Kafka request's context: its caller set no deadline beyond its own timeouts."""
+
+    def time_remaining(self) -> float | None:
+        return None
+
+
+NO_DEADLINE = NoDeadline()
+
+
+class DataApis:
+    """See the module docstring."""
+
+    def __init__(self, data: DataApi, producer_ids: InitProducerIdApi) -> None:
+        self._data = data
+        self._producer_ids = producer_ids
+
+    def register(self, apis: KafkaApis) -> None:
+        apis.add(PRODUCE, "Produce", (3, 9), self.produce)
+        apis.add(FETCH, "Fetch", (4, 12), self.fetch)
+        apis.add(LIST_OFFSETS, "ListOffsets", (1, 6), self.list_offsets)
+        apis.add(OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", (2, 4), self.leader_epochs)
+        apis.add(INIT_PRODUCER_ID, "InitProducerId", (0, 4), self.init_producer_id)
+
+    async def produce(self, request: Request) -> Values | None:
+        body = request.body
+        if body.transactional_id is not None:
+            return _produce_refused(
+                body, KioErrorCode.transactional_id_authorization_failed.value,
+                "annal has no transactions",
+            )  # fmt: skip
+        ask = pb.ProduceRequest(acks=body.acks, timeout_ms=millis(body.timeout))
+        for topic in body.topic_data:
+            out = ask.topics.add(name=topic.name)
+            for p in topic.partition_data:
+                out.partitions.add(partition=p.index, records=bytes(p.records or b""))
+        answer = await self._data.produce(ask, NO_DEADLINE)
+        if body.acks == 0:
+            return None
+        return {
+            "responses": [
+                {
+                    "name": t.name,
+                    "partition_responses": [
+                        {
+                            "index": p.partition,
+                            "error_code": p.error,
+                            "base_offset": p.base_offset,
+                            "log_append_time": p.log_append_time_ms,
+                            "log_start_offset": p.log_start_offset,
+                            "error_message": p.error_message or None,
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in answer.topics
+            ],
+            "throttle_time": 0,
+        }
+
+    async def fetch(self, request: Request) -> Values:
+        body = request.body
+        session_id = getattr(body, "session_id", 0)
+        if session_id != 0:  # never handed out: this broker keeps no sessions
+            return {
+                "throttle_time": 0,
+                "error_code": KioErrorCode.fetch_session_id_not_found.value,
+                "session_id": 0,
+                "responses": [],
+            }
+        ask = pb.FetchRequest(
+            replica_id=body.replica_id,
+            max_wait_ms=millis(body.max_wait),
+            min_bytes=body.min_bytes,
+            max_bytes=body.max_bytes,
+        )
+        for topic in body.topics:
+            out = ask.topics.add(name=topic.topic)
+            for p in topic.partitions:
+                wanted = out.partitions.add(
+                    partition=p.partition,
+                    fetch_offset=p.fetch_offset,
+                    partition_max_bytes=p.partition_max_bytes,
+                    log_start_offset=p.log_start_offset,
+                )
+                epoch = getattr(p, "current_leader_epoch", -1)
+                if epoch >= 0:
+                    wanted.current_leader_epoch = epoch
+        answer = await self._data.fetch(ask, NO_DEADLINE)
+        return {
+            "throttle_time": 0,
+            "error_code": errors.NONE.number,
+            "session_id": 0,
+            "responses": [
+                {
+                    "topic": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition,
+                            "error_code": p.error,
+                            "high_watermark": p.high_watermark,
+                            "last_stable_offset": p.high_watermark,
+                            "log_start_offset": p.log_start_offset,
+                            "aborted_transactions": [],
+                            "preferred_read_replica": -1,
+                            "records": p.records,
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in answer.topics
+            ],
+        }
+
+    async def list_offsets(self, request: Request) -> Values:
+        body = request.body
+        ask = pb.ListOffsetsRequest(replica_id=body.replica_id)
+        for topic in body.topics:
+            out = ask.topics.add(name=topic.name)
+            for p in topic.partitions:
+                out.partitions.add(
+                    partition=p.partition_index,
+                    timestamp=p.timestamp,
+                    current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                )
+        answer = self._data.list_offsets(ask)
+        return {
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition,
+                            "error_code": p.error,
+                            "timestamp": p.timestamp,
+                            "offset": p.offset,
+                            "leader_epoch": p.leader_epoch,
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in answer.topics
+            ],
+        }
+
+    async def leader_epochs(self, request: Request) -> Values:
+        body = request.body
+        ask = pb.OffsetsForLeaderEpochRequest(replica_id=getattr(body, "replica_id", -1))
+        for topic in body.topics:
+            out = ask.topics.add(name=topic.topic)
+            for p in topic.partitions:
+                out.partitions.add(
+                    partition=p.partition,
+                    current_leader_epoch=p.current_leader_epoch,
+                    leader_epoch=p.leader_epoch,
+                )
+        answer = self._data.offsets_for_leader_epoch(ask)
+        return {
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "topic": t.name,
+                    "partitions": [
+                        {
+                            "error_code": p.error,
+                            "partition": p.partition,
+                            "leader_epoch": p.leader_epoch,
+                            "end_offset": p.end_offset,
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in answer.topics
+            ],
+        }
+
+    async def init_producer_id(self, request: Request) -> Values:
+        body = request.body
+        if body.transactional_id is not None:
+            return {
+                "throttle_time": 0,
+                "error_code": KioErrorCode.transactional_id_authorization_failed.value,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
+        answer = await self._producer_ids.init_producer_id(
+            pb.InitProducerIdRequest(transaction_timeout_ms=millis(body.transaction_timeout))
+        )
+        return {
+            "throttle_time": 0,
+            "error_code": answer.error,
+            "producer_id": answer.producer_id,
+            "producer_epoch": answer.producer_epoch,
+        }
+
+
+def _produce_refused(body: Any, error: int, message: str) -> Values:
+    return {
+        "responses": [
+            {
+                "name": t.name,
+                "partition_responses": [
+                    {"index": p.index, "error_code": error, "base_offset": -1,
+                     "error_message": message}
+                    for p in t.partition_data
+                ],
+            }
+            for t in body.topic_data
+        ],
+        "throttle_time": 0,
+    }  # fmt: skip

@@ -1,0 +1,211 @@
+"""The Kafka-protocol listener (``PLAINTEXT://``): asyncio streams on the broker's loop.
+
+Every connection is two coroutines on the broker's one event loop, beside
+gRPC: a reader that takes frames off the socket, and a writer that sends the
+answers.  Kafka promises answers on a connection in the order of its
+requests, so:
+
+1. the reader reads one frame (4-byte size, then the request), checks it
+   and decodes it (``wire``, ``apis``);
+2. it waits until the broker's request limits (``RequestLimits``: Kafka's
+   ``queued.max.requests`` and ``queued.max.request.bytes``, shared with
+   gRPC) admit the request; meanwhile it reads nothing more from this
+   connection, so a client past the limits is slowed down, not refused;
+3. it starts the request's handler as a task and queues the task;
+   handlers start in arrival order, so appends from one connection are made
+   in the order sent;
+4. the writer awaits the queued tasks one by one and writes each answer.
+
+A connection holds at most ``MAX_IN_FLIGHT`` requests; its reader waits
+for room.  A frame larger than ``socket.request.max.bytes``, one that does
+not parse, an api key or version not served, or a request a handler finds
+malformed (``InvalidRequest``) closes the connection after the answers
+already due, with a warning naming the client and the reason — as Kafka's
+broker closes such connections.  A handler's unexpected failure is logged
+with its traceback and closes the connection too; the broker carries on.
+
+Thread safety: ``start`` and ``stop`` are coroutines for the broker's loop
+(``NetworkLayer.call``); everything else runs on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from annal.broker.request_checks import InvalidRequest
+from annal.broker.rpc_guard import RequestLimits, one_line
+from annal.kafkaproto.apis import KafkaApis, UnsupportedRequest
+from annal.kafkaproto.wire import (
+    MalformedRequest,
+    Request,
+    decode_request,
+    encode_response,
+    peek_head,
+    response,
+)
+from kio.serial.readers import read_int32
+
+logger = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT = 64
+LIMITS_RECHECK_S = 0.01
+
+class ConnectionClosing(Exception):
+    """The connection must close: the message says why (it is logged)."""
+
+
+class KafkaListener:
+    """See the module docstring."""
+
+    def __init__(self, apis: KafkaApis, limits: RequestLimits, max_request_bytes: int) -> None:
+        self._apis = apis
+        self._limits = limits
+        self._max_request_bytes = max_request_bytes
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port``; the port bound (OSError when it cannot be)."""
+        self._server = await asyncio.start_server(self._accepted, host or "0.0.0.0", port)
+        bound: int = self._server.sockets[0].getsockname()[1]
+        return bound
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=5)
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        answers: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        sender = asyncio.ensure_future(self._send(answers, writer, client, task))
+        cancelled = False
+        try:
+            await self._receive(reader, answers, client)
+        except ConnectionClosing as exc:
+            logger.warning("closing Kafka connection from %s: %s", client, exc)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away
+        except asyncio.CancelledError:  # the broker stopping, or the sender gave up
+            sender.cancel()
+            cancelled = True
+        try:
+            if not cancelled and not sender.done():
+                await answers.put(None)  # the sender makes room: it reads or drains
+            await asyncio.wait([sender])
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            self._connections.discard(task)
+
+    async def _receive(
+        self,
+        reader: asyncio.StreamReader,
+        answers: asyncio.Queue[asyncio.Task[bytes | None] | None],
+        client: str,
+    ) -> None:
+        while True:
+            try:
+                prefix = await reader.readexactly(4)
+            except asyncio.IncompleteReadError as exc:
+                if exc.partial:
+                    raise ConnectionClosing(
+                        f"the connection ended inside a frame's size ({len(exc.partial)} of 4"
+                        " bytes)"
+                    ) from None
+                return  # closed between requests: the normal end
+            size, _ = read_int32(prefix, 0)
+            if size < 0 or size > self._max_request_bytes:
+                raise ConnectionClosing(
+                    f"a frame of {size} bytes is outside 0..socket.request.max.bytes="
+                    f"{self._max_request_bytes}"
+                )
+            try:
+                frame = await reader.readexactly(size)
+            except asyncio.IncompleteReadError as exc:
+                raise ConnectionClosing(
+                    f"the connection ended inside a {size}-byte frame "
+                    f"({len(exc.partial)} bytes came)"
+                ) from None
+            try:
+                head = peek_head(frame)
+                refusal = self._apis.check(head)
+                if refusal is not None:  # ApiVersions of a version not served
+                    body = self._apis.refusal_body(refusal)
+                    await answers.put(_done(encode_response(head, body)))
+                    continue
+                request = decode_request(frame, head)
+            except (MalformedRequest, UnsupportedRequest) as exc:
+                raise ConnectionClosing(str(exc)) from None
+            await self._admit(len(frame))
+            await answers.put(asyncio.ensure_future(self._answer(request)))
+
+    async def _admit(self, size: int) -> None:
+        """Wait until the request limits take a ``size``-byte request in."""
+        while self._limits.admit(size) is not None:
+            await asyncio.sleep(LIMITS_RECHECK_S)
+
+    async def _answer(self, request: Request) -> bytes | None:
+        try:
+            values = await self._apis.handle(request)
+            if values is None:
+                return None
+            return encode_response(request.head, response(request.head, values))
+        finally:
+            self._limits.release(request.size)
+
+    async def _send(
+        self,
+        answers: asyncio.Queue[asyncio.Task[bytes | None] | None],
+        writer: asyncio.StreamWriter,
+        client: str,
+        connection: asyncio.Task[None],
+    ) -> None:
+        """Write the answers in request order; on a failed handler, log why and
+        stop, and the reader with it."""
+        while (task := await answers.get()) is not None:
+            try:
+                frame = await task
+            except InvalidRequest as exc:
+                logger.warning("closing Kafka connection from %s: %s", client, exc)
+                break
+            except Exception as exc:
+                logger.exception("a Kafka request from %s failed: %s", client, one_line(exc))
+                break
+            if frame is None:
+                continue
+            writer.write(frame)
+            try:
+                await writer.drain()
+            except ConnectionError:
+                break
+        else:
+            return
+        connection.cancel()
+        # Answers nobody will read: their requests still finish (limits released).
+        while not answers.empty():
+            pending = answers.get_nowait()
+            if pending is not None:
+                pending.add_done_callback(_ignore)
+
+
+def _done(frame: bytes) -> asyncio.Task[bytes | None]:
+    async def ready() -> bytes | None:
+        return frame
+
+    return asyncio.ensure_future(ready())
+
+
+def _ignore(task: asyncio.Task[bytes | None]) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,177 @@
+"""Kafka's wire format, through ``kio``: frames, request headers, response bodies.
+
+A frame on a Kafka connection is a 4-byte big-endian size and that many bytes.
+A request's bytes are a request header and a body; which header version (v1,
+or v2 with tagged fields) and which body layout follow from the api key and
+api version, which open every request header.  Every layout here is one of
+``kio``'s data types, generated from Kafka's own message schemas: this module
+only picks the type for a (key, version) and calls ``kio``'s readers and
+writers.  Record batches are ``records`` fields: raw bytes, passed through.
+
+Responses are built from plain mappings (``build``) named by the newest
+field names: a field the negotiated version lacks is left out, one it has but
+the mapping does not name takes its schema default (a list without one is
+empty).  So a handler is written
+once for every version it serves.
+
+Thread safety: pure functions, except the caches of ``kio``'s types.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, fields
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    classify_field,
+    get_schema_field_type,
+)
+from kio.serial.readers import read_int16, read_int32
+from kio.serial.writers import write_int32
+from kio.static.primitive import i32
+
+API_VERSIONS_KEY = 18
+
+
+class MalformedRequest(Exception):
+    """A request whose bytes do not parse; the connection is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    """What opens every request: enough to answer or refuse it."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    head: RequestHead
+    client_id: str | None
+    body: Any  # the kio request type of (api_key, api_version)
+    size: int  # bytes of the frame
+
+
+def peek_head(frame: bytes) -> RequestHead:
+    """The api key, version and correlation id, read before the header's layout is known."""
+    if len(frame) < 8:
+        raise MalformedRequest(f"a {len(frame)}-byte request is too short for a request header")
+    api_key, _ = read_int16(frame, 0)
+    api_version, _ = read_int16(frame, 2)
+    correlation_id, _ = read_int32(frame, 4)
+    return RequestHead(api_key, api_version, correlation_id)
+
+
+@functools.cache
+def request_type(api_key: int, api_version: int) -> Any:
+    return load_request_schema(api_key, api_version)
+
+
+@functools.cache
+def response_type(api_key: int, api_version: int) -> Any:
+    return load_response_schema(api_key, api_version)
+
+
+def decode_request(frame: bytes, head: RequestHead) -> Request:
+    """The header and body of a supported (key, version); MalformedRequest otherwise."""
+    body_type = request_type(head.api_key, head.api_version)
+    header_type = RequestHeaderV2 if body_type.__flexible__ else RequestHeaderV1
+    try:
+        header: Any
+        header, header_size = entity_reader(header_type)(frame, 0)
+        body, body_size = entity_reader(body_type)(frame, header_size)  # sizes read, not offsets
+        end = header_size + body_size
+    except Exception as exc:  # kio's readers raise several types on bad bytes
+        raise MalformedRequest(
+            f"{body_type.__name__} v{head.api_version} does not parse: {exc}"
+        ) from exc
+    if end != len(frame):
+        raise MalformedRequest(
+            f"{body_type.__name__} v{head.api_version} has {len(frame) - end} bytes "
+            "left over after its body"
+        )
+    return Request(head, header.client_id, body, len(frame))
+
+
+def encode_response(head: RequestHead, body: Any) -> bytes:
+    """A whole response frame: size, header (v0, or v1 for flexible versions; always
+    v0 for ApiVersions, as Kafka's clients expect) and body."""
+    flexible = body.__flexible__ and head.api_key != API_VERSIONS_KEY
+    buffer = io.BytesIO()
+    write_int32(buffer, i32(0))  # the size, filled in below
+    if flexible:
+        header: Any = ResponseHeaderV1(correlation_id=i32(head.correlation_id))
+        entity_writer(ResponseHeaderV1)(buffer, header)
+    else:
+        header = ResponseHeaderV0(correlation_id=i32(head.correlation_id))
+        entity_writer(ResponseHeaderV0)(buffer, header)
+    entity_writer(type(body))(buffer, body)
+    frame = buffer.getbuffer()
+    size = io.BytesIO()
+    write_int32(size, i32(len(frame) - 4))
+    frame[:4] = size.getvalue()
+    return bytes(frame)
+
+
+def build(entity_type: Any, values: Mapping[str, Any]) -> Any:
+    """An instance of the kio type ``entity_type`` from ``values`` (see the module docstring)."""
+    kwargs: dict[str, Any] = {}
+    for field in fields(entity_type):
+        if field.name in values:
+            kwargs[field.name] = _convert(field, values[field.name])
+        elif field.default is MISSING and classify_field(field).is_array:
+            kwargs[field.name] = ()  # a list with no schema default: empty
+    return entity_type(**kwargs)
+
+
+def _convert(field: Any, value: Any) -> Any:
+    kind = classify_field(field)
+    if isinstance(kind, EntityField):
+        return None if value is None else build(kind.type_, value)
+    if isinstance(kind, EntityTupleField):
+        return None if value is None else tuple(build(kind.type_, v) for v in value)
+    kafka_type = get_schema_field_type(field)
+    if value is None:
+        return None
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return tuple(_primitive(kafka_type, v) for v in value)
+    return _primitive(kafka_type, value)
+
+
+def _primitive(kafka_type: str, value: Any) -> Any:
+    if kafka_type == "error_code":
+        return KioErrorCode(int(value))
+    if kafka_type in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
+        return datetime.timedelta(milliseconds=value)
+    if kafka_type == "datetime_i64" and isinstance(value, int):
+        if value < 0:
+            return None  # -1: no time (the nullable writer puts -1 back)
+        return datetime.datetime.fromtimestamp(value / 1000, datetime.UTC)
+    return value
+
+
+def millis(value: datetime.timedelta | int) -> int:
+    """A kio duration field (``timeout``, ``max_wait``) in milliseconds."""
+    if isinstance(value, datetime.timedelta):
+        return round(value.total_seconds() * 1000)
+    return int(value)
+
+
+def response(head: RequestHead, values: Mapping[str, Any]) -> Any:
+    """The response body of ``head``'s (key, version) built from ``values``."""
+    return build(response_type(head.api_key, head.api_version), values)
