@@ -41,6 +41,27 @@ class PartitionInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class LogDirPartition:
+    topic: str
+    partition: int
+    size: int
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirInfo:
+    """One log dir of one broker (``describe_log_dirs``)."""
+
+    broker: int
+    path: str
+    error: ErrorCode
+    partitions: tuple[LogDirPartition, ...]
+    total_bytes: int
+    usable_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
     name: str
     partitions: tuple[PartitionInfo, ...]
@@ -265,6 +286,44 @@ class AdminClient:
                 break
             self._refresh(sorted({t for t, _ in retry}))
         return sorted(results)
+
+    def describe_log_dirs(
+        self, brokers: Sequence[int] = (), topics: Sequence[str] = ()
+    ) -> list[LogDirInfo]:
+        """The log dirs of ``brokers`` (default: every live broker) with the
+        partitions of ``topics`` (default: all) in each, by broker and path."""
+        metadata = self._call("Metadata", pb.MetadataRequest())
+        known = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers}
+        missing = sorted(set(brokers) - set(known))
+        if missing:
+            raise AdminError(
+                errors.BROKER_NOT_AVAILABLE,
+                f"no live broker with id {', '.join(map(str, missing))} (live: {sorted(known)})",
+            )
+        out: list[LogDirInfo] = []
+        for broker in sorted(brokers or known):
+            request = pb.DescribeLogDirsRequest(topics=list(topics))
+            try:
+                response = self.cluster.stub(known[broker]).DescribeLogDirs(
+                    request, timeout=self.timeout_s
+                )
+            except grpc.RpcError as exc:
+                raise AdminError.from_rpc(exc, f"DescribeLogDirs to broker {broker}") from exc
+            out.extend(
+                LogDirInfo(
+                    broker,
+                    d.path,
+                    errors.from_wire(d.error),
+                    tuple(
+                        LogDirPartition(p.topic, p.partition, p.size, p.offset_lag, p.is_future)
+                        for p in d.partitions
+                    ),
+                    d.total_bytes,
+                    d.usable_bytes,
+                )
+                for d in response.log_dirs
+            )
+        return out
 
     def _refresh(self, topics: Sequence[str]) -> None:
         try:

@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         electioncmd,
         getoffsetscmd,
         groupscmd,
+        logdirscmd,
         perfcmd,
         reassigncmd,
         topicscmd,
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     reassigncmd.add_parser(commands)
     deleterecordscmd.add_parser(commands)
     getoffsetscmd.add_parser(commands)
+    logdirscmd.add_parser(commands)
     configscmd.add_parser(commands)
     groupscmd.add_parser(commands)
     consolecmd.add_parsers(commands)

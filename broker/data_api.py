@@ -16,6 +16,7 @@ Thread safety: runs on the event loop only.
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -82,9 +83,7 @@ class DataApi:
 
     # -- produce -------------------------------------------------------------------
 
-    async def produce(
-        self, request: pb.ProduceRequest, context: Deadline
-    ) -> pb.ProduceResponse:
+    async def produce(self, request: pb.ProduceRequest, context: Deadline) -> pb.ProduceResponse:
         checks.check_timeout_ms(request.timeout_ms)
         refused_acks = checks.acks(request.acks)
         replicas = self._replicas
@@ -197,9 +196,7 @@ class DataApi:
 
     # -- fetch ---------------------------------------------------------------------
 
-    async def fetch(
-        self, request: pb.FetchRequest, context: Deadline
-    ) -> pb.FetchResponse:
+    async def fetch(self, request: pb.FetchRequest, context: Deadline) -> pb.FetchResponse:
         checks.check_replica_id(request.replica_id)
         checks.check_fetch_limits(request.max_wait_ms, request.min_bytes, request.max_bytes)
         response = self._fetch_once(request)
@@ -268,6 +265,36 @@ class DataApi:
                     records=result.records,
                     error_message=result.message,
                 )
+        return response
+
+    # -- log dirs ------------------------------------------------------------------
+
+    def describe_log_dirs(self, request: pb.DescribeLogDirsRequest) -> pb.DescribeLogDirsResponse:
+        """Each log dir of this broker with the partitions in it (their size), as
+        Kafka's DescribeLogDirs answers; ``topics`` narrows the partitions."""
+        logs = self._replicas.logs
+        wanted = set(request.topics)
+        response = pb.DescribeLogDirsResponse()
+        by_dir = {str(d): response.log_dirs.add(path=str(d)) for d in logs.log_dirs}
+        for path, entry in by_dir.items():
+            try:
+                usage = shutil.disk_usage(path)
+            except OSError:
+                entry.error = code(errors.KAFKA_STORAGE_ERROR)
+                entry.total_bytes = entry.usable_bytes = -1
+                continue
+            entry.total_bytes, entry.usable_bytes = usage.total, usage.free
+        for tp, log in sorted(logs.all_logs().items()):
+            where = logs.log_dir_of(tp)
+            if (wanted and tp.topic not in wanted) or where is None:
+                continue
+            by_dir[str(where)].partitions.add(
+                topic=tp.topic,
+                partition=tp.partition,
+                size=log.size,
+                offset_lag=max(log.high_watermark - log.log_end_offset, 0),
+                is_future=False,
+            )
         return response
 
     # -- offsets -------------------------------------------------------------------

@@ -64,6 +64,11 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     ) -> pb.OffsetsForLeaderEpochResponse:
         return self._data.offsets_for_leader_epoch(request)
 
+    async def DescribeLogDirs(
+        self, request: pb.DescribeLogDirsRequest, context: Context
+    ) -> pb.DescribeLogDirsResponse:
+        return self._data.describe_log_dirs(request)
+
     async def DeleteRecords(
         self, request: pb.DeleteRecordsRequest, context: Context
     ) -> pb.DeleteRecordsResponse:

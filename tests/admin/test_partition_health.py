@@ -1,5 +1,6 @@
-"""Partition health as kafka-topics.sh filters it: ``annal topics --describe
---under-replicated-partitions`` and its siblings, on real brokers."""
+"""Partition health as kafka-topics.sh filters it (``annal topics --describe
+--under-replicated-partitions`` and its siblings) and log dirs as kafka-log-dirs.sh
+describes them, on real brokers."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, wait_until
+from annal.producer.producer import Producer
 from runcli import annal
 
 FAST = {"replica.lag.time.max.ms": "1500", "zookeeper.session.timeout.ms": "6000"}
@@ -68,3 +70,45 @@ def test_describe_filters_partitions_by_health(
     both = annal("topics", "describe", "--bootstrap-server", bootstrap,
                  "--under-replicated-partitions", "--unavailable-partitions")  # fmt: skip
     assert both.returncode == 2 and "not allowed with" in both.stderr
+
+
+@pytest.mark.timeout(120)
+def test_log_dirs_describe_sizes_per_partition_and_dir(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    brokers = {i: broker_factory(i) for i in (1, 2)}
+    bootstrap = brokers[1].endpoint
+    with AdminClient(bootstrap) as admin:
+        admin.create_topic("sized", assignment={0: [1], 1: [2]})
+        admin.create_topic("other", assignment={0: [1]})
+    with Producer(bootstrap) as producer:
+        for _ in range(20):
+            producer.send("sized", value=b"v" * 1000, partition=0)
+        producer.flush()
+
+    run = annal("log-dirs", "--describe", "--bootstrap-server", bootstrap, "--topic-list",
+                "sized", "--json")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    described = json.loads(run.stdout)
+    assert described["version"] == 1
+    assert [b["broker"] for b in described["brokers"]] == [1, 2]
+    (one,) = described["brokers"][0]["logDirs"]
+    assert one["logDir"] == str(brokers[1].log_dir.resolve()) and one["error"] is None
+    assert one["totalBytes"] > 0 and 0 < one["usableBytes"] <= one["totalBytes"]
+    (p0,) = one["partitions"]
+    assert p0["partition"] == "sized-0" and p0["size"] > 20_000 and p0["offsetLag"] == 0
+    sizes = {p.name: p.stat().st_size for p in (brokers[1].log_dir / "sized-0").glob("*.log")}
+    assert p0["size"] == sum(sizes.values())
+    assert [p["partition"] for p in described["brokers"][1]["logDirs"][0]["partitions"]] == [
+        "sized-1"
+    ]
+
+    table = annal("log-dirs", "--describe", "--bootstrap-server", bootstrap, "--broker-list", "1")
+    assert table.returncode == 0, table.stderr
+    rows = table.stdout.splitlines()
+    assert rows[0].split()[:2] == ["BROKER", "PARTITION"]
+    assert sorted(r.split()[1] for r in rows[1:]) == ["other-0", "sized-0"]
+    unknown = annal("log-dirs", "--describe", "--bootstrap-server", bootstrap, "--broker-list", "7")
+    assert unknown.returncode == 1 and "no live broker with id 7" in unknown.stderr
+    bad = annal("log-dirs", "--describe", "--bootstrap-server", bootstrap, "--broker-list", "x")
+    assert bad.returncode == 2 and "--broker-list 'x'" in bad.stderr

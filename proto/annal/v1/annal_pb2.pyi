@@ -2384,6 +2384,128 @@ class InitProducerIdResponse(_message.Message):
 Global___InitProducerIdResponse: _TypeAlias = InitProducerIdResponse  # noqa: Y015
 
 @_typing.final
+class DescribeLogDirsRequest(_message.Message):
+    """The log directories of the broker asked, and the partitions in each
+    (kafka-log-dirs.sh --describe; Kafka's DescribeLogDirs).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Topics to report; empty for every topic."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeLogDirsRequest: _TypeAlias = DescribeLogDirsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeLogDirsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOG_DIRS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def log_dirs(self) -> _containers.RepeatedCompositeFieldContainer[Global___LogDirDescription]:
+        """One entry per directory in the broker's log.dirs."""
+
+    def __init__(
+        self,
+        *,
+        log_dirs: _abc.Iterable[Global___LogDirDescription] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["log_dirs", b"log_dirs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeLogDirsResponse: _TypeAlias = DescribeLogDirsResponse  # noqa: Y015
+
+@_typing.final
+class LogDirDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    TOTAL_BYTES_FIELD_NUMBER: _builtins.int
+    USABLE_BYTES_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """The directory's absolute path."""
+    error: Global___ErrorCode.ValueType
+    """NONE, or KAFKA_STORAGE_ERROR when the directory cannot be read."""
+    total_bytes: _builtins.int
+    """The file system's size; -1 when unknown."""
+    usable_bytes: _builtins.int
+    """The bytes still free on the file system; -1 when unknown."""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___LogDirPartition]:
+        """The partitions whose logs live in this directory, sorted."""
+
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        error: Global___ErrorCode.ValueType = ...,
+        partitions: _abc.Iterable[Global___LogDirPartition] | None = ...,
+        total_bytes: _builtins.int = ...,
+        usable_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "partitions", b"partitions", "path", b"path", "total_bytes", b"total_bytes", "usable_bytes", b"usable_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogDirDescription: _TypeAlias = LogDirDescription  # noqa: Y015
+
+@_typing.final
+class LogDirPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    OFFSET_LAG_FIELD_NUMBER: _builtins.int
+    IS_FUTURE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """Topic name."""
+    partition: _builtins.int
+    """Partition index."""
+    size: _builtins.int
+    """Bytes of the partition's log segments."""
+    offset_lag: _builtins.int
+    """How far this replica's log end is behind its high watermark (0 when caught up)."""
+    is_future: _builtins.bool
+    """Always false: annal has no intra-broker moves between directories."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        size: _builtins.int = ...,
+        offset_lag: _builtins.int = ...,
+        is_future: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_future", b"is_future", "offset_lag", b"offset_lag", "partition", b"partition", "size", b"size", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogDirPartition: _TypeAlias = LogDirPartition  # noqa: Y015
+
+@_typing.final
 class PartitionState(_message.Message):
     """---------------------------------------------------------------------------
     Inter-broker rpcs: controller -> broker, and broker -> controller

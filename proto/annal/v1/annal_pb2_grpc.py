@@ -120,6 +120,11 @@ class AnnalStub:
                 request_serializer=annal_dot_v1_dot_annal__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=annal_dot_v1_dot_annal__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
+        self.DescribeLogDirs = channel.unary_unary(
+                '/annal.v1.Annal/DescribeLogDirs',
+                request_serializer=annal_dot_v1_dot_annal__pb2.DescribeLogDirsRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.DescribeLogDirsResponse.FromString,
+                _registered_method=True)
 
 
 class AnnalServicer:
@@ -245,6 +250,13 @@ class AnnalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeLogDirs(self, request, context):
+        """The broker's log directories and the size of each partition in them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnnalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -332,6 +344,11 @@ def add_AnnalServicer_to_server(servicer, server):
                     servicer.InitProducerId,
                     request_deserializer=annal_dot_v1_dot_annal__pb2.InitProducerIdRequest.FromString,
                     response_serializer=annal_dot_v1_dot_annal__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'DescribeLogDirs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeLogDirs,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.DescribeLogDirsRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.DescribeLogDirsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -794,6 +811,33 @@ class Annal:
             '/annal.v1.Annal/InitProducerId',
             annal_dot_v1_dot_annal__pb2.InitProducerIdRequest.SerializeToString,
             annal_dot_v1_dot_annal__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeLogDirs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/DescribeLogDirs',
+            annal_dot_v1_dot_annal__pb2.DescribeLogDirsRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.DescribeLogDirsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -79,6 +79,8 @@ class AnnalStub:
     """Start moving partitions to other brokers."""
     InitProducerId: _grpc.UnaryUnaryMultiCallable[_annal_pb2.InitProducerIdRequest, _annal_pb2.InitProducerIdResponse]
     """A new producer id and epoch for an idempotent producer."""
+    DescribeLogDirs: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DescribeLogDirsRequest, _annal_pb2.DescribeLogDirsResponse]
+    """The broker's log directories and the size of each partition in them."""
 
 @_typing.type_check_only
 class AnnalAsyncStub(AnnalStub):
@@ -119,6 +121,8 @@ class AnnalAsyncStub(AnnalStub):
     """Start moving partitions to other brokers."""
     InitProducerId: _aio.UnaryUnaryMultiCallable[_annal_pb2.InitProducerIdRequest, _annal_pb2.InitProducerIdResponse]  # type: ignore[assignment]
     """A new producer id and epoch for an idempotent producer."""
+    DescribeLogDirs: _aio.UnaryUnaryMultiCallable[_annal_pb2.DescribeLogDirsRequest, _annal_pb2.DescribeLogDirsResponse]  # type: ignore[assignment]
+    """The broker's log directories and the size of each partition in them."""
 
 class AnnalServicer(metaclass=_abc_1.ABCMeta):
     """What clients call."""
@@ -258,6 +262,14 @@ class AnnalServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_annal_pb2.InitProducerIdResponse, _abc.Awaitable[_annal_pb2.InitProducerIdResponse]]:
         """A new producer id and epoch for an idempotent producer."""
+
+    @_abc_1.abstractmethod
+    def DescribeLogDirs(
+        self,
+        request: _annal_pb2.DescribeLogDirsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.DescribeLogDirsResponse, _abc.Awaitable[_annal_pb2.DescribeLogDirsResponse]]:
+        """The broker's log directories and the size of each partition in them."""
 
 def add_AnnalServicer_to_server(servicer: AnnalServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
