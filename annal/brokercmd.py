@@ -11,7 +11,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from annal import logsetup
 from annal.clierrors import fail
+from annal.logsetup import DEFAULT_BACKUPS, DEFAULT_MAX_BYTES
 
 
 def add_parser(commands: Any) -> None:
@@ -37,7 +39,29 @@ def add_parser(commands: Any) -> None:
     )
     start.add_argument("settings", nargs="*", metavar="KEY=VALUE", help="more settings")
     start.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    start.add_argument(
+        "--log-file", type=Path, metavar="FILE",
+        help="write the log (and stdout/stderr) to FILE, rotated by size, instead of stderr",
+    )  # fmt: skip
+    start.add_argument(
+        "--log-file-max-bytes", type=_positive, default=DEFAULT_MAX_BYTES, metavar="BYTES",
+        help="rotate --log-file past this size (default: %(default)s)",
+    )  # fmt: skip
+    start.add_argument(
+        "--log-file-backups", type=_positive, default=DEFAULT_BACKUPS, metavar="N",
+        help="rotated files kept: FILE.1 (newest) to FILE.N (default: %(default)s)",
+    )  # fmt: skip
     start.set_defaults(run=run_start)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
 
 
 def parse_pairs(pairs: list[str]) -> dict[str, str]:
@@ -54,15 +78,17 @@ def run_start(args: argparse.Namespace) -> int:
     from annal.broker.config import BrokerConfig, ConfigError
     from annal.broker.server import BrokerServer, BrokerStartupError
 
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, args.log_level),
-        format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
-    )
     try:
         config = BrokerConfig.load(args.config, parse_pairs(args.override + args.settings))
     except ConfigError as exc:
         return fail("annal broker start", exc)
+    logsetup.configure(
+        args.log_level,
+        config.log_format,
+        args.log_file,
+        args.log_file_max_bytes,
+        args.log_file_backups,
+    )
     if config.ignored:
         logging.getLogger(__name__).warning(
             "ignoring Kafka settings annal does not use: %s", ", ".join(config.ignored)

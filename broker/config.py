@@ -120,6 +120,12 @@ def _timestamp_type(name: str, text: str) -> str:
     return text.strip()
 
 
+def _log_format(name: str, text: str) -> str:
+    if text.strip() not in ("text", "json"):
+        raise ConfigError(f"{name}={text!r}: expected text or json")
+    return text.strip()
+
+
 HOUR_MS = 3600 * 1000
 
 # name: (parser, default).  None as default means "required" or "derived".
@@ -190,6 +196,8 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     # Prometheus metrics over HTTP (broker/metrics.py): -1 off, 0 any free port
     "metrics.port": (_int(-1), "-1"),
     "metrics.host": (_str, ""),
+    # the broker's own log lines (annal/logsetup.py): one line of text, or a JSON object
+    "log.format": (_log_format, "text"),
 }
 
 
@@ -241,6 +249,7 @@ class BrokerConfig:
     socket_request_max_bytes: int
     metrics_port: int
     metrics_host: str
+    log_format: str
     raw: Mapping[str, str]
     ignored: tuple[str, ...] = ()  # Kafka settings given that annal does not use
 
@@ -347,6 +356,7 @@ class BrokerConfig:
             socket_request_max_bytes=values["socket.request.max.bytes"],
             metrics_port=values["metrics.port"],
             metrics_host=values["metrics.host"],
+            log_format=values["log.format"],
             raw={k: str(v) for k, v in props.items()},
             ignored=tuple(sorted(n for n in props if n in KAFKA_SETTINGS_UNUSED)),
         )

@@ -3,7 +3,9 @@
 Each broker runs ``python -m annal broker start`` with its settings as
 arguments (two listeners: gRPC, and Kafka's protocol on ``PLAINTEXT://``),
 its logs under ``<dir>/broker-<id>/logs`` and its output in
-``<dir>/broker-<id>/broker.log``.  Failure drills stop a broker with SIGTERM
+``<dir>/broker-<id>/broker.log``, which the broker rotates by size
+(``broker.log.1`` to ``.3``; what it prints before its logging starts, the
+runner appends there).  Failure drills stop a broker with SIGTERM
 (clean) or SIGKILL (crash).
 """
 
@@ -21,6 +23,10 @@ import grpc
 from annal.deploy.zookeeper import free_port
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
+
+# broker.log is rotated by the broker past this size, keeping broker.log.1 ... .3
+LOG_FILE_MAX_BYTES = 64 * 1024 * 1024
+LOG_FILE_BACKUPS = 3
 
 
 def wait_until(
@@ -102,7 +108,12 @@ class BrokerProcess:
             **({} if self.metrics_port is None else {"metrics.port": str(self.metrics_port)}),
             **self.settings,
         }
-        return [sys.executable, "-m", "annal", "broker", "start"] + [
+        rotation = [
+            f"--log-file={self.log_path}",
+            f"--log-file-max-bytes={LOG_FILE_MAX_BYTES}",
+            f"--log-file-backups={LOG_FILE_BACKUPS}",
+        ]
+        return [sys.executable, "-m", "annal", "broker", "start", *rotation] + [
             f"{key}={value}" for key, value in settings.items()
         ]
 
