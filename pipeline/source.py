@@ -203,7 +203,8 @@ class AnnalBatchReader(DataSourceReader):
         return _ranges(self.options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, OffsetRange)
+        if not isinstance(partition, OffsetRange):
+            return iter(())  # nothing to read: PySpark passes InputPartition(None)
         return read_range(partition)
 
 
@@ -233,7 +234,8 @@ class AnnalStreamReader(DataSourceStreamReader):
         return _ranges(self.options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, OffsetRange)
+        if not isinstance(partition, OffsetRange):
+            return iter(())
         return read_range(partition)
 
     def commit(self, end: Offsets) -> None:
