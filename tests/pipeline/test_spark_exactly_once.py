@@ -59,7 +59,7 @@ def test_a_round_stored_but_not_recorded_is_not_stored_again(
     rows = pa.RecordBatch.from_pydict(
         {
             "key": [b"k%d" % i for i in range(60)],
-            "value": ["v%d" % i for i in range(60)],
+            "value": [f"v{i}" for i in range(60)],
             "headers": [[{"key": "n", "value": b"%d" % i}] for i in range(60)],
         }
     )
@@ -96,6 +96,41 @@ def test_a_round_stored_but_not_recorded_is_not_stored_again(
     assert not list(tmp_path.glob("annal-sink/0.*intent*"))
 
 
+def kill_while_publishing(command: list[str], log_path: Path, state: Path) -> None:
+    """Run the job until it is between a round it sent and the batch's done
+    marker, then SIGKILL its driver (Python, its JVM and its workers)."""
+
+    def progress() -> dict[str, int]:
+        return {p.name: p.stat().st_size for p in state.glob("*.progress")}
+
+    before = progress() if state.exists() else {}
+
+    def publishing() -> bool:
+        for name, size in progress().items():
+            if size > before.get(name, 0) and not (state / name).with_suffix(".done").exists():
+                return True
+        return False
+
+    with open(log_path, "wb") as log:
+        job = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            wait_until(
+                lambda: publishing() or job.poll() is not None,
+                240,
+                "the job publishing a micro-batch",
+                poll_s=0.01,
+            )
+            assert job.poll() is None, "the job ended before it was killed"
+        except (TimeoutError, AssertionError):
+            print(log_path.read_text()[-5000:])
+            raise
+        finally:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
+
+
 @pytest.mark.timeout(600)
 def test_the_mirror_job_holds_every_record_once_through_two_driver_kills(
     broker: BrokerProcess, tmp_path: Path
@@ -116,46 +151,18 @@ def test_the_mirror_job_holds_every_record_once_through_two_driver_kills(
     ]  # fmt: skip
     state = checkpoint / "annal-sink"
 
-    def progress() -> dict[str, int]:
-        return {p.name: p.stat().st_size for p in state.glob("*.progress")}
-
-    def publishing(before: dict[str, int]) -> bool:
-        """A batch is between a round this run sent and its done marker."""
-        for name, size in progress().items():
-            done = (state / name).with_suffix(".done")
-            if size > before.get(name, 0) and not done.exists():
-                return True
-        return False
-
-    logs = []
     for run in range(2):
-        before = progress() if state.exists() else {}
-        log = open(tmp_path / f"job-{run}.log", "wb")
-        logs.append(log)
-        job = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            wait_until(
-                lambda: publishing(before) or job.poll() is not None,
-                240,
-                "the job publishing a micro-batch",
-                poll_s=0.01,
-            )
-            assert job.poll() is None, "the job ended before it was killed"
-        except (TimeoutError, AssertionError):
-            print((tmp_path / f"job-{run}.log").read_text()[-5000:])
-            raise
-        finally:
-            os.killpg(job.pid, signal.SIGKILL)  # the driver: Python, its JVM, its workers
-            job.wait(30)
-    for log in logs:
-        log.close()
+        kill_while_publishing(command, tmp_path / f"job-{run}.log", state)
     assert len(all_records(broker.endpoint, "dst")) < 6000  # killed before the end
     finished = subprocess.run(
         [*command, "--available-now"], capture_output=True, text=True, timeout=300
     )
     assert finished.returncode == 0, finished.stderr[-5000:]
     got = all_records(broker.endpoint, "dst")
-    expected = [(b"k%d" % i if i % 3 else None, b"v%d" % i + pad, (("i", b"%d" % i),)) for i in range(6000)]  # fmt: skip
+    expected = [
+        (b"k%d" % i if i % 3 else None, b"v%d" % i + pad, (("i", b"%d" % i),)) for i in range(6000)
+    ]
     duplicates = sum(n - 1 for n in Counter(got).values() if n > 1)
-    print(f"{len(got)} records, {duplicates} duplicates; batches", os.listdir(checkpoint / "commits"))
+    batches = sorted(os.listdir(checkpoint / "commits"))
+    print(f"{len(got)} records, {duplicates} duplicates; batches {batches}")
     assert duplicates == 0 and sorted(got, key=repr) == sorted(expected, key=repr)
