@@ -3,7 +3,11 @@
 Fetch from a partition at an offset, fetch many partitions at once, ask for
 offsets before a time, and iterate over records.  The consumer finds each
 partition's leader with Metadata from any bootstrap broker, sends each fetch
-to the leader, and refreshes its metadata and retries when a leader moved.
+to the leader, and refreshes its metadata and retries when a leader moved or
+did not answer.  Retries back off (50 ms doubling to 1 s) and go on for up to
+``timeout_s`` (the request timeout; at least ``retries`` times), so a query
+outlives a leader that crashed: the controller moves leadership once the
+dead broker's ZooKeeper session expires, which takes its session timeout.
 
 Fetched data is whole v2 batches; records below the requested offset (the
 front of the first batch) are skipped.  An offset outside the partition is
@@ -66,6 +70,31 @@ def paused_gc() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+class _Retry:
+    """Backoff and a deadline for one operation: at least ``attempts`` retries,
+    and more until ``timeout_s`` has passed since it began."""
+
+    def __init__(self, attempts: int, timeout_s: float) -> None:
+        self.attempts = attempts
+        self.timeout_s = timeout_s
+        self.began = time.monotonic()
+        self.deadline = self.began + timeout_s
+        self.done = 0
+
+    def exhausted(self) -> bool:
+        return self.done >= self.attempts and time.monotonic() >= self.deadline
+
+    def backoff(self) -> None:
+        delay = min(0.05 * 2 ** min(self.done, 5), 1.0)
+        if self.done >= self.attempts:
+            delay = max(0.0, min(delay, self.deadline - time.monotonic()))
+        self.done += 1
+        time.sleep(delay)
+
+    def describe(self) -> str:
+        return f"{self.done} retries in {time.monotonic() - self.began:.1f} s"
 
 
 class ConsumerError(ClientError):
@@ -161,24 +190,27 @@ class SimpleConsumer:
         """Fetch many partitions, one request per leader; retries when leaders move."""
         results: dict[TopicPartition, FetchResult] = {}
         pending = dict(offsets)
-        for attempt in range(self.retries + 1):
+        retry = _Retry(self.retries, self.timeout_s)
+        while True:
             by_leader: dict[str, dict[TopicPartition, int]] = {}
             for key, offset in pending.items():
                 try:
                     by_leader.setdefault(self.leader(*key), {})[key] = offset
                 except ConsumerError:
-                    if attempt == self.retries:
+                    if retry.exhausted():
                         raise
             for endpoint, wanted in by_leader.items():
                 self._fetch_from(endpoint, wanted, max_bytes, results)
             pending = {k: v for k, v in pending.items() if k not in results}
             if not pending:
                 return results
+            if retry.exhausted():
+                raise ConsumerError(
+                    errors.NOT_LEADER_OR_FOLLOWER,
+                    f"no leader answered for {sorted(pending)} within {retry.describe()}",
+                )
             self.cluster.forget()
-            time.sleep(min(0.05 * 2**attempt, 1.0))
-        raise ConsumerError(
-            errors.NOT_LEADER_OR_FOLLOWER, f"no leader answered for {sorted(pending)}"
-        )
+            retry.backoff()
 
     def _fetch_from(
         self,
@@ -313,7 +345,13 @@ class SimpleConsumer:
 
     def offsets_before(self, topic: str, partition: int, timestamp: int) -> int:
         """The first offset at or after ``timestamp`` (EARLIEST -2, LATEST -1); -1 if none."""
-        for attempt in range(self.retries + 1):
+        return self.offset_for_time(topic, partition, timestamp)[0]
+
+    def offset_for_time(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+        """As ``offsets_before``, with the found record's timestamp (-1 for
+        EARLIEST/LATEST and when no record is that recent)."""
+        retry = _Retry(self.retries, self.timeout_s)
+        while True:
             request = pb.ListOffsetsRequest(
                 replica_id=-1,
                 topics=[
@@ -325,7 +363,14 @@ class SimpleConsumer:
                     )
                 ],
             )
-            leader = self.leader(topic, partition)
+            try:
+                leader = self.leader(topic, partition)
+            except ConsumerError:
+                if retry.exhausted():
+                    raise
+                self.cluster.forget()
+                retry.backoff()
+                continue
             try:
                 response = self.cluster.stub(leader).ListOffsets(request, timeout=self.timeout_s)
             except grpc.RpcError as exc:
@@ -337,12 +382,12 @@ class SimpleConsumer:
                 result = response.topics[0].partitions[0]
                 error, detail = errors.from_wire(result.error), ""
                 if error is errors.NONE:
-                    return int(result.offset)
-            if not error.retriable or attempt == self.retries:
-                raise ConsumerError(error, detail or f"list offsets of {topic}-{partition}")
+                    return int(result.offset), int(result.timestamp)
+            if not error.retriable or retry.exhausted():
+                where = detail or f"list offsets of {topic}-{partition}"
+                raise ConsumerError(error, f"{where} (gave up after {retry.describe()})")
             self.cluster.forget()
-            time.sleep(min(0.05 * 2**attempt, 1.0))
-        raise AssertionError("unreachable")
+            retry.backoff()
 
     def iterate(self, topic: str, partition: int, offset: int) -> Iterator[ConsumerRecord]:
         """Records from ``offset`` until the high watermark as it was when reached."""

@@ -4,10 +4,11 @@
         --sink events-mirror --checkpoint /var/lib/annal-job [--available-now]
 
 It reads ``--source`` with the ``annal`` data source and writes every record's
-key and value to ``--sink`` (partitioned by key, as the producer does).  The
-offsets live in ``--checkpoint``:
-stopped and started again, the job goes on where it left off, with no gap
-and no duplicate.  ``--available-now`` copies what is there and exits (for
+key, value and headers to ``--sink`` (partitioned by key, as the producer
+does) with the exactly-once streaming sink (``sink.py``).  The offsets and
+the sink's state live in ``--checkpoint``: stopped, or killed at any moment,
+and started again, the job goes on where it left off, and the mirror holds
+every source record exactly once.  ``--available-now`` copies what is there and exits (for
 batch-style runs and tests); otherwise it runs until stopped.
 """
 
@@ -34,12 +35,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--available-now", action="store_true", help="copy what is there now, then exit"
     )
+    parser.add_argument(
+        "--max-offsets-per-trigger", type=int, help="at most this many records a micro-batch"
+    )
+    parser.add_argument(
+        "--sink-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the sink, such as kafka.compression.type=lz4 (repeatable)",
+    )
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    sink_options = {}
+    for option in args.sink_option:
+        key, sep, value = option.partition("=")
+        if not sep or not key:
+            parser.error(f"--sink-option {option!r} is not KEY=VALUE")
+        sink_options[key] = value
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from annal.pipeline.source import AnnalDataSource
     from pyspark.sql import SparkSession
@@ -52,19 +70,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     spark.dataSource.register(AnnalDataSource)
     try:
-        records = (
+        reader = (
             spark.readStream.format("annal")
             .option("bootstrap.servers", args.bootstrap_server)
             .option("subscribe", args.source)
             .option("startingOffsets", args.starting_offsets)
-            .load()
-            .selectExpr("key", "value")
+            .option("includeHeaders", "true")
         )
+        if args.max_offsets_per_trigger is not None:
+            reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
+        records = reader.load().selectExpr("key", "value", "headers")
         writer = (
             records.writeStream.format("annal")
             .option("bootstrap.servers", args.bootstrap_server)
             .option("topic", args.sink)
             .option("checkpointLocation", args.checkpoint)
+            .options(**sink_options)
         )
         writer = writer.trigger(availableNow=True) if args.available_now else writer
         query = writer.start()

@@ -129,3 +129,103 @@ def _offsets(name: str, text: str) -> str | dict[str, dict[str, int]]:
             f'option {name} must be earliest, latest or JSON like {{"topic": {{"0": 23}}}}, '
             f"not {text!r}"
         ) from None
+
+
+# -- writing ----------------------------------------------------------------------
+
+# producer settings the sink takes, as ``kafka.<name>``, and how each is parsed
+_PRODUCER_SETTINGS = {
+    "acks": str,
+    "compression.type": str,
+    "batch.size": int,
+    "linger.ms": int,
+    "request.timeout.ms": int,
+    "delivery.timeout.ms": int,
+    "retries": int,
+    "max.in.flight.requests.per.connection": int,
+    "enable.idempotence": str,
+}
+COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    bootstrap: str
+    topic: str | None
+    checkpoint: str | None  # streaming: where the sink keeps its exactly-once state
+    acks: str = "all"
+    compression: str = "none"
+    batch_size: int = 1 << 20
+    linger_ms: int = 5
+    request_timeout_ms: int = 30_000
+    delivery_timeout_ms: int = 120_000
+    retries: int | None = None
+    max_in_flight: int | None = None
+    idempotence: bool | None = None
+
+
+def write_options(given_options: Mapping[str, str], streaming: bool) -> WriteOptions:
+    """The sink's options: ``bootstrap.servers``, ``topic`` (else each row's topic
+    column), ``checkpointLocation`` (streaming) and the producer settings above
+    as ``kafka.<setting>``; any other option is refused, naming it."""
+    options = _lower(given_options)
+    settings: dict[str, object] = {}
+    for name, value in options.items():
+        if name in ("bootstrap.servers", "kafka.bootstrap.servers", "topic", "checkpointlocation"):
+            continue
+        setting = name.removeprefix("kafka.")
+        parse = _PRODUCER_SETTINGS.get(setting) if name.startswith("kafka.") else None
+        if parse is None:
+            known = ", ".join(f"kafka.{s}" for s in _PRODUCER_SETTINGS)
+            raise OptionError(
+                f"option {name} is not one the annal sink knows (it takes bootstrap.servers, "
+                f"topic, checkpointLocation and {known})"
+            )
+        try:
+            settings[setting] = parse(value.strip())
+        except ValueError:
+            raise OptionError(f"option kafka.{setting} is not a number: {value!r}") from None
+    acks = str(settings.get("acks", "all")).lower()
+    acks = "all" if acks == "-1" else acks
+    if acks not in ("all", "0", "1"):
+        raise OptionError(f"option kafka.acks must be all, -1, 0 or 1, not {acks!r}")
+    if streaming and acks != "all":
+        raise OptionError(
+            f"option kafka.acks={acks} cannot go with the exactly-once streaming sink, "
+            "which needs acks=all"
+        )
+    compression = str(settings.get("compression.type", "none")).lower()
+    if compression not in COMPRESSION_TYPES:
+        raise OptionError(
+            f"option kafka.compression.type must be one of {', '.join(COMPRESSION_TYPES)}, "
+            f"not {compression!r}"
+        )
+    idempotence = settings.get("enable.idempotence")
+    if idempotence is not None and str(idempotence).lower() not in ("true", "false"):
+        raise OptionError(
+            f"option kafka.enable.idempotence must be true or false, not {idempotence!r}"
+        )
+    checkpoint = options.get("checkpointlocation")
+    if streaming and not checkpoint:
+        raise OptionError(
+            "the annal streaming sink keeps its exactly-once state under the query's "
+            "checkpoint: set the option checkpointLocation on writeStream"
+        )
+    numbers = {k: v for k, v in settings.items() if isinstance(v, int)}
+    for name, number in numbers.items():
+        if number < (0 if name in ("linger.ms", "retries") else 1):
+            raise OptionError(f"option kafka.{name} must be positive, not {number}")
+    return WriteOptions(
+        bootstrap(options),
+        options.get("topic") or None,
+        checkpoint,
+        acks=acks,
+        compression=compression,
+        batch_size=numbers.get("batch.size", 1 << 20),
+        linger_ms=numbers.get("linger.ms", 5),
+        request_timeout_ms=numbers.get("request.timeout.ms", 30_000),
+        delivery_timeout_ms=numbers.get("delivery.timeout.ms", 120_000),
+        retries=numbers.get("retries"),
+        max_in_flight=numbers.get("max.in.flight.requests.per.connection"),
+        idempotence=None if idempotence is None else str(idempotence).lower() == "true",
+    )

@@ -16,9 +16,11 @@ runs start at their earliest offset.  Records deleted before they were read
 (retention, DeleteRecords) fail the query unless ``failOnDataLoss`` is false,
 when the read moves on to the earliest offset left.
 
-Writes produce each row (``key`` and ``value``, binary or string; ``topic``
-unless the ``topic`` option is set; an optional ``partition``) with acks=all,
-one producer per task; a record the cluster refuses fails the task.
+Batch writes produce each row (``key`` and ``value``, binary or string;
+``topic`` unless the ``topic`` option is set; optional ``partition`` and
+``headers``) with the ``kafka.*`` producer settings given, one producer per
+task; a record the cluster refuses fails the task.  Streaming writes are
+exactly-once (``sink.py``).
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ from annal.pipeline.options import (
     SCHEMA,
     OptionError,
     ReadOptions,
-    bootstrap,
+    WriteOptions,
     read_options,
+    write_options,
 )
+from annal.pipeline.sink import AnnalStreamWriter, check_columns
 from annal.producer.producer import ProduceError, Producer, RecordFuture
 from pyspark.sql.datasource import (
     DataSource,
@@ -50,7 +54,12 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from annal.topic_partition import TopicPartition
 
@@ -75,10 +84,10 @@ class AnnalDataSource(DataSource):
         return AnnalStreamReader(read_options(self.options, streaming=True))
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
-        return AnnalBatchWriter(bootstrap(self.options), self.options.get("topic"))
+        return AnnalBatchWriter(write_options(self.options, streaming=False), schema.fieldNames())
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
-        return AnnalStreamWriter(bootstrap(self.options), self.options.get("topic"))
+        return AnnalStreamWriter(write_options(self.options, streaming=True), schema.fieldNames())
 
 
 @dataclass
@@ -207,13 +216,20 @@ class AnnalBatchReader(DataSourceReader):
         return _ranges(self.options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, OffsetRange)
+        if not isinstance(partition, OffsetRange):
+            return iter(())  # nothing to read: PySpark passes InputPartition(None)
         return read_range(partition)
 
 
-class AnnalStreamReader(DataSourceStreamReader):
+class AnnalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
+        self.target: Offsets | None = None  # Trigger.AvailableNow: read up to here
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        found = _partitions(self.options)
+        with SimpleConsumer(self.options.bootstrap) as consumer:
+            self.target = _resolve("latest", found, consumer, LATEST)
 
     def initialOffset(self) -> Offsets:
         found = _partitions(self.options)
@@ -226,9 +242,12 @@ class AnnalStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.options.max_offsets_per_trigger)
 
     def latestOffset(self, start: Offsets | None = None, limit: ReadLimit | None = None) -> Offsets:
-        found = _partitions(self.options)
-        with SimpleConsumer(self.options.bootstrap) as consumer:
-            latest = _resolve("latest", found, consumer, LATEST)
+        if self.target is not None:
+            latest = self.target
+        else:
+            found = _partitions(self.options)
+            with SimpleConsumer(self.options.bootstrap) as consumer:
+                latest = _resolve("latest", found, consumer, LATEST)
         if start is None or not isinstance(limit, ReadMaxRows):
             return latest
         return _limit(start, latest, limit.max_rows)
@@ -237,7 +256,8 @@ class AnnalStreamReader(DataSourceStreamReader):
         return _ranges(self.options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, OffsetRange)
+        if not isinstance(partition, OffsetRange):
+            return iter(())
         return read_range(partition)
 
     def commit(self, end: Offsets) -> None:
@@ -288,7 +308,9 @@ def _to_bytes(value: Any, column: str) -> bytes | None:
     raise OptionError(f"column {column} must be binary or string, not {type(value).__name__}")
 
 
-def write_rows(bootstrap_servers: str, topic: str | None, rows: Iterator[Any]) -> Written:
+def write_rows(options: WriteOptions, rows: Iterator[Any]) -> Written:
+    """Produce ``rows`` with the producer settings of ``options``; every record
+    acknowledged, or the task fails naming the first refusal."""
     failures: list[BaseException] = []
 
     def check(future: RecordFuture) -> None:
@@ -297,42 +319,48 @@ def write_rows(bootstrap_servers: str, topic: str | None, rows: Iterator[Any]) -
             failures.append(error)
 
     count = 0
-    with Producer(bootstrap_servers, acks="all", linger_ms=5) as producer:
+    producer = Producer(
+        options.bootstrap,
+        acks=options.acks,
+        linger_ms=options.linger_ms,
+        batch_size=options.batch_size,
+        compression=options.compression,
+        retries=options.retries,
+        max_in_flight=options.max_in_flight,
+        request_timeout_ms=options.request_timeout_ms,
+        max_block_ms=options.request_timeout_ms,
+        enable_idempotence=options.idempotence,
+    )
+    with producer:
         for row in rows:
             fields = row.asDict()
-            target = topic or fields.get("topic")
+            target = options.topic or fields.get("topic")
             if not target:
                 raise OptionError("rows need a topic column, or the topic option must be set")
             partition = fields.get("partition")
+            headers = fields.get("headers") or ()
             future = producer.send(
                 target,
                 key=_to_bytes(fields.get("key"), "key"),
                 value=_to_bytes(fields.get("value"), "value"),
                 partition=int(partition) if partition is not None else None,
+                headers=[(h["key"], _to_bytes(h["value"], "headers.value")) for h in headers],
             )
             future.add_done_callback(check)
             count += 1
-        producer.flush(300)
+        producer.flush(options.delivery_timeout_ms / 1000)
     if failures:
         raise ProduceError("WRITE_FAILED", f"{len(failures)} records refused: {failures[0]}")
     return Written(count)
 
 
-class _RowWriter:
-    """What the batch and the streaming writer share: each task produces its rows."""
+class AnnalBatchWriter(DataSourceWriter):
+    """Batch writes: each task produces its rows (at-least-once, as Spark's own
+    Kafka sink: a task that fails after some acknowledgements is run again)."""
 
-    def __init__(self, bootstrap_servers: str, topic: str | None) -> None:
-        self.bootstrap = bootstrap_servers
-        self.topic = topic
+    def __init__(self, options: WriteOptions, columns: Sequence[str]) -> None:
+        check_columns(columns, options.topic)
+        self.options = options
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return write_rows(self.bootstrap, self.topic, iterator)
-
-
-class AnnalBatchWriter(_RowWriter, DataSourceWriter):
-    pass
-
-
-class AnnalStreamWriter(_RowWriter, DataSourceStreamWriter):
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass  # each task flushed with acks=all before it reported
+        return write_rows(self.options, iterator)

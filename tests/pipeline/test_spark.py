@@ -4,10 +4,8 @@ resumes from its checkpoint with no gap and no duplicate."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,27 +14,8 @@ from annal.admin.client import AdminClient
 from annal.consumer.simple import SimpleConsumer
 from annal.deploy.runner import BrokerProcess, wait_until
 from annal.pipeline.options import OptionError, read_options
-from annal.pipeline.source import AnnalDataSource, _limit
+from annal.pipeline.source import _limit
 from annal.producer.producer import Producer
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers import annal from this venv
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("annal-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.dataSource.register(AnnalDataSource)
-    yield session
-    session.stop()
 
 
 def produce(endpoint: str, topic: str, start: int, count: int, partitions: int) -> None:
@@ -90,10 +69,34 @@ def test_batch_reads_and_writes(spark: Any, broker: BrokerProcess) -> None:
         got = {r.value: r.key for r in consumer.iterate("events-out", 0, 0)}
     assert got == {b"one": b"a", b"two": b"b", b"three": None}
 
+    assert read(subscribe="events-out", startingOffsets='{"events-out": {"0": 3}}') == []
+
     with pytest.raises(Exception, match="exactly one of the options subscribe"):
         read()
     with pytest.raises(Exception, match="subscribed topics do not exist"):
         read(subscribe="nope")
+
+
+@pytest.mark.timeout(120)
+def test_empty_reads_are_empty_frames(spark: Any, broker: BrokerProcess) -> None:
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("empty", partitions=2)
+    produce(broker.endpoint, "empty", 0, 4, 2)
+
+    def read(**options: str) -> Any:
+        reader = spark.read.format("annal").option("bootstrap.servers", broker.endpoint)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+    at_end = '{"empty": {"0": 2, "1": 2}}'
+    for frame in (
+        read(subscribePattern="nothing-matches-.*"),
+        read(subscribe="empty", startingOffsets=at_end),
+        read(assign='{"empty": [1]}', startingOffsets=at_end, endingOffsets="latest"),
+    ):
+        assert frame.collect() == [] and frame.count() == 0
+        assert frame.columns[:2] == ["key", "value"]
 
 
 @pytest.mark.timeout(300)
