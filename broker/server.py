@@ -51,6 +51,7 @@ from annal.broker.replica_manager import ReplicaManager
 from annal.broker.rpc_guard import RequestLimits
 from annal.broker.service import AnnalService
 from annal.controller.controller import Controller, RebalanceSettings
+from annal.kafkaproto.admin import AdminApis
 from annal.kafkaproto.apis import KafkaApis
 from annal.kafkaproto.cluster import ClusterApis
 from annal.kafkaproto.data import DataApis
@@ -225,6 +226,9 @@ class BrokerServer:
             kafka_apis = KafkaApis()
             DataApis(data, init_producer_id).register(kafka_apis)
             ClusterApis(admin, self.metadata, lambda: self.cluster_id).register(kafka_apis)
+            AdminApis(admin, data, self.metadata, config.broker_id, lambda: config.raw).register(
+                kafka_apis
+            )
             self.kafka = KafkaListener(kafka_apis, limits, config.socket_request_max_bytes)
             kafka_address = f"{config.kafka_listener.host}:{config.kafka_listener.port}"
             try:
