@@ -66,6 +66,7 @@ class Request:
     client_id: str | None
     body: Any  # the kio request type of (api_key, api_version)
     size: int  # bytes of the frame
+    client_host: str = ""  # the peer's address, as Kafka shows it ("/127.0.0.1")
 
 
 def peek_head(frame: bytes) -> RequestHead:
@@ -88,7 +89,7 @@ def response_type(api_key: int, api_version: int) -> Any:
     return load_response_schema(api_key, api_version)
 
 
-def decode_request(frame: bytes, head: RequestHead) -> Request:
+def decode_request(frame: bytes, head: RequestHead, client_host: str = "") -> Request:
     """The header and body of a supported (key, version); MalformedRequest otherwise."""
     body_type = request_type(head.api_key, head.api_version)
     header_type = RequestHeaderV2 if body_type.__flexible__ else RequestHeaderV1
@@ -103,7 +104,7 @@ def decode_request(frame: bytes, head: RequestHead) -> Request:
     # Bytes after the body are ignored, as Kafka's broker ignores them: some
     # clients write fields a version no longer has (librdkafka's Metadata v12
     # carries v8-v10's include_cluster_authorized_operations).
-    return Request(head, header.client_id, body, len(frame))
+    return Request(head, header.client_id, body, len(frame), client_host)
 
 
 def encode_response(head: RequestHead, body: Any) -> bytes:
