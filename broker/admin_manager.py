@@ -478,6 +478,11 @@ class AdminManager:
                 return
             await asyncio.sleep(ELECTION_RETRY_S)
 
+    async def list_reassignments(self) -> dict[TopicPartition, tuple[int, ...]]:
+        """The reassignments still running: partition → its target replicas."""
+        found = await self.blocking(self._zk.get_reassignments)
+        return {} if found is None else found[0]
+
     async def alter_partition_reassignments(
         self, request: pb.AlterPartitionReassignmentsRequest
     ) -> pb.AlterPartitionReassignmentsResponse:

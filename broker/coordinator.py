@@ -28,11 +28,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from annal.broker.offsets_schema import (
+    GroupMetadataValue,
     OffsetKey,
     OffsetsSchemaError,
     OffsetValue,
+    decode_group_key,
+    decode_group_value,
     decode_key,
     decode_value,
+    encode_group_key,
+    encode_group_value,
     encode_key,
     encode_value,
     partition_for,
@@ -85,6 +90,8 @@ class OffsetsCoordinator:
         self._lock = threading.Lock()
         # offsets partition -> group -> (topic, partition) -> value
         self._caches: dict[int, dict[str, dict[TopicPartition, OffsetValue]]] = {}
+        # offsets partition -> group -> its metadata (groups of Kafka's clients)
+        self._group_caches: dict[int, dict[str, GroupMetadataValue]] = {}
         self._loading: set[int] = set()
         self._generation: dict[int, int] = {}  # bumps on each leadership change
 
@@ -99,6 +106,7 @@ class OffsetsCoordinator:
             generation = self._generation.get(index, 0) + 1
             self._generation[index] = generation
             self._caches.pop(index, None)
+            self._group_caches.pop(index, None)
             self._loading.add(index)
         threading.Thread(
             target=self._load, args=(index, log, generation), name=f"offsets-load-{index}",
@@ -109,11 +117,13 @@ class OffsetsCoordinator:
         with self._lock:
             self._generation[index] = self._generation.get(index, 0) + 1
             self._caches.pop(index, None)
+            self._group_caches.pop(index, None)
             self._loading.discard(index)
 
     def _load(self, index: int, log: Log, generation: int) -> None:
         started = time.monotonic()
         cache: dict[str, dict[TopicPartition, OffsetValue]] = {}
+        groups: dict[str, GroupMetadataValue] = {}
         offset, end, records = log.log_start_offset, log.log_end_offset, 0
         try:
             while offset < end:
@@ -123,7 +133,7 @@ class OffsetsCoordinator:
                 for record in iter_records(data):
                     if record.offset >= offset and record.key is not None:
                         records += 1
-                        _apply(cache, record.key, record.value)
+                        _apply(cache, groups, record.key, record.value)
                 header = last_header(data)
                 assert header is not None
                 offset = header.next_offset
@@ -134,6 +144,7 @@ class OffsetsCoordinator:
             if self._generation.get(index) != generation:
                 return  # leadership moved on meanwhile
             self._caches[index] = cache
+            self._group_caches[index] = groups
             self._loading.discard(index)
         logger.info(
             "loaded offsets partition %d: %d groups from %d records in %.0f ms",
@@ -230,6 +241,91 @@ class OffsetsCoordinator:
         with self._lock:
             return sorted({g for cache in self._caches.values() for g in cache})
 
+    # -- group metadata (the classic membership protocol) ----------------------------
+
+    def term(self, group: str) -> tuple[ErrorCode, int]:
+        """(NONE, this broker's term as the group's coordinator: it changes with
+        every leadership change of the group's partition), or why it is not."""
+        index = self.partition_of(group)
+        with self._lock:
+            return self._state(index), self._generation.get(index, 0)
+
+    def group_metadata(self, group: str) -> GroupMetadataValue | None:
+        """The group's metadata as last stored (None: never, or deleted)."""
+        with self._lock:
+            return self._group_caches.get(self.partition_of(group), {}).get(group)
+
+    def metadata_groups(self) -> list[str]:
+        """Groups with stored metadata in the partitions this broker leads."""
+        with self._lock:
+            return sorted({g for cache in self._group_caches.values() for g in cache})
+
+    async def store_group(
+        self, group: str, value: GroupMetadataValue | None, timeout_ms: int
+    ) -> tuple[ErrorCode, str]:
+        """Append the group's metadata (None: a tombstone, which also deletes its
+        offsets) with acks=all; the cache changes once the ISR holds it."""
+        index = self.partition_of(group)
+        with self._lock:
+            state = self._state(index)
+            generation = self._generation.get(index)
+            offsets = list(self._caches.get(index, {}).get(group, {})) if value is None else []
+        if state != errors.NONE:
+            return state, ""
+        now = self._clock_ms()
+        records = [
+            Record(0, now, encode_group_key(group),
+                   None if value is None else encode_group_value(value))
+        ] + [
+            Record(i + 1, now, encode_key(OffsetKey(group, topic, partition)), None)
+            for i, (topic, partition) in enumerate(offsets)
+        ]  # fmt: skip
+        error, message = await self._append_and_wait(index, encode_batch(records), timeout_ms)
+        if error == errors.NONE:
+            with self._lock:
+                if self._generation.get(index) == generation and index in self._caches:
+                    if value is None:
+                        self._group_caches[index].pop(group, None)
+                        self._caches[index].pop(group, None)
+                    else:
+                        self._group_caches[index][group] = value
+        return error, message
+
+    async def delete_offsets(
+        self, group: str, partitions: Sequence[TopicPartition], timeout_ms: int
+    ) -> tuple[ErrorCode, str]:
+        """Tombstones for the group's committed offsets of ``partitions``."""
+        index = self.partition_of(group)
+        with self._lock:
+            state = self._state(index)
+            generation = self._generation.get(index)
+        if state != errors.NONE:
+            return state, ""
+        now = self._clock_ms()
+        batch = encode_batch([
+            Record(i, now, encode_key(OffsetKey(group, topic, partition)), None)
+            for i, (topic, partition) in enumerate(partitions)
+        ])  # fmt: skip
+        error, message = await self._append_and_wait(index, batch, timeout_ms)
+        if error == errors.NONE:
+            with self._lock:
+                cache = self._caches.get(index, {}).get(group)
+                if cache is not None and self._generation.get(index) == generation:
+                    for key in partitions:
+                        cache.pop(key, None)
+        return error, message
+
+    async def _append_and_wait(
+        self, index: int, batch: bytes, timeout_ms: int
+    ) -> tuple[ErrorCode, str]:
+        tp = TopicPartition(OFFSETS_TOPIC, index)
+        error, last = self._append(tp, batch)
+        if error == errors.NONE:
+            error, message = (await self._await({tp: last}, timeout_ms))[tp]
+        else:
+            message = f"appending to {tp}: {error}"
+        return _COMMIT_ERRORS.get(error, error), message
+
 
 # Commit failures as Kafka reports them to the committing consumer.
 _COMMIT_ERRORS = {
@@ -241,12 +337,20 @@ _COMMIT_ERRORS = {
 
 
 def _apply(
-    cache: dict[str, dict[TopicPartition, OffsetValue]], key_bytes: bytes, value: bytes | None
+    cache: dict[str, dict[TopicPartition, OffsetValue]],
+    groups: dict[str, GroupMetadataValue],
+    key_bytes: bytes,
+    value: bytes | None,
 ) -> None:
     try:
         key = decode_key(key_bytes)
         if key is None:
-            return  # group metadata, not an offset
+            group = decode_group_key(key_bytes)
+            if group is not None and value is None:
+                groups.pop(group, None)
+            elif group is not None and value is not None:
+                groups[group] = decode_group_value(value)
+            return
         offsets = cache.setdefault(key.group, {})
         if value is None:
             offsets.pop(TopicPartition(key.topic, key.partition), None)

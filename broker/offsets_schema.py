@@ -134,3 +134,136 @@ def decode_value(data: bytes) -> OffsetValue:
     if version == 1:
         reader.take(_INT64)  # expire_timestamp, dropped in version 2
     return OffsetValue(offset, leader_epoch, metadata, timestamp)
+
+
+# -- group metadata (the classic membership protocol's groups) ------------------
+#
+# A group's state after each rebalance (Kafka's GroupMetadata key version 2 and
+# value version 3), so that a new coordinator knows its members:
+#
+#     key    int16 version = 2 | string group
+#     value  int16 version = 3 | string protocol_type | int32 generation |
+#            nullable string protocol | nullable string leader |
+#            int64 current_state_timestamp |
+#            int32 count, then per member: string member_id |
+#              nullable string group_instance_id | string client_id |
+#              string client_host | int32 rebalance_timeout |
+#              int32 session_timeout | bytes subscription | bytes assignment
+#
+# Nullable strings have length -1 for null; bytes are an int32 length.  A null
+# value (a tombstone) deletes the group.  Values of versions 0 to 2 are read too.
+
+GROUP_KEY_VERSION = 2
+GROUP_VALUE_VERSION = 3
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadata:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int
+    members: tuple[MemberMetadata, ...]
+
+
+def _nullable(text: str | None) -> bytes:
+    return _INT16.pack(-1) if text is None else _string(text)
+
+
+def _bytes(raw: bytes) -> bytes:
+    return _INT32.pack(len(raw)) + raw
+
+
+def encode_group_key(group: str) -> bytes:
+    return _INT16.pack(GROUP_KEY_VERSION) + _string(group)
+
+
+def encode_group_value(value: GroupMetadataValue) -> bytes:
+    parts = [
+        _INT16.pack(GROUP_VALUE_VERSION),
+        _string(value.protocol_type),
+        _INT32.pack(value.generation),
+        _nullable(value.protocol),
+        _nullable(value.leader),
+        _INT64.pack(value.current_state_timestamp),
+        _INT32.pack(len(value.members)),
+    ]
+    for m in value.members:
+        parts += [
+            _string(m.member_id),
+            _nullable(m.group_instance_id),
+            _string(m.client_id),
+            _string(m.client_host),
+            _INT32.pack(m.rebalance_timeout_ms),
+            _INT32.pack(m.session_timeout_ms),
+            _bytes(m.subscription),
+            _bytes(m.assignment),
+        ]
+    return b"".join(parts)
+
+
+def decode_group_key(data: bytes) -> str | None:
+    """The group of a group metadata key, or None for another kind of key."""
+    reader = _Reader(data, "group metadata key")
+    if reader.take(_INT16) != GROUP_KEY_VERSION:
+        return None
+    return reader.string()
+
+
+def decode_group_value(data: bytes) -> GroupMetadataValue:
+    reader = _GroupReader(data, "group metadata value")
+    version = reader.take(_INT16)
+    if not 0 <= version <= 3:
+        raise OffsetsSchemaError(f"group metadata value version {version} is unknown")
+    protocol_type = reader.string()
+    generation = reader.take(_INT32)
+    protocol = reader.nullable()
+    leader = reader.nullable()
+    timestamp = reader.take(_INT64) if version >= 2 else -1
+    members = []
+    for _ in range(reader.take(_INT32)):
+        member_id = reader.string()
+        instance = reader.nullable() if version >= 3 else None
+        client_id = reader.string()
+        client_host = reader.string()
+        rebalance = reader.take(_INT32) if version >= 1 else -1
+        session = reader.take(_INT32)
+        members.append(
+            MemberMetadata(
+                member_id, instance, client_id, client_host, rebalance if rebalance >= 0
+                else session, session, reader.raw(), reader.raw(),
+            )
+        )  # fmt: skip
+    return GroupMetadataValue(
+        protocol_type, generation, protocol, leader, timestamp, tuple(members)
+    )
+
+
+class _GroupReader(_Reader):
+    def nullable(self) -> str | None:
+        length = self.take(_INT16)
+        if length == -1:
+            return None
+        self.at -= _INT16.size
+        return self.string()
+
+    def raw(self) -> bytes:
+        length = self.take(_INT32)
+        if length < 0 or self.at + length > len(self.data):
+            raise OffsetsSchemaError(f"{self.what} has a bad bytes length {length}")
+        out = self.data[self.at : self.at + length]
+        self.at += length
+        return bytes(out)

@@ -42,6 +42,7 @@ from annal.broker.coordinator import OFFSETS_TOPIC, OffsetsCoordinator
 from annal.broker.data_api import DataApi
 from annal.broker.delayed import Purgatories
 from annal.broker.group_api import GroupApi
+from annal.broker.group_membership import GroupMembership
 from annal.broker.isr_changes import IsrChangeWriter
 from annal.broker.metadata_cache import MetadataCache
 from annal.broker.metrics import BrokerMetrics, BrokerState
@@ -52,9 +53,11 @@ from annal.broker.replica_manager import ReplicaManager
 from annal.broker.rpc_guard import RequestLimits
 from annal.broker.service import AnnalService
 from annal.controller.controller import Controller, RebalanceSettings
+from annal.kafkaproto.admin import AdminApis
 from annal.kafkaproto.apis import KafkaApis
 from annal.kafkaproto.cluster import ClusterApis
 from annal.kafkaproto.data import DataApis
+from annal.kafkaproto.groups import GroupApis
 from annal.kafkaproto.listener import KafkaListener
 from annal.storage.errors import LogDirError
 from annal.storage.files import TopicPartition
@@ -229,6 +232,13 @@ class BrokerServer:
             kafka_apis = KafkaApis()
             DataApis(data, init_producer_id).register(kafka_apis)
             ClusterApis(admin, self.metadata, lambda: self.cluster_id).register(kafka_apis)
+            AdminApis(admin, data, self.metadata, config.broker_id, lambda: config.raw).register(
+                kafka_apis
+            )
+            membership = GroupMembership(
+                self.coordinator, config.group_initial_rebalance_delay_ms
+            )
+            GroupApis(groups, membership, self.coordinator, self.metadata).register(kafka_apis)
             self.kafka = KafkaListener(kafka_apis, limits, config.socket_request_max_bytes)
             kafka_address = f"{config.kafka_listener.host}:{config.kafka_listener.port}"
             try:

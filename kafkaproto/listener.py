@@ -86,11 +86,12 @@ class KafkaListener:
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
         answers: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         sender = asyncio.ensure_future(self._send(answers, writer, client, task))
         cancelled = False
         try:
-            await self._receive(reader, answers, client)
+            await self._receive(reader, answers, host)
         except ConnectionClosing as exc:
             logger.warning("closing Kafka connection from %s: %s", client, exc)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -112,7 +113,7 @@ class KafkaListener:
         self,
         reader: asyncio.StreamReader,
         answers: asyncio.Queue[asyncio.Task[bytes | None] | None],
-        client: str,
+        host: str,
     ) -> None:
         while True:
             try:
@@ -144,7 +145,7 @@ class KafkaListener:
                     body = self._apis.refusal_body(refusal)
                     await answers.put(_done(encode_response(head, body)))
                     continue
-                request = decode_request(frame, head)
+                request = decode_request(frame, head, host)
             except (MalformedRequest, UnsupportedRequest) as exc:
                 raise ConnectionClosing(str(exc)) from None
             await self._admit(len(frame))

@@ -11,7 +11,7 @@ writers.  Record batches are ``records`` fields: raw bytes, passed through.
 Responses are built from plain mappings (``build``) named by the newest
 field names: a field the negotiated version lacks is left out, one it has but
 the mapping does not name takes its schema default (a list without one is
-empty).  So a handler is written
+empty, a nullable one null).  So a handler is written
 once for every version it serves.
 
 Thread safety: pure functions, except the caches of ``kio``'s types.
@@ -38,6 +38,7 @@ from kio.serial._introspect import (
     EntityTupleField,
     classify_field,
     get_schema_field_type,
+    is_optional,
 )
 from kio.serial.readers import read_int16, read_int32
 from kio.serial.writers import write_int32
@@ -65,6 +66,7 @@ class Request:
     client_id: str | None
     body: Any  # the kio request type of (api_key, api_version)
     size: int  # bytes of the frame
+    client_host: str = ""  # the peer's address, as Kafka shows it ("/127.0.0.1")
 
 
 def peek_head(frame: bytes) -> RequestHead:
@@ -87,25 +89,22 @@ def response_type(api_key: int, api_version: int) -> Any:
     return load_response_schema(api_key, api_version)
 
 
-def decode_request(frame: bytes, head: RequestHead) -> Request:
+def decode_request(frame: bytes, head: RequestHead, client_host: str = "") -> Request:
     """The header and body of a supported (key, version); MalformedRequest otherwise."""
     body_type = request_type(head.api_key, head.api_version)
     header_type = RequestHeaderV2 if body_type.__flexible__ else RequestHeaderV1
     try:
         header: Any
         header, header_size = entity_reader(header_type)(frame, 0)
-        body, body_size = entity_reader(body_type)(frame, header_size)  # sizes read, not offsets
-        end = header_size + body_size
+        body, _ = entity_reader(body_type)(frame, header_size)
     except Exception as exc:  # kio's readers raise several types on bad bytes
         raise MalformedRequest(
             f"{body_type.__name__} v{head.api_version} does not parse: {exc}"
         ) from exc
-    if end != len(frame):
-        raise MalformedRequest(
-            f"{body_type.__name__} v{head.api_version} has {len(frame) - end} bytes "
-            "left over after its body"
-        )
-    return Request(head, header.client_id, body, len(frame))
+    # Bytes after the body are ignored, as Kafka's broker ignores them: some
+    # clients write fields a version no longer has (librdkafka's Metadata v12
+    # carries v8-v10's include_cluster_authorized_operations).
+    return Request(head, header.client_id, body, len(frame), client_host)
 
 
 def encode_response(head: RequestHead, body: Any) -> bytes:
@@ -136,6 +135,8 @@ def build(entity_type: Any, values: Mapping[str, Any]) -> Any:
             kwargs[field.name] = _convert(field, values[field.name])
         elif field.default is MISSING and classify_field(field).is_array:
             kwargs[field.name] = ()  # a list with no schema default: empty
+        elif field.default is MISSING and is_optional(field):
+            kwargs[field.name] = None  # a nullable field with no schema default: null
     return entity_type(**kwargs)
 
 

@@ -123,6 +123,22 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The preferred replica leads already: nothing to elect."""
     INVALID_RECORD: _ErrorCode.ValueType  # 87
     """A record failed validation (e.g. a null key for a compacted topic)."""
+    ILLEGAL_GENERATION: _ErrorCode.ValueType  # 22
+    """The generation is not the group's current one (classic groups)."""
+    INCONSISTENT_GROUP_PROTOCOL: _ErrorCode.ValueType  # 23
+    """A member's protocol type or protocols do not match the group's."""
+    UNKNOWN_MEMBER_ID: _ErrorCode.ValueType  # 25
+    """The member id is not in the group."""
+    INVALID_SESSION_TIMEOUT: _ErrorCode.ValueType  # 26
+    """The session timeout is outside the broker's bounds."""
+    REBALANCE_IN_PROGRESS: _ErrorCode.ValueType  # 27
+    """The group is rebalancing: rejoin."""
+    NON_EMPTY_GROUP: _ErrorCode.ValueType  # 68
+    """The group still has members."""
+    GROUP_ID_NOT_FOUND: _ErrorCode.ValueType  # 69
+    """The group does not exist."""
+    FENCED_INSTANCE_ID: _ErrorCode.ValueType  # 82
+    """Another member took this group.instance.id."""
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Kafka's error codes, with Kafka's numbers and names."""
@@ -213,6 +229,22 @@ ELECTION_NOT_NEEDED: ErrorCode.ValueType  # 84
 """The preferred replica leads already: nothing to elect."""
 INVALID_RECORD: ErrorCode.ValueType  # 87
 """A record failed validation (e.g. a null key for a compacted topic)."""
+ILLEGAL_GENERATION: ErrorCode.ValueType  # 22
+"""The generation is not the group's current one (classic groups)."""
+INCONSISTENT_GROUP_PROTOCOL: ErrorCode.ValueType  # 23
+"""A member's protocol type or protocols do not match the group's."""
+UNKNOWN_MEMBER_ID: ErrorCode.ValueType  # 25
+"""The member id is not in the group."""
+INVALID_SESSION_TIMEOUT: ErrorCode.ValueType  # 26
+"""The session timeout is outside the broker's bounds."""
+REBALANCE_IN_PROGRESS: ErrorCode.ValueType  # 27
+"""The group is rebalancing: rejoin."""
+NON_EMPTY_GROUP: ErrorCode.ValueType  # 68
+"""The group still has members."""
+GROUP_ID_NOT_FOUND: ErrorCode.ValueType  # 69
+"""The group does not exist."""
+FENCED_INSTANCE_ID: ErrorCode.ValueType  # 82
+"""Another member took this group.instance.id."""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 @_typing.final

@@ -1,0 +1,356 @@
+"""Kafka's admin APIs on annal's admin path: topics, partitions, configs, records,
+elections and reassignments.
+
+Each handler turns the Kafka request into annal's request of the same name and
+hands it to ``AdminManager`` (or ``DataApi`` for DeleteRecords), the code the
+gRPC service runs; the answers go back per topic and partition.  Where
+Kafka's API and annal's differ:
+
+* AlterConfigs (the legacy one) replaces a topic's overrides as a whole:
+  annal's AlterConfigs sets and deletes, so the overrides missing from the
+  request are deleted (read, then written; a concurrent change in between
+  may be lost, as with two legacy AlterConfigs in Kafka);
+* IncrementalAlterConfigs SET and DELETE map onto annal's set and delete
+  (deleting an override that is not set is a no-op, as in Kafka); APPEND and
+  SUBTRACT edit the current value as a comma-separated list;
+* configs of resources other than topics: DescribeConfigs of a broker lists
+  its settings as given (read-only, static); altering them is refused;
+* ElectLeaders elects preferred leaders; unclean elections are refused;
+  AlterPartitionReassignments cannot cancel a reassignment (null replicas).
+
+Thread safety: runs on the broker's event loop only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from annal.broker.admin_manager import AdminManager
+from annal.broker.data_api import DataApi
+from annal.broker.metadata_cache import MetadataCache
+from annal.kafkaproto.apis import KafkaApis, Values
+from annal.kafkaproto.cluster import NO_TOPIC_ID
+from annal.kafkaproto.data import NO_DEADLINE
+from annal.kafkaproto.wire import Request, millis
+from annal.v1 import annal_pb2 as pb
+
+from annal import errors
+from annal.topic_partition import TopicPartition
+
+TOPIC, BROKER = 2, 4  # resource types
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # config sources
+PREFERRED = 0
+
+INVALID_REQUEST = errors.INVALID_REQUEST.number
+INVALID_CONFIG = errors.INVALID_CONFIG.number
+
+
+class AdminApis:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        admin: AdminManager,
+        data: DataApi,
+        metadata: MetadataCache,
+        broker_id: int,
+        broker_settings: Callable[[], Mapping[str, str]],
+    ) -> None:
+        self._admin = admin
+        self._data = data
+        self._metadata = metadata
+        self._broker_id = broker_id
+        self._broker_settings = broker_settings
+
+    def register(self, apis: KafkaApis) -> None:
+        apis.add(19, "CreateTopics", (2, 7), self.create_topics)
+        apis.add(20, "DeleteTopics", (1, 5), self.delete_topics)
+        apis.add(21, "DeleteRecords", (0, 2), self.delete_records)
+        apis.add(32, "DescribeConfigs", (1, 4), self.describe_configs)
+        apis.add(33, "AlterConfigs", (0, 2), self.alter_configs)
+        apis.add(37, "CreatePartitions", (0, 3), self.create_partitions)
+        apis.add(43, "ElectLeaders", (0, 2), self.elect_leaders)
+        apis.add(44, "IncrementalAlterConfigs", (0, 1), self.incremental_alter_configs)
+        apis.add(45, "AlterPartitionReassignments", (0, 0), self.alter_reassignments)
+        apis.add(46, "ListPartitionReassignments", (0, 0), self.list_reassignments)
+
+    # -- topics and partitions ---------------------------------------------------------
+
+    async def create_topics(self, request: Request) -> Values:
+        body = request.body
+        ask = pb.CreateTopicsRequest(
+            timeout_ms=millis(body.timeout), validate_only=body.validate_only
+        )
+        for topic in body.topics:
+            wanted = ask.topics.add(
+                name=topic.name,
+                num_partitions=topic.num_partitions,
+                replication_factor=topic.replication_factor,
+                configs={c.name: c.value for c in topic.configs if c.value is not None},
+            )
+            for a in topic.assignments:
+                wanted.assignment[a.partition_index].brokers.extend(a.broker_ids)
+        answer = await self._admin.create_topics(ask, NO_DEADLINE)
+        cache = self._metadata.snapshot()
+        results = []
+        for t in answer.topics:
+            partitions = cache.topics.get(t.name, {})
+            replicas = len(next(iter(partitions.values())).replicas) if partitions else -1
+            results.append({
+                "name": t.name, "topic_id": NO_TOPIC_ID, "error_code": t.error,
+                "error_message": t.error_message or None,
+                "num_partitions": len(partitions) or -1, "replication_factor": replicas,
+            })  # fmt: skip
+        return {"throttle_time": 0, "topics": results}
+
+    async def delete_topics(self, request: Request) -> Values:
+        body = request.body
+        answer = await self._admin.delete_topics(
+            pb.DeleteTopicsRequest(topics=list(body.topic_names), timeout_ms=millis(body.timeout)),
+            NO_DEADLINE,
+        )
+        return {"throttle_time": 0, "responses": _topic_results(answer.topics)}
+
+    async def create_partitions(self, request: Request) -> Values:
+        body = request.body
+        ask = pb.CreatePartitionsRequest(
+            timeout_ms=millis(body.timeout), validate_only=body.validate_only
+        )
+        for topic in body.topics:
+            wanted = ask.topics.add(name=topic.name, count=topic.count)
+            for a in topic.assignments or ():
+                wanted.assignment.add(brokers=list(a.broker_ids))
+        answer = await self._admin.create_partitions(ask, NO_DEADLINE)
+        return {"throttle_time": 0, "results": _topic_results(answer.topics)}
+
+    async def delete_records(self, request: Request) -> Values:
+        body = request.body
+        ask = pb.DeleteRecordsRequest(timeout_ms=millis(body.timeout))
+        for topic in body.topics:
+            for p in topic.partitions:
+                ask.partitions.add(topic=topic.name, partition=p.partition_index, offset=p.offset)
+        answer = await self._data.delete_records(ask, NO_DEADLINE)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for r in answer.results:
+            by_topic.setdefault(r.topic, []).append(
+                {"partition_index": r.partition, "low_watermark": r.low_watermark,
+                 "error_code": r.error}
+            )  # fmt: skip
+        return {
+            "throttle_time": 0,
+            "topics": [{"name": name, "partitions": ps} for name, ps in by_topic.items()],
+        }
+
+    # -- configs -------------------------------------------------------------------------
+
+    async def describe_configs(self, request: Request) -> Values:
+        results = []
+        for resource in request.body.resources:
+            keys = resource.configuration_keys
+            if resource.resource_type == BROKER:
+                results.append(self._broker_configs(resource.resource_name, keys))
+                continue
+            if resource.resource_type != TOPIC:
+                results.append(_resource_refused(resource, INVALID_REQUEST, "unknown resource"))
+                continue
+            answer = await self._admin.describe_configs(
+                pb.DescribeConfigsRequest(topics=[resource.resource_name], include_defaults=True)
+            )
+            found = answer.topics[0]
+            results.append({
+                "error_code": found.error, "error_message": found.error_message or None,
+                "resource_type": TOPIC, "resource_name": resource.resource_name,
+                "configs": [
+                    {"name": e.name, "value": e.value, "read_only": False,
+                     "is_default": e.is_default,
+                     "config_source": DEFAULT_CONFIG if e.is_default else DYNAMIC_TOPIC_CONFIG,
+                     "is_sensitive": False}
+                    for e in found.entries if keys is None or e.name in keys
+                ],
+            })  # fmt: skip
+        return {"throttle_time": 0, "results": results}
+
+    def _broker_configs(self, name: str, keys: tuple[str, ...] | None) -> dict[str, Any]:
+        if name not in ("", str(self._broker_id)):
+            message = f"this is broker {self._broker_id}; ask broker {name}"
+            return {"error_code": INVALID_REQUEST, "resource_type": BROKER, "resource_name": name,
+                    "error_message": message}  # fmt: skip
+        return {
+            "error_code": errors.NONE.number, "resource_type": BROKER, "resource_name": name,
+            "configs": [
+                {"name": k, "value": v, "read_only": True, "is_default": False,
+                 "config_source": STATIC_BROKER_CONFIG, "is_sensitive": False}
+                for k, v in sorted(self._broker_settings().items()) if keys is None or k in keys
+            ],
+        }  # fmt: skip
+
+    async def alter_configs(self, request: Request) -> Values:
+        body = request.body
+        responses: list[dict[str, Any]] = []
+        for resource in body.resources:
+            if resource.resource_type != TOPIC:
+                responses.append(_altered(resource, INVALID_REQUEST, "only topic configs change"))
+                continue
+            wanted = {c.name: c.value for c in resource.configs if c.value is not None}
+            current = await self._overrides(resource.resource_name)
+            change = pb.TopicConfigChange(
+                name=resource.resource_name,
+                set=wanted,
+                delete=sorted(set(current or {}) - set(wanted)),
+            )
+            responses.append(await self._alter(resource, change, body.validate_only))
+        return {"throttle_time": 0, "responses": responses}
+
+    async def incremental_alter_configs(self, request: Request) -> Values:
+        body = request.body
+        responses: list[dict[str, Any]] = []
+        for resource in body.resources:
+            if resource.resource_type != TOPIC:
+                responses.append(_altered(resource, INVALID_REQUEST, "only topic configs change"))
+                continue
+            current = await self._effective(resource.resource_name)
+            overrides = await self._overrides(resource.resource_name) or {}
+            change = pb.TopicConfigChange(name=resource.resource_name)
+            for c in resource.configs:
+                if c.config_operation == SET and c.value is not None:
+                    change.set[c.name] = c.value
+                elif c.config_operation == DELETE:
+                    if c.name in overrides:
+                        change.delete.append(c.name)
+                elif c.config_operation in (APPEND, SUBTRACT) and c.value is not None:
+                    items = [v for v in (current.get(c.name) or "").split(",") if v]
+                    given = [v for v in c.value.split(",") if v]
+                    if c.config_operation == APPEND:
+                        items += [v for v in given if v not in items]
+                    else:
+                        items = [v for v in items if v not in given]
+                    change.set[c.name] = ",".join(items)
+                else:
+                    change = pb.TopicConfigChange()
+                    responses.append(_altered(
+                        resource, INVALID_CONFIG, f"operation {c.config_operation} on {c.name}"
+                    ))  # fmt: skip
+                    break
+            if change.name:
+                responses.append(await self._alter(resource, change, body.validate_only))
+        return {"throttle_time": 0, "responses": responses}
+
+    async def _overrides(self, topic: str) -> dict[str, str] | None:
+        answer = await self._admin.describe_configs(pb.DescribeConfigsRequest(topics=[topic]))
+        found = answer.topics[0]
+        return None if found.error != pb.NONE else {e.name: e.value for e in found.entries}
+
+    async def _effective(self, topic: str) -> dict[str, str]:
+        answer = await self._admin.describe_configs(
+            pb.DescribeConfigsRequest(topics=[topic], include_defaults=True)
+        )
+        return {e.name: e.value for e in answer.topics[0].entries}
+
+    async def _alter(
+        self, resource: Any, change: pb.TopicConfigChange, only: bool
+    ) -> dict[str, Any]:
+        answer = await self._admin.alter_configs(
+            pb.AlterConfigsRequest(topics=[change], validate_only=only)
+        )
+        result = answer.topics[0]
+        return _altered(resource, result.error, result.error_message)
+
+    # -- elections and reassignments ---------------------------------------------------
+
+    async def elect_leaders(self, request: Request) -> Values:
+        body = request.body
+        if getattr(body, "election_type", PREFERRED) != PREFERRED:
+            return {"throttle_time": 0, "error_code": INVALID_REQUEST,
+                    "replica_election_results": []}  # fmt: skip
+        ask = pb.ElectLeadersRequest(timeout_ms=millis(body.timeout))
+        for entry in body.topic_partitions or ():
+            ask.topic_partitions.add(topic=entry.topic, partitions=list(entry.partitions))
+        answer = await self._admin.elect_leaders(ask, NO_DEADLINE)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for r in answer.results:
+            by_topic.setdefault(r.topic, []).append(
+                {"partition_id": r.partition, "error_code": r.error,
+                 "error_message": r.error_message or None}
+            )  # fmt: skip
+        return {
+            "throttle_time": 0,
+            "error_code": errors.NONE.number,
+            "replica_election_results": [
+                {"topic": t, "partition_result": ps} for t, ps in by_topic.items()
+            ],
+        }
+
+    async def alter_reassignments(self, request: Request) -> Values:
+        ask = pb.AlterPartitionReassignmentsRequest()
+        cancels: list[TopicPartition] = []
+        for topic in request.body.topics:
+            for p in topic.partitions:
+                if p.replicas is None:
+                    cancels.append(TopicPartition(topic.name, p.partition_index))
+                else:
+                    ask.partitions.add(
+                        topic=topic.name, partition=p.partition_index, replicas=list(p.replicas)
+                    )
+        results = (await self._admin.alter_partition_reassignments(ask)).results
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for r in results:
+            by_topic.setdefault(r.topic, []).append(
+                {"partition_index": r.partition, "error_code": r.error,
+                 "error_message": r.error_message or None}
+            )  # fmt: skip
+        for topic, partition in cancels:
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": partition, "error_code": INVALID_REQUEST,
+                 "error_message": "annal cannot cancel a running reassignment"}
+            )  # fmt: skip
+        return {
+            "throttle_time": 0,
+            "error_code": errors.NONE.number,
+            "responses": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        }
+
+    async def list_reassignments(self, request: Request) -> Values:
+        running = await self._admin.list_reassignments()
+        cache = self._metadata.snapshot()
+        wanted = {
+            (t.name, p) for t in request.body.topics or () for p in t.partition_indexes
+        }  # fmt: skip
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), target in sorted(running.items()):
+            if request.body.topics is not None and (topic, partition) not in wanted:
+                continue
+            view = cache.topics.get(topic, {}).get(partition)
+            current = list(view.replicas) if view is not None else []
+            by_topic.setdefault(topic, []).append({
+                "partition_index": partition,
+                "replicas": current + [r for r in target if r not in current],
+                "adding_replicas": [r for r in target if r not in current],
+                "removing_replicas": [r for r in current if r not in target],
+            })  # fmt: skip
+        return {
+            "throttle_time": 0,
+            "error_code": errors.NONE.number,
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        }
+
+
+def _topic_results(topics: Any) -> list[dict[str, Any]]:
+    return [
+        {"name": t.name, "error_code": t.error, "error_message": t.error_message or None}
+        for t in topics
+    ]
+
+
+def _altered(resource: Any, error: int, message: str) -> dict[str, Any]:
+    return {
+        "error_code": error,
+        "error_message": message or None,
+        "resource_type": resource.resource_type,
+        "resource_name": resource.resource_name,
+    }
+
+
+def _resource_refused(resource: Any, error: int, message: str) -> dict[str, Any]:
+    return {**_altered(resource, error, message), "configs": []}

@@ -1,0 +1,306 @@
+"""Kafka's group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups, ListGroups, DeleteGroups.
+
+Membership is the broker's ``GroupMembership`` (Kafka's classic protocol);
+offsets are the same ``GroupApi`` and ``OffsetsCoordinator`` that annal's
+gRPC clients commit through, so a group's offsets are one set whichever
+protocol wrote them.  An OffsetCommit of a group with members must carry a
+member id and the current generation (``GroupMembership.check_commit``);
+with generation -1 it is a standalone commit (assign-mode consumers).
+
+FindCoordinator answers with the coordinator's Kafka endpoint; transaction
+coordinators do not exist (COORDINATOR_NOT_AVAILABLE).  OffsetDelete refuses
+(GROUP_SUBSCRIBED_TO_TOPIC) while the group has members.
+
+Thread safety: runs on the broker's event loop only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from annal.broker.coordinator import OffsetsCoordinator
+from annal.broker.group_api import GroupApi
+from annal.broker.group_membership import GroupMembership
+from annal.broker.metadata_cache import MetadataCache
+from annal.kafkaproto.apis import KafkaApis, Values
+from annal.kafkaproto.data import NO_DEADLINE
+from annal.kafkaproto.wire import Request, millis
+from annal.v1 import annal_pb2 as pb
+from kio.schema.errors import ErrorCode as KioErrorCode
+
+from annal import errors
+from annal.topic_partition import TopicPartition
+
+COMMIT_TIMEOUT_MS = 30_000
+GROUP_KEY = 0
+
+
+class GroupApis:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        groups: GroupApi,
+        membership: GroupMembership,
+        coordinator: OffsetsCoordinator,
+        metadata: MetadataCache,
+    ) -> None:
+        self._groups = groups
+        self._membership = membership
+        self._coordinator = coordinator
+        self._metadata = metadata
+
+    def register(self, apis: KafkaApis) -> None:
+        apis.add(8, "OffsetCommit", (2, 8), self.offset_commit)
+        apis.add(9, "OffsetFetch", (1, 7), self.offset_fetch)
+        apis.add(10, "FindCoordinator", (0, 4), self.find_coordinator)
+        apis.add(11, "JoinGroup", (0, 7), self.join_group)
+        apis.add(12, "Heartbeat", (0, 4), self.heartbeat)
+        apis.add(13, "LeaveGroup", (0, 4), self.leave_group)
+        apis.add(14, "SyncGroup", (0, 5), self.sync_group)
+        apis.add(15, "DescribeGroups", (0, 5), self.describe_groups)
+        apis.add(16, "ListGroups", (0, 4), self.list_groups)
+        apis.add(42, "DeleteGroups", (0, 2), self.delete_groups)
+        apis.add(47, "OffsetDelete", (0, 0), self.offset_delete)
+
+    # -- finding the coordinator -------------------------------------------------------
+
+    async def find_coordinator(self, request: Request) -> Values:
+        body = request.body
+        keys = list(getattr(body, "coordinator_keys", ()) or ())
+        batched = request.head.api_version >= 4
+        if not batched:
+            keys = [body.key]
+        found = [await self._coordinator_of(k, getattr(body, "key_type", GROUP_KEY)) for k in keys]
+        if batched:
+            return {"throttle_time": 0, "coordinators": found}
+        return {"throttle_time": 0, **found[0]}
+
+    async def _coordinator_of(self, key: str, key_type: int) -> dict[str, Any]:
+        if key_type != GROUP_KEY:
+            answer = pb.FindCoordinatorResponse(
+                error=pb.COORDINATOR_NOT_AVAILABLE, error_message="annal has no transactions"
+            )
+        else:
+            answer = await self._groups.find_coordinator(pb.FindCoordinatorRequest(group=key))
+        broker = self._metadata.snapshot().brokers.get(answer.coordinator.id)
+        if answer.error == pb.NONE and (broker is None or not broker.kafka_host):
+            answer = pb.FindCoordinatorResponse(
+                error=pb.COORDINATOR_NOT_AVAILABLE,
+                error_message="the coordinator has no Kafka listener",
+            )
+        ok = answer.error == pb.NONE and broker is not None
+        return {
+            "key": key,
+            "error_code": answer.error,
+            "error_message": answer.error_message or None,
+            "node_id": broker.broker_id if ok and broker else -1,
+            "host": broker.kafka_host if ok and broker else "",
+            "port": broker.kafka_port if ok and broker else -1,
+        }
+
+    # -- membership --------------------------------------------------------------------
+
+    async def join_group(self, request: Request) -> Values:
+        body = request.body
+        session_ms = millis(body.session_timeout)
+        rebalance = getattr(body, "rebalance_timeout", None)
+        result = await self._membership.join(
+            body.group_id,
+            body.member_id,
+            getattr(body, "group_instance_id", None),
+            request.client_id or "",
+            request.client_host,
+            session_ms,
+            millis(rebalance) if rebalance is not None else session_ms,
+            body.protocol_type,
+            [(p.name, bytes(p.metadata)) for p in body.protocols],
+        )
+        return {
+            "throttle_time": 0,
+            "error_code": result.error.number,
+            "generation_id": result.generation,
+            "protocol_type": result.protocol_type,
+            "protocol_name": result.protocol or ("" if request.head.api_version < 7 else None),
+            "leader": result.leader,
+            "member_id": result.member_id,
+            "members": [
+                {"member_id": m, "group_instance_id": i, "metadata": data}
+                for m, i, data in result.members
+            ],
+        }
+
+    async def sync_group(self, request: Request) -> Values:
+        body = request.body
+        result = await self._membership.sync(
+            body.group_id,
+            body.generation_id,
+            body.member_id,
+            getattr(body, "group_instance_id", None),
+            {a.member_id: bytes(a.assignment) for a in body.assignments},
+        )
+        return {
+            "throttle_time": 0,
+            "error_code": result.error.number,
+            "protocol_type": result.protocol_type,
+            "protocol_name": result.protocol,
+            "assignment": result.assignment,
+        }
+
+    async def heartbeat(self, request: Request) -> Values:
+        body = request.body
+        error = self._membership.heartbeat(
+            body.group_id, body.generation_id, body.member_id,
+            getattr(body, "group_instance_id", None),
+        )  # fmt: skip
+        return {"throttle_time": 0, "error_code": error.number}
+
+    async def leave_group(self, request: Request) -> Values:
+        body = request.body
+        if request.head.api_version < 3:
+            leaving = [(body.member_id, None)]
+        else:
+            leaving = [(m.member_id, m.group_instance_id) for m in body.members]
+        error, results = self._membership.leave(body.group_id, leaving)
+        if request.head.api_version < 3 and error == errors.NONE:
+            error = results[0] if results else errors.UNKNOWN_MEMBER_ID
+        return {
+            "throttle_time": 0,
+            "error_code": error.number,
+            "members": [
+                {"member_id": m, "group_instance_id": i, "error_code": e.number}
+                for (m, i), e in zip(leaving, results, strict=False)
+            ],
+        }
+
+    # -- offsets -----------------------------------------------------------------------
+
+    async def offset_commit(self, request: Request) -> Values:
+        body = request.body
+        generation = getattr(body, "generation_id_or_member_epoch", -1)
+        refused = self._membership.check_commit(
+            body.group_id, generation, getattr(body, "member_id", ""),
+            getattr(body, "group_instance_id", None),
+        )  # fmt: skip
+        if refused != errors.NONE:
+            return {
+                "throttle_time": 0,
+                "topics": [
+                    {"name": t.name, "partitions": [
+                        {"partition_index": p.partition_index, "error_code": refused.number}
+                        for p in t.partitions]}
+                    for t in body.topics
+                ],
+            }  # fmt: skip
+        ask = pb.OffsetCommitRequest(group=body.group_id, timeout_ms=COMMIT_TIMEOUT_MS)
+        for t in body.topics:
+            out = ask.topics.add(name=t.name)
+            for p in t.partitions:
+                out.partitions.add(
+                    partition=p.partition_index,
+                    offset=p.committed_offset,
+                    leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                    metadata=p.committed_metadata or "",
+                )
+        answer = await self._groups.offset_commit(ask, NO_DEADLINE)
+        return {
+            "throttle_time": 0,
+            "topics": [
+                {"name": t.name, "partitions": [
+                    {"partition_index": p.partition, "error_code": p.error}
+                    for p in t.partitions]}
+                for t in answer.topics
+            ],
+        }  # fmt: skip
+
+    async def offset_fetch(self, request: Request) -> Values:
+        body = request.body
+        ask = pb.OffsetFetchRequest(group=body.group_id)
+        for t in body.topics or ():
+            ask.topics.add(topic=t.name, partitions=list(t.partition_indexes))
+        answer = self._groups.offset_fetch(ask)
+        return {
+            "throttle_time": 0,
+            "error_code": answer.error,
+            "topics": [
+                {"name": t.name, "partitions": [
+                    {"partition_index": p.partition, "committed_offset": p.offset,
+                     "committed_leader_epoch": p.leader_epoch, "metadata": p.metadata,
+                     "error_code": errors.NONE.number}
+                    for p in t.partitions]}
+                for t in answer.topics
+            ],
+        }  # fmt: skip
+
+    async def offset_delete(self, request: Request) -> Values:
+        body = request.body
+        error, group = self._membership.describe(body.group_id)
+        wanted = [
+            TopicPartition(t.name, p.partition_index) for t in body.topics for p in t.partitions
+        ]
+        per: int
+        if error == errors.NONE and group is not None and group.members:
+            per = int(KioErrorCode.group_subscribed_to_topic.value)
+        elif error == errors.NONE:
+            error, _ = await self._coordinator.delete_offsets(
+                body.group_id, wanted, COMMIT_TIMEOUT_MS
+            )
+            per = errors.NONE.number
+        else:
+            per = error.number
+        return {
+            "throttle_time": 0,
+            "error_code": error.number,
+            "topics": [
+                {"name": t.name, "partitions": [
+                    {"partition_index": p.partition_index, "error_code": per}
+                    for p in t.partitions]}
+                for t in body.topics
+            ],
+        }  # fmt: skip
+
+    # -- describing, listing, deleting ------------------------------------------------
+
+    async def describe_groups(self, request: Request) -> Values:
+        described = []
+        for name in request.body.groups:
+            error, group = self._membership.describe(name)
+            if group is None:
+                state = "Dead" if error != errors.NONE else "Empty"
+                described.append({"error_code": error.number, "group_id": name,
+                                  "group_state": state, "protocol_type": "",
+                                  "protocol_data": "", "members": []})  # fmt: skip
+                continue
+            described.append({
+                "error_code": errors.NONE.number, "group_id": name,
+                "group_state": group.state.value, "protocol_type": group.protocol_type or "",
+                "protocol_data": group.protocol or "",
+                "members": [
+                    {"member_id": m.member_id, "group_instance_id": m.instance_id,
+                     "client_id": m.client_id, "client_host": m.client_host,
+                     "member_metadata": m.metadata(group.protocol),
+                     "member_assignment": m.assignment}
+                    for m in group.members.values()
+                ],
+            })  # fmt: skip
+        return {"throttle_time": 0, "groups": described}
+
+    async def list_groups(self, request: Request) -> Values:
+        states = getattr(request.body, "states_filter", None) or ()
+        return {
+            "throttle_time": 0,
+            "error_code": errors.NONE.number,
+            "groups": [
+                {"group_id": g, "protocol_type": t, "group_state": s}
+                for g, t, s in self._membership.listing()
+                if not states or s in states
+            ],
+        }
+
+    async def delete_groups(self, request: Request) -> Values:
+        results = []
+        for name in request.body.groups_names:
+            error = await self._membership.delete(name)
+            results.append({"group_id": name, "error_code": error.number})
+        return {"throttle_time": 0, "results": results}
