@@ -136,6 +136,31 @@ class BrokerProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def freeze(self, timeout_s: float = 10.0) -> None:
+        """SIGSTOP, returning once every thread of the process is stopped (a
+        loaded machine can take a while to get there), so that nothing it was
+        doing goes on after this returns."""
+        assert self.process is not None, "start the broker first"
+        os.kill(self.process.pid, signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.process.pid}/task")
+
+        def stopped() -> bool:
+            for stat in tasks.glob("*/stat"):
+                try:
+                    state = stat.read_text().rsplit(")", 1)[1].split()[0]
+                except (OSError, IndexError):
+                    continue  # a thread that just ended
+                if state not in ("T", "t"):
+                    return False
+            return True
+
+        wait_until(stopped, timeout_s, f"broker {self.broker_id} stopped (SIGSTOP)", poll_s=0.01)
+
+    def thaw(self) -> None:
+        """SIGCONT: a frozen broker runs again."""
+        assert self.process is not None, "start the broker first"
+        os.kill(self.process.pid, signal.SIGCONT)
+
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGTERM (a clean shutdown); returns the exit code."""
         return self._signal(signal.SIGTERM, timeout_s)

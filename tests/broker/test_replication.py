@@ -3,8 +3,6 @@ the ISR and high watermark follow them."""
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -101,7 +99,7 @@ def test_a_stalled_follower_leaves_the_isr_and_rejoins(
             producer.flush(60)
         assert visible(leader) == 10
 
-        os.kill(follower.pid, signal.SIGSTOP)
+        follower.freeze()
         try:
             # in the ISR but not fetching: acks=all cannot be answered in time
             assert produce_all(leader.endpoint, timeout_ms=300) == pb.REQUEST_TIMED_OUT
@@ -114,7 +112,7 @@ def test_a_stalled_follower_leaves_the_isr_and_rejoins(
             assert visible(leader) == 21  # the timed-out record was appended: it stays
             assert produce_all(leader.endpoint) == pb.NOT_ENOUGH_REPLICAS
         finally:
-            os.kill(follower.pid, signal.SIGCONT)
+            follower.thaw()
         wait_until(lambda: isr() == [1, 2], 60, "the follower back in the ISR")
     assert produce_all(leader.endpoint) == pb.NONE
 

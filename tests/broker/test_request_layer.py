@@ -4,8 +4,6 @@ request limits."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -195,7 +193,7 @@ def test_a_leader_change_answers_a_waiting_acks_all_produce_at_once(
         wait_until(lambda: state() == (1, [1, 2]), 60, "broker 2 back in the ISR")
         follower = brokers[2]
         assert follower.pid is not None
-        os.kill(follower.pid, signal.SIGSTOP)  # in the ISR, not fetching: acks=all waits
+        follower.freeze()  # in the ISR, not fetching: acks=all waits
         try:
             with ThreadPoolExecutor(2) as pool:
                 started = time.monotonic()
@@ -210,7 +208,7 @@ def test_a_leader_change_answers_a_waiting_acks_all_produce_at_once(
                 error = produced.result(timeout=60)
                 answered_after = time.monotonic() - started
         finally:
-            os.kill(follower.pid, signal.SIGCONT)
+            follower.thaw()
     assert error == pb.NOT_LEADER_OR_FOLLOWER
     assert answered_after < 10, f"answered after {answered_after:.1f} s, at its timeout"
 

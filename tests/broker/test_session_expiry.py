@@ -8,8 +8,6 @@ thawed (SIGCONT).
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Callable
 
 import pytest
@@ -52,7 +50,7 @@ def test_expired_session_re_registers_and_the_broker_keeps_serving(
         assert old_session is not None
         assert ephemeral_owner(zk, layout.CONTROLLER) == old_session  # the only broker
 
-        os.kill(broker.pid, signal.SIGSTOP)
+        broker.freeze()
         try:
             wait_until(
                 lambda: ephemeral_owner(zk, registration) is None,
@@ -61,7 +59,7 @@ def test_expired_session_re_registers_and_the_broker_keeps_serving(
             )
             assert zk.get_controller() is None  # its other ephemeral znode went too
         finally:
-            os.kill(broker.pid, signal.SIGCONT)
+            broker.thaw()
 
         wait_until(
             lambda: ephemeral_owner(zk, registration) is not None, 30, "broker 1 re-registered"
