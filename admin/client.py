@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
+from annal.client.security import client_security
 from annal.v1 import annal_pb2 as pb
 
 from annal import errors
@@ -106,9 +107,14 @@ class AdminClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         *,
         zookeeper_connect: str | None = None,
+        security_protocol: str | None = None,
+        ssl_cafile: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
     ) -> None:
         bootstrap = resolve_bootstrap(bootstrap_servers, zookeeper_connect, timeout_s)
-        self.cluster = ClusterConnection(bootstrap, timeout_s)
+        security = client_security(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
+        self.cluster = ClusterConnection(bootstrap, timeout_s, security)
         self.timeout_s = timeout_s
 
     def _call(self, method: str, request: object) -> Any:

@@ -10,6 +10,8 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from annal import __version__
 from annal.clierrors import fail
@@ -56,7 +58,45 @@ def build_parser() -> argparse.ArgumentParser:
     verifiablecmd.add_parsers(commands)
     perfcmd.add_parser(commands)
     dumplog.add_parser(commands)
+    _add_command_config(commands)
     return parser
+
+
+def _add_command_config(commands: Any) -> None:
+    """``--command-config FILE`` on every command that talks to brokers (those
+    with ``--bootstrap-server``), as Kafka's tools take it."""
+    pending = list(commands.choices.values())
+    while pending:
+        parser = pending.pop()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                pending.extend(action.choices.values())
+        if "--bootstrap-server" in parser._option_string_actions:
+            parser.add_argument(
+                "--command-config", type=Path, metavar="FILE",
+                help="client settings (a properties file): security.protocol=SSL with "
+                "ssl.truststore.location (the CA's PEM) and, for brokers that require "
+                "client certificates, ssl.keystore.location (PEM key and certificate)",
+            )  # fmt: skip
+
+
+def _apply_command_config(args: argparse.Namespace) -> str | None:
+    """Make the ``--command-config`` file's security settings every client's
+    default; what is wrong with the file, if anything."""
+    path = getattr(args, "command_config", None)
+    if path is None:
+        return None
+    from annal.broker.config import ConfigError, parse_properties
+    from annal.client.security import Security, SecurityConfigError, set_default_security
+
+    try:
+        props = parse_properties(path.read_text("utf-8"), str(path))
+        set_default_security(Security.from_properties(props, f"--command-config {path}"))
+    except OSError as exc:
+        return f"cannot read --command-config {path}: {exc.strerror}"
+    except (ConfigError, SecurityConfigError) as exc:
+        return str(exc)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(topicscmd.kafka_spelling(list(sys.argv[1:] if argv is None else argv)))
+    if (problem := _apply_command_config(args)) is not None:
+        print(f"annal {args.command}: {problem}", file=sys.stderr)
+        return 2
     try:
         code: int = args.run(args)
     except BrokenPipeError:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
+from annal.client.security import SSL, Security, pem_blocks, read_pem
 from annal.storage.config import LogConfig
 from jproperties import ParseError, Properties
 
@@ -26,13 +28,15 @@ class ConfigError(ValueError):
 
 
 GRPC = "GRPC"
+GRPCS = "GRPCS"  # gRPC over TLS (ssl.* settings)
 PLAINTEXT = "PLAINTEXT"  # Kafka's own binary protocol, unencrypted
 
 
 @dataclass(frozen=True, slots=True)
 class Listener:
     """One endpoint: ``GRPC://host:port`` (annal's protocol, which brokers also
-    speak to each other) or ``PLAINTEXT://host:port`` (Kafka's protocol)."""
+    speak to each other; ``GRPCS://`` over TLS) or ``PLAINTEXT://host:port``
+    (Kafka's protocol)."""
 
     host: str
     port: int
@@ -44,9 +48,10 @@ class Listener:
 
 def parse_listener(name: str, text: str) -> Listener:
     scheme, sep, rest = text.strip().partition("://")
-    if not sep or scheme.upper() not in (GRPC, PLAINTEXT):
+    if not sep or scheme.upper() not in (GRPC, GRPCS, PLAINTEXT):
         raise ConfigError(
-            f"{name}={text!r}: expected GRPC://host:port or PLAINTEXT://host:port"
+            f"{name}={text!r}: expected GRPC://host:port, GRPCS://host:port or "
+            "PLAINTEXT://host:port"
         )
     host, colon, port = rest.rpartition(":")
     if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -55,15 +60,21 @@ def parse_listener(name: str, text: str) -> Listener:
 
 
 def parse_listeners(name: str, text: str) -> dict[str, Listener]:
-    """A comma-separated ``listeners`` list: protocol → listener, one of each at most."""
+    """A comma-separated ``listeners`` list: protocol → listener, one of each at most
+    (GRPC and GRPCS count as one: gRPC is served plain or over TLS, not both)."""
     found: dict[str, Listener] = {}
     for item in text.split(","):
         if not item.strip():
             continue
         listener = parse_listener(name, item)
-        if listener.protocol in found:
-            raise ConfigError(f"{name}={text!r}: names {listener.protocol} twice")
-        found[listener.protocol] = listener
+        protocol = GRPC if listener.protocol == GRPCS else listener.protocol
+        if protocol in found:
+            raise ConfigError(
+                f"{name}={text!r}: names {listener.protocol} and {found[protocol].protocol}"
+                if listener.protocol != found[protocol].protocol
+                else f"{name}={text!r}: names {listener.protocol} twice"
+            )
+        found[protocol] = listener
     return found
 
 
@@ -124,6 +135,31 @@ def _log_format(name: str, text: str) -> str:
     if text.strip() not in ("text", "json"):
         raise ConfigError(f"{name}={text!r}: expected text or json")
     return text.strip()
+
+
+def _ssl_client_auth(name: str, text: str) -> str:
+    if text.strip() not in ("none", "requested", "required"):
+        raise ConfigError(f"{name}={text!r}: expected none, requested or required")
+    return text.strip()
+
+
+def _pem_type(name: str, text: str) -> str:
+    if text.strip().upper() != "PEM":
+        raise ConfigError(f"{name}={text!r}: annal reads PEM files only (set it to PEM)")
+    return "PEM"
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    """A ``GRPCS://`` listener's files (Kafka's names): ``ssl.keystore.location``, a
+    PEM file with the broker's private key and certificate chain (its identity to
+    clients and, as a client, to other brokers); ``ssl.truststore.location``, the
+    CA certificates it trusts (for client certificates and other brokers);
+    ``ssl.client.auth``: whether clients must present a certificate."""
+
+    keystore: str
+    truststore: str | None
+    client_auth: str
 
 
 HOUR_MS = 3600 * 1000
@@ -196,6 +232,12 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     # Prometheus metrics over HTTP (broker/metrics.py): -1 off, 0 any free port
     "metrics.port": (_int(-1), "-1"),
     "metrics.host": (_str, ""),
+    # gRPC over TLS, for a GRPCS:// listener (Kafka's names; PEM files only)
+    "ssl.keystore.location": (_str, ""),
+    "ssl.keystore.type": (_pem_type, "PEM"),
+    "ssl.truststore.location": (_str, ""),
+    "ssl.truststore.type": (_pem_type, "PEM"),
+    "ssl.client.auth": (_ssl_client_auth, "none"),
     # the broker's own log lines (annal/logsetup.py): one line of text, or a JSON object
     "log.format": (_log_format, "text"),
 }
@@ -212,6 +254,7 @@ class BrokerConfig:
     listener: Listener  # the gRPC one
     advertised_listener: Listener
     kafka_listener: Listener | None  # PLAINTEXT://, Kafka's protocol, when configured
+    tls: TlsSettings | None  # with a GRPCS:// listener
     kafka_advertised_listener: Listener | None
     rack: str | None
     log_dirs: tuple[str, ...]
@@ -288,8 +331,8 @@ class BrokerConfig:
         listeners = parse_listeners("listeners", values["listeners"])
         if GRPC not in listeners:
             raise ConfigError(
-                f"listeners={values['listeners']!r}: a GRPC:// listener is required (brokers "
-                "and annal's clients speak gRPC); add one, e.g. GRPC://:9092,PLAINTEXT://:9093"
+                f"listeners={values['listeners']!r}: a GRPC:// or GRPCS:// listener is required "
+                "(brokers and annal's clients speak gRPC); add one, e.g. GRPC://:9092,PLAINTEXT://:9093"
             )
         advertised_listeners = {
             **listeners,
@@ -315,6 +358,7 @@ class BrokerConfig:
             listener=listener,
             advertised_listener=advertised,
             kafka_listener=listeners.get(PLAINTEXT),
+            tls=_tls(values, listener),
             kafka_advertised_listener=advertised_listeners.get(PLAINTEXT),
             rack=values["broker.rack"] or None,
             log_dirs=values.get("log.dirs") or values["log.dir"],
@@ -368,6 +412,31 @@ class BrokerConfig:
         if name in self.raw:
             return parse(name, self.raw[name])
         return None if default is None else parse(name, default)
+
+    def inter_broker_security(self) -> Security:
+        """How this broker reaches the others: as it is reached itself (TLS with
+        its own certificate when its listener is GRPCS://, plaintext otherwise)."""
+        if self.tls is None:
+            return Security()
+        return Security(SSL, self.tls.truststore, self.tls.keystore, self.tls.keystore)
+
+    def server_credentials(self) -> grpc.ServerCredentials | None:
+        """The GRPCS:// listener's credentials, the files read now; None for GRPC://."""
+        tls = self.tls
+        if tls is None:
+            return None
+        keystore = read_pem(tls.keystore, "ssl.keystore.location")
+        trusted = read_pem(tls.truststore, "ssl.truststore.location") if tls.truststore else None
+        return grpc.ssl_server_credentials(
+            [
+                (
+                    pem_blocks(keystore, tls.keystore, "PRIVATE KEY"),
+                    pem_blocks(keystore, tls.keystore, "CERTIFICATE"),
+                )
+            ],
+            root_certificates=trusted,
+            require_client_auth=tls.client_auth == "required",
+        )
 
     def log_config(self) -> LogConfig:
         """Topic defaults derived from the ``log.*`` settings, as Kafka does."""
@@ -446,3 +515,27 @@ def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
     except (ValueError, ParseError) as exc:
         raise ConfigError(f"{source}: not a properties file: {exc}") from None
     return {str(key): str(value) for key, value in props.properties.items()}
+
+
+def _tls(values: Mapping[str, Any], listener: Listener) -> TlsSettings | None:
+    keystore, truststore = values["ssl.keystore.location"], values["ssl.truststore.location"]
+    if listener.protocol != GRPCS:
+        return None
+    if not keystore:
+        raise ConfigError(
+            f"listeners has {listener}: a GRPCS:// listener needs ssl.keystore.location "
+            "(a PEM file with the broker's private key and certificate chain)"
+        )
+    for name, path in (
+        ("ssl.keystore.location", keystore),
+        ("ssl.truststore.location", truststore),
+    ):
+        if path and not Path(path).is_file():
+            raise ConfigError(f"{name}={path!r}: no such file")
+    client_auth = values["ssl.client.auth"]
+    if client_auth != "none" and not truststore:
+        raise ConfigError(
+            f"ssl.client.auth={client_auth} needs ssl.truststore.location (the CA certificates "
+            "that signed the clients' certificates)"
+        )
+    return TlsSettings(keystore, truststore or None, client_auth)

@@ -34,6 +34,7 @@ from annal.broker.data_api import code
 from annal.broker.metadata_cache import LiveBroker, MetadataCache, PartitionView
 from annal.broker.partition import LeaderAndIsrState
 from annal.broker.replica_manager import ReplicaManager
+from annal.client.security import Security
 from annal.controller.controller import MetadataUpdate, PartitionUpdate
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
@@ -226,9 +227,14 @@ class ControllerChannel:
     its channel."""
 
     def __init__(
-        self, controller_id: int, retry_for_s: float = 30.0, max_backoff_s: float = 1.0
+        self,
+        controller_id: int,
+        retry_for_s: float = 30.0,
+        max_backoff_s: float = 1.0,
+        security: Security | None = None,
     ) -> None:
         self.controller_id = controller_id
+        self.security = security or Security()
         self.retry_for_s = retry_for_s
         self.max_backoff_s = max_backoff_s
         self._lock = threading.Lock()
@@ -372,7 +378,7 @@ class _BrokerSender:
         self.queue: queue.Queue[tuple[str, _Call, int] | None] = queue.Queue()
         self._stopping = threading.Event()
         self._draining = False
-        self._channel = grpc.insecure_channel(endpoint)
+        self._channel = owner.security.channel(endpoint)
         self._stub = annal_pb2_grpc.BrokerControlStub(self._channel)
         self._thread = threading.Thread(
             target=self._run, name=f"controller-to-{broker_id}", daemon=True

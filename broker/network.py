@@ -94,12 +94,22 @@ class NetworkLayer:
         """``fn()`` on the storage thread: appends that roll a log."""
         return await self.loop.run_in_executor(self.storage_pool, fn)
 
-    def serve(self, address: str, add_services: Callable[[grpc.aio.Server], None]) -> int:
-        """Bind ``address``, add the services and start serving; the port bound.
-        Raises RuntimeError when the address cannot be bound."""
-        return self.call(self._serve(address, add_services))
+    def serve(
+        self,
+        address: str,
+        add_services: Callable[[grpc.aio.Server], None],
+        credentials: grpc.ServerCredentials | None = None,
+    ) -> int:
+        """Bind ``address`` (over TLS with ``credentials``), add the services and
+        start serving; the port bound.  RuntimeError when it cannot be bound."""
+        return self.call(self._serve(address, add_services, credentials))
 
-    async def _serve(self, address: str, add_services: Callable[[grpc.aio.Server], None]) -> int:
+    async def _serve(
+        self,
+        address: str,
+        add_services: Callable[[grpc.aio.Server], None],
+        credentials: grpc.ServerCredentials | None,
+    ) -> int:
         server = grpc.aio.server(
             interceptors=[RequestGuard(self.limits, self.metrics)],
             options=[
@@ -110,7 +120,11 @@ class NetworkLayer:
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         add_services(server)
-        port: int = server.add_insecure_port(address)
+        port: int = (
+            server.add_insecure_port(address)
+            if credentials is None
+            else server.add_secure_port(address, credentials)
+        )
         await server.start()
         self._server = server
         return port

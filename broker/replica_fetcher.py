@@ -41,6 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import grpc
+from annal.client.security import Security
 from annal.storage.batch import read_header
 from annal.storage.errors import NonMonotonicOffsetError, StorageError
 from annal.storage.files import TopicPartition
@@ -67,6 +68,7 @@ class FetcherSettings:
     min_bytes: int = 1
     backoff_ms: int = 1000
     fetchers_per_leader: int = 1
+    security: Security = field(default_factory=Security)  # TLS with a GRPCS:// listener
 
 
 @dataclass(eq=False, slots=True)
@@ -151,7 +153,7 @@ class _FetcherThread:
         self._cond = threading.Condition()
         self._partitions: dict[TopicPartition, _Follow] = {}
         self._stopped = False
-        self._channel = grpc.insecure_channel(
+        self._channel = settings.security.channel(
             endpoint,
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -52,6 +52,7 @@ from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from annal.broker.replica_manager import ReplicaManager
 from annal.broker.rpc_guard import RequestLimits
 from annal.broker.service import AnnalService
+from annal.client.security import SecurityConfigError
 from annal.controller.controller import Controller, RebalanceSettings
 from annal.kafkaproto.admin import AdminApis
 from annal.kafkaproto.apis import KafkaApis
@@ -124,6 +125,7 @@ class BrokerServer:
             self.config.rack,
             kafka_host=None if kafka is None else kafka.host,
             kafka_port=0 if kafka is None else (kafka.port or (self.kafka_port or 0)),
+            tls=self.config.tls is not None,
         )
 
     def start(self) -> None:
@@ -172,6 +174,7 @@ class BrokerServer:
                 min_bytes=config.replica_fetch_min_bytes,
                 backoff_ms=config.replica_fetch_backoff_ms,
                 fetchers_per_leader=config.num_replica_fetchers,
+                security=config.inter_broker_security(),
             ),
         )
         self.coordinator = OffsetsCoordinator(
@@ -224,7 +227,10 @@ class BrokerServer:
         # it appears in /brokers/ids, and a LeaderAndIsr or UpdateMetadata sent
         # to a port not yet listening would be lost.
         try:
-            self.port = network.serve(address, add_services)
+            self.port = network.serve(address, add_services, config.server_credentials())
+        except SecurityConfigError as exc:
+            self._abort()
+            raise BrokerStartupError(str(exc)) from exc
         except RuntimeError as exc:
             self._abort()
             raise BrokerStartupError(f"cannot listen on {address}: {exc}") from exc
@@ -235,9 +241,7 @@ class BrokerServer:
             AdminApis(admin, data, self.metadata, config.broker_id, lambda: config.raw).register(
                 kafka_apis
             )
-            membership = GroupMembership(
-                self.coordinator, config.group_initial_rebalance_delay_ms
-            )
+            membership = GroupMembership(self.coordinator, config.group_initial_rebalance_delay_ms)
             GroupApis(groups, membership, self.coordinator, self.metadata).register(kafka_apis)
             self.kafka = KafkaListener(kafka_apis, limits, config.socket_request_max_bytes)
             kafka_address = f"{config.kafka_listener.host}:{config.kafka_listener.port}"
@@ -255,7 +259,7 @@ class BrokerServer:
         except ZkError as exc:
             self._abort()
             raise BrokerStartupError(str(exc)) from exc
-        self._channel = ControllerChannel(config.broker_id)
+        self._channel = ControllerChannel(config.broker_id, security=config.inter_broker_security())
         self.controller = Controller(
             config.broker_id,
             self.zk,
@@ -445,7 +449,7 @@ class BrokerServer:
                 controller = None if controller_id is None else self.zk.get_broker(controller_id)
                 if controller is None:
                     raise ZkError("no controller is registered")
-                with grpc.insecure_channel(controller.endpoint) as channel:
+                with config.inter_broker_security().channel(controller.endpoint) as channel:
                     response = annal_pb2_grpc.BrokerControlStub(channel).ControlledShutdown(
                         request, timeout=10
                     )

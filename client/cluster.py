@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 import grpc
+from annal.client.security import Security, default_security
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 
@@ -66,9 +67,12 @@ def parse_bootstrap(servers: str) -> list[str]:
 class ClusterConnection:
     """See the module docstring; ``close`` releases every channel."""
 
-    def __init__(self, bootstrap_servers: str, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, bootstrap_servers: str, timeout_s: float = 30.0, security: Security | None = None
+    ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.timeout_s = timeout_s
+        self.security = security or default_security()
         self._lock = threading.Lock()
         self._stubs: dict[str, annal_pb2_grpc.AnnalStub] = {}
         self._channels: list[grpc.Channel] = []
@@ -80,7 +84,7 @@ class ClusterConnection:
         with self._lock:
             stub = self._stubs.get(endpoint)
             if stub is None:
-                channel = grpc.insecure_channel(
+                channel = self.security.channel(
                     endpoint,
                     options=[
                         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -28,6 +28,7 @@ from typing import NamedTuple
 import grpc
 from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
+from annal.client.security import client_security
 from annal.storage.batch import last_header
 from annal.storage.records import Header, decode_located
 from annal.v1 import annal_pb2 as pb
@@ -142,9 +143,14 @@ class SimpleConsumer:
         retries: int = 5,
         *,
         zookeeper_connect: str | None = None,
+        security_protocol: str | None = None,
+        ssl_cafile: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
     ) -> None:
         bootstrap = resolve_bootstrap(bootstrap_servers, zookeeper_connect, timeout_s)
-        self.cluster = ClusterConnection(bootstrap, timeout_s)
+        security = client_security(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
+        self.cluster = ClusterConnection(bootstrap, timeout_s, security)
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.timeout_s = timeout_s

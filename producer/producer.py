@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 import grpc
 from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
+from annal.client.security import client_security
 from annal.producer.partitioner import DefaultPartitioner, Partitioner
 from annal.storage.batch import Compression
 from annal.storage.records import BatchBuilder, Header
@@ -211,6 +212,10 @@ class Producer:
         value_serializer: Serializer = _identity,
         partitioner: Partitioner | None = None,
         enable_idempotence: bool | None = None,
+        security_protocol: str | None = None,
+        ssl_cafile: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
     ) -> None:
         """Settings left None take Kafka 3.x's defaults: ``acks="all"``,
         ``retries`` 5, ``max_in_flight`` 5, ``enable_idempotence`` True (unless
@@ -226,7 +231,8 @@ class Producer:
         bootstrap = resolve_bootstrap(
             bootstrap_servers, zookeeper_connect, request_timeout_ms / 1000
         )
-        self.cluster = ClusterConnection(bootstrap, request_timeout_ms / 1000)
+        security = client_security(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
+        self.cluster = ClusterConnection(bootstrap, request_timeout_ms / 1000, security)
         self.acks: int = resolved
         self.batch_size = batch_size
         self.linger_s = linger_ms / 1000

@@ -186,6 +186,7 @@ class BrokerRegistration:
     timestamp_ms: int = 0
     kafka_host: str | None = None
     kafka_port: int = 0
+    tls: bool = False  # its gRPC listener is GRPCS:// (TLS)
 
     @property
     def endpoint(self) -> str:
@@ -196,8 +197,10 @@ class BrokerRegistration:
         return None if self.kafka_host is None else f"{self.kafka_host}:{self.kafka_port}"
 
     def encode(self) -> bytes:
-        endpoints = [f"GRPC://{self.host}:{self.port}"]
-        protocols = {"GRPC": "PLAINTEXT"}  # listener name → security protocol, as Kafka's
+        grpc_listener = "GRPCS" if self.tls else "GRPC"
+        endpoints = [f"{grpc_listener}://{self.host}:{self.port}"]
+        # listener name → security protocol, as Kafka's
+        protocols = {grpc_listener: "SSL" if self.tls else "PLAINTEXT"}
         if self.kafka_host is not None:
             endpoints.append(f"PLAINTEXT://{self.kafka_host}:{self.kafka_port}")
             protocols["PLAINTEXT"] = "PLAINTEXT"
@@ -219,11 +222,13 @@ class BrokerRegistration:
         obj = _load(path, raw)
         kafka_host: str | None = None
         kafka_port = 0
+        tls = False
         for endpoint in obj.get("endpoints") or []:
             name, sep, address = str(endpoint).partition("://")
             host, colon, port = address.rpartition(":")
             if sep and colon and name == "PLAINTEXT" and port.isdigit():
                 kafka_host, kafka_port = host, int(port)
+            tls = tls or name == "GRPCS"
         return cls(
             broker_id,
             str(_field(path, obj, "host")),
@@ -232,6 +237,7 @@ class BrokerRegistration:
             int(obj.get("timestamp") or 0),
             kafka_host,
             kafka_port,
+            tls,
         )
 
 

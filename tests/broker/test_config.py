@@ -167,10 +167,12 @@ def test_a_kafka_protocol_listener_beside_grpc() -> None:
 @pytest.mark.parametrize(
     ("listeners", "advertised", "message"),
     [
-        ("PLAINTEXT://:9093", None, "a GRPC:// listener is required"),
+        ("PLAINTEXT://:9093", None, "a GRPC:// or GRPCS:// listener is required"),
         ("GRPC://:1,GRPC://:2", None, "names GRPC twice"),
+        ("GRPC://:1,GRPCS://:2", None, "names GRPCS and GRPC"),
+        ("GRPCS://:1", None, "a GRPCS:// listener needs ssl.keystore.location"),
         ("GRPC://:1", "PLAINTEXT://h:2", "advertised.listeners names PLAINTEXT, which listeners"),
-        ("GRPC://:1,SSL://:2", None, "expected GRPC://host:port or PLAINTEXT://host:port"),
+        ("GRPC://:1,SSL://:2", None, "expected GRPC://host:port, GRPCS://host:port or PLAINTEXT"),
     ],
 )
 def test_bad_listener_lists_are_named(listeners: str, advertised: str | None, message: str) -> None:
@@ -179,3 +181,21 @@ def test_bad_listener_lists_are_named(listeners: str, advertised: str | None, me
         props["advertised.listeners"] = advertised
     with pytest.raises(ConfigError, match=message):
         BrokerConfig.from_properties(props)
+
+
+def test_tls_settings_are_checked(tmp_path: Path) -> None:
+    keystore = tmp_path / "broker.pem"
+    keystore.write_text("-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n")
+    tls = {**BASE, "listeners": "GRPCS://h:1", "ssl.keystore.location": str(keystore)}
+    config = BrokerConfig.from_properties(tls)
+    assert config.tls is not None and config.tls.client_auth == "none"
+    assert config.inter_broker_security().tls
+    assert not BrokerConfig.from_properties(BASE).inter_broker_security().tls
+    with pytest.raises(ConfigError, match="ssl.client.auth=required needs ssl.truststore"):
+        BrokerConfig.from_properties({**tls, "ssl.client.auth": "required"})
+    with pytest.raises(ConfigError, match="ssl.truststore.location='/nope': no such file"):
+        BrokerConfig.from_properties({**tls, "ssl.truststore.location": "/nope"})
+    with pytest.raises(ConfigError, match="annal reads PEM files only"):
+        BrokerConfig.from_properties({**tls, "ssl.keystore.type": "JKS"})
+    with pytest.raises(ConfigError, match="expected none, requested or required"):
+        BrokerConfig.from_properties({**tls, "ssl.client.auth": "maybe"})

@@ -1,0 +1,165 @@
+"""How a client reaches brokers: plaintext gRPC, or gRPC over TLS.
+
+``Security("SSL", cafile, certfile, keyfile)`` is kafka-python's
+``security_protocol="SSL"`` with ``ssl_cafile`` (the CA certificates that
+signed the brokers', PEM), ``ssl_certfile`` and ``ssl_keyfile`` (this
+client's certificate chain and private key, PEM, for brokers that require
+client certificates: mutual TLS).  The same files may hold both: a PEM
+"keystore" with the key and the chain, as Kafka's ``ssl.keystore.type=PEM``.
+
+Command-line tools read the same from a ``--command-config`` properties
+file, in Kafka's names (``security.protocol``, ``ssl.truststore.location``,
+``ssl.keystore.location``) or librdkafka's (``ssl.ca.location``,
+``ssl.certificate.location``, ``ssl.key.location``).
+
+Brokers use it too, towards each other: with a ``GRPCS://`` listener they
+speak TLS to every broker, presenting their own certificate.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+PLAINTEXT = "PLAINTEXT"
+SSL = "SSL"
+
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----.+?-----END \1-----\s*", re.S)
+
+# --command-config keys: Kafka's (Java) names, then librdkafka's
+_CA_KEYS = ("ssl.truststore.location", "ssl.ca.location")
+_CERT_KEYS = ("ssl.keystore.location", "ssl.certificate.location")
+_KEY_KEYS = ("ssl.keystore.location", "ssl.key.location")
+_KNOWN_KEYS = {
+    "security.protocol",
+    "ssl.truststore.type",
+    "ssl.keystore.type",
+    "ssl.endpoint.identification.algorithm",
+    *_CA_KEYS,
+    *_CERT_KEYS,
+    *_KEY_KEYS,
+}
+
+
+class SecurityConfigError(ValueError):
+    """Security settings that cannot work; the message says which and why."""
+
+
+def read_pem(path: str, what: str) -> bytes:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise SecurityConfigError(f"cannot read {what} {path}: {exc.strerror}") from None
+    if b"-----BEGIN " not in data:
+        raise SecurityConfigError(f"{what} {path} is not PEM (no -----BEGIN line)")
+    return data
+
+
+def pem_blocks(data: bytes, path: str, kind: str) -> bytes:
+    """The PEM blocks of ``data`` whose type ends with ``kind`` (``CERTIFICATE``,
+    ``PRIVATE KEY``), concatenated; an error naming ``path`` when there is none."""
+    found = [m.group(0) for m in _PEM_BLOCK.finditer(data) if m.group(1).endswith(kind.encode())]
+    if kind == "PRIVATE KEY" and any(b"ENCRYPTED" in b.split(b"\n", 1)[0] for b in found):
+        raise SecurityConfigError(f"the private key in {path} is encrypted; give it unencrypted")
+    if not found:
+        raise SecurityConfigError(f"{path} holds no {kind} (PEM)")
+    return b"".join(found)
+
+
+@dataclass(frozen=True, slots=True)
+class Security:
+    """See the module docstring.  Immutable; channels are made per endpoint."""
+
+    protocol: str = PLAINTEXT
+    cafile: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.protocol not in (PLAINTEXT, SSL):
+            raise SecurityConfigError(
+                f"security_protocol {self.protocol!r}: expected PLAINTEXT or SSL"
+            )
+        if self.protocol == PLAINTEXT and (self.cafile or self.certfile or self.keyfile):
+            raise SecurityConfigError(
+                "ssl files given with security_protocol PLAINTEXT: set security_protocol='SSL'"
+            )
+        for what, path in (("ssl_cafile", self.cafile), ("ssl_certfile", self.certfile),
+                           ("ssl_keyfile", self.keyfile)):  # fmt: skip
+            if path and not Path(path).is_file():
+                raise SecurityConfigError(f"{what} {path}: no such file")
+        if bool(self.certfile) != bool(self.keyfile):
+            raise SecurityConfigError(
+                "a client certificate needs both ssl_certfile and ssl_keyfile "
+                "(the same file when it holds both)"
+            )
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol == SSL
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """The files read now (so a renewed certificate is picked up by new channels)."""
+        ca = read_pem(self.cafile, "ssl CA file") if self.cafile else None
+        key = chain = None
+        if self.certfile and self.keyfile:
+            chain = pem_blocks(read_pem(self.certfile, "ssl certificate"), self.certfile,
+                               "CERTIFICATE")  # fmt: skip
+            key = pem_blocks(read_pem(self.keyfile, "ssl key"), self.keyfile, "PRIVATE KEY")
+        return grpc.ssl_channel_credentials(ca, key, chain)
+
+    def channel(self, endpoint: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
+        if self.tls:
+            return grpc.secure_channel(endpoint, self.credentials(), options=list(options))
+        return grpc.insecure_channel(endpoint, options=list(options))
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str], where: str) -> Security:
+        """From a ``--command-config`` file's settings (see the module docstring)."""
+        unknown = sorted(k for k in props if k.startswith(("ssl.", "security.")) and
+                         k not in _KNOWN_KEYS)  # fmt: skip
+        if unknown:
+            raise SecurityConfigError(f"{where}: unknown security settings {unknown}")
+        for key in ("ssl.truststore.type", "ssl.keystore.type"):
+            if props.get(key, "PEM").upper() != "PEM":
+                raise SecurityConfigError(f"{where}: {key}={props[key]!r}: only PEM files are read")
+        protocol = props.get("security.protocol", PLAINTEXT).strip().upper()
+
+        def first(keys: Sequence[str]) -> str | None:
+            return next((props[k].strip() for k in keys if props.get(k, "").strip()), None)
+
+        try:
+            return cls(protocol, first(_CA_KEYS), first(_CERT_KEYS), first(_KEY_KEYS))
+        except SecurityConfigError as exc:
+            raise SecurityConfigError(f"{where}: {exc}") from None
+
+
+_default = Security()
+
+
+def default_security() -> Security:
+    """What clients built without their own security settings use (PLAINTEXT,
+    unless a tool's ``--command-config`` said otherwise)."""
+    return _default
+
+
+def set_default_security(security: Security) -> None:
+    global _default
+    _default = security
+
+
+def client_security(
+    security_protocol: str | None,
+    ssl_cafile: str | None,
+    ssl_certfile: str | None,
+    ssl_keyfile: str | None,
+) -> Security:
+    """A client's settings (kafka-python's names); the process default when none given."""
+    if security_protocol is None and not (ssl_cafile or ssl_certfile or ssl_keyfile):
+        return default_security()
+    return Security((security_protocol or PLAINTEXT).upper(), ssl_cafile, ssl_certfile, ssl_keyfile)
