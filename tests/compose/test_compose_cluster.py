@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 from annal.deploy.runner import wait_until
@@ -34,6 +35,16 @@ def describe(compose: Compose) -> list[dict]:  # type: ignore[type-arg]
         )
     )["partitions"]
     return partitions
+
+
+def settled(compose: Compose, condition: Callable[[list[dict]], bool]) -> bool:  # type: ignore[type-arg]
+    """``condition`` on the partitions described now; False (printing why) while the
+    cluster cannot describe them, as for a moment during a controller's failover."""
+    try:
+        return condition(describe(compose))
+    except RuntimeError as e:
+        print(f"describe failed, retrying: {str(e).splitlines()[-3:]}")
+        return False
 
 
 def produce(compose: Compose, count: int, prefix: int) -> set[str]:
@@ -63,7 +74,11 @@ def test_compose_cluster_survives_a_killed_broker(compose: Compose) -> None:
         "topics", "create", "--bootstrap-server", BOOTSTRAP, "--topic", TOPIC,
         "--partitions", "3", "--replication-factor", "3", "--config", "min.insync.replicas=2",
     )  # fmt: skip
-    wait_until(lambda: all(len(p["isr"]) == 3 for p in describe(compose)), 60, "full ISRs", 1)
+
+    def full_isrs(partitions: list[dict]) -> bool:  # type: ignore[type-arg]
+        return all(len(p["isr"]) == 3 for p in partitions)
+
+    wait_until(lambda: settled(compose, full_isrs), 60, "full ISRs", 1)
 
     # The host reaches the cluster through the published ports.
     listing = subprocess.run(
@@ -81,11 +96,12 @@ def test_compose_cluster_survives_a_killed_broker(compose: Compose) -> None:
     victim = describe(compose)[0]["leader"]
     compose("kill", "-s", "SIGKILL", f"broker-{victim}")
 
-    def led_elsewhere() -> bool:
-        partitions = describe(compose)
+    def led_elsewhere(partitions: list[dict]) -> bool:  # type: ignore[type-arg]
         return all(p["leader"] not in (victim, -1) and victim not in p["isr"] for p in partitions)
 
-    wait_until(led_elsewhere, 90, f"partitions led by brokers other than {victim}", 1)
+    wait_until(
+        lambda: settled(compose, led_elsewhere), 90, f"partitions led by others than {victim}", 1
+    )
     acked |= produce(compose, 1000, prefix=2)  # min.insync.replicas=2 of the 2 alive
     read = consume_all(compose, len(acked))
     lost = acked - set(read)
@@ -95,8 +111,10 @@ def test_compose_cluster_survives_a_killed_broker(compose: Compose) -> None:
     # Back on its volume, the broker catches up and rejoins every ISR.
     compose("start", f"broker-{victim}")
     wait_until(lambda: compose.health(f"broker-{victim}") == "healthy", 120, "broker healthy", 1)
-    wait_until(
-        lambda: all(victim in p["isr"] for p in describe(compose)), 120, f"{victim} in every ISR", 1
-    )
+
+    def back_in_sync(partitions: list[dict]) -> bool:  # type: ignore[type-arg]
+        return all(victim in p["isr"] for p in partitions)
+
+    wait_until(lambda: settled(compose, back_in_sync), 120, f"{victim} in every ISR", 1)
     assert compose.health("spark-job") in ("running", "healthy")
     print(f"drill done in {time.monotonic() - started:.0f} s")
