@@ -4,27 +4,19 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-PKGS    = storage deploy zk broker controller producer admin consumer client pipeline kafkaproto
+PKGS    = storage deploy zk broker controller producer admin consumer client pipeline
 STAMP   = $(VENV)/.installed
 
 .PHONY: demo test lint typecheck bench setup os-deps clean
 
 setup: $(STAMP) os-deps
 
-# ZooKeeper (Debian's package: the real server the tests and the local cluster
-# run), docker-compose (to validate docker-compose.yml without an engine) and
-# kcat (a Kafka client the tests of the Kafka-protocol listener run).
+# OS packages, installed when missing (deploy/os-deps.sh): ZooKeeper (Debian's
+# package: the real server the tests and the local cluster run), and podman,
+# docker-compose and debootstrap, which run docker-compose.yml for real
+# (tests/compose) without a Docker engine or an image registry.
 os-deps:
-	@if ! [ -f /usr/share/java/zookeeper.jar ] && [ -z "$$ZOOKEEPER_HOME" ] || ! command -v docker-compose >/dev/null || ! command -v kcat >/dev/null; then \
-	  if command -v apt-get >/dev/null; then \
-	    echo "installing zookeeper, docker-compose and kcat from the OS packages"; \
-	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	    $$SUDO apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq zookeeper docker-compose kcat >/dev/null; \
-	  else \
-	    echo "ZooKeeper is missing: install it (Debian: apt-get install zookeeper) or set ZOOKEEPER_HOME" >&2; exit 1; \
-	  fi; \
-	fi
+	@sh deploy/os-deps.sh
 
 $(STAMP): pyproject.toml setup.py storage/_walker.c
 	$(PYTHON) -m venv $(VENV)

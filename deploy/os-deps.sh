@@ -1,0 +1,50 @@
+#!/bin/sh
+# The OS packages `make setup` needs on Debian, installed only when missing:
+#   zookeeper                 the server the tests and the local cluster run
+#   kcat                      a Kafka client the Kafka-listener tests run
+#   docker-compose, podman,   docker-compose.yml run for real (tests/compose):
+#   debootstrap, runc, ...    podman serves Docker's API, debootstrap builds
+#                             the debian:bookworm-slim base without a registry
+# and the podman settings those tests need, in a containers.conf drop-in.
+# Idempotent: a second run changes nothing.
+set -eu
+
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+
+needed=""
+if ! [ -f /usr/share/java/zookeeper.jar ] && [ -z "${ZOOKEEPER_HOME:-}" ]; then
+    needed="$needed zookeeper"
+fi
+for tool in docker-compose podman debootstrap runc kcat; do
+    command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || needed="$needed $tool"
+done
+if [ -n "$needed" ]; then
+    if ! command -v apt-get >/dev/null; then
+        case "$needed" in *zookeeper*)
+            echo "ZooKeeper is missing: install it (Debian: apt-get install zookeeper)" \
+                 "or set ZOOKEEPER_HOME" >&2
+            exit 1;;
+        esac
+        echo "not installed:$needed (tests/compose will be skipped)" >&2
+        exit 0
+    fi
+    # netavark and aardvark-dns: container networks whose members find each other by name
+    case "$needed" in *podman*) needed="$needed netavark aardvark-dns";; esac
+    echo "installing from the OS packages:$needed"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+        $needed >/dev/null
+fi
+
+# podman: the runc runtime, and no default ulimits (a container may not raise
+# its limits above those podman itself runs with, as in a VM sandbox).
+conf=/etc/containers/containers.conf.d/50-annal.conf
+if command -v podman >/dev/null && ! [ -f "$conf" ]; then
+    echo "writing $conf"
+    $SUDO mkdir -p "$(dirname "$conf")"
+    printf '%s\n' \
+        '# written by annal'"'"'s make setup (deploy/os-deps.sh)' \
+        '[containers]' 'default_ulimits = []' '' '[engine]' 'runtime = "runc"' \
+        | $SUDO tee "$conf" >/dev/null
+fi

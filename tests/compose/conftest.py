@@ -1,0 +1,78 @@
+"""Fixtures for the compose tests: podman's Docker API and docker-compose.yml brought up on it."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from annal.deploy.runner import wait_until
+from compose_on_podman import (
+    ApiService,
+    Compose,
+    ComposeUnavailable,
+    HealthChecks,
+    check_machine,
+    ensure_base_image,
+    extra_ca_certs,
+    smoke_test,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES_WITH_HEALTH = ("zookeeper", "broker-1", "broker-2", "broker-3")
+
+
+@pytest.fixture(scope="session")
+def podman_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiService]:
+    """podman's Docker-compatible API, with debian:bookworm-slim in its store; a skip,
+    naming the cause, where podman cannot run containers."""
+    if os.environ.get("ANNAL_SKIP_COMPOSE"):
+        pytest.skip("ANNAL_SKIP_COMPOSE is set")
+    steps: list[str] = []
+    try:
+        check_machine()
+        ensure_base_image(steps)
+        smoke_test()
+    except ComposeUnavailable as e:
+        pytest.skip(str(e))
+    print("\n".join(steps))
+    service = ApiService(tmp_path_factory.mktemp("podman"))
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def compose(podman_api: ApiService, request: pytest.FixtureRequest) -> Iterator[Compose]:
+    """docker-compose.yml, unchanged, built and up with every health check passing.
+
+    Whatever happens, the project's containers, volumes and network are removed
+    afterwards; a failed test prints the containers' logs first."""
+    project = f"annaltest{os.getpid()}"
+    cluster = Compose(ROOT, project, podman_api.docker_host)
+    health = HealthChecks(project)
+    try:
+        started = time.monotonic()
+        build_args = ["--build-arg", f"EXTRA_CA_CERTS={extra_ca_certs()}"]
+        cluster("build", *build_args, timeout_s=420)
+        built = time.monotonic()
+        cluster("up", "-d", timeout_s=300)
+        for service in SERVICES_WITH_HEALTH:
+            wait_until(
+                lambda s=service: cluster.health(s) == "healthy", 180, f"{service} healthy", 1
+            )
+        healthy = time.monotonic()
+        print(f"images built in {built - started:.0f} s, healthy {healthy - built:.0f} s later")
+        yield cluster
+    finally:
+        failed = any(
+            getattr(getattr(request.node, f"rep_{when}", None), "failed", False)
+            for when in ("setup", "call")
+        )
+        if failed or not hasattr(request.node, "rep_call"):
+            print(f"\n--- docker-compose logs ({project}) ---\n{cluster.logs()}")
+        health.stop()
+        cluster.down()
+        left = {kind: ids for kind, ids in cluster.leftovers().items() if ids}
+        assert not left, f"docker-compose down -v left {left}"
