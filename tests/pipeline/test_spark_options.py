@@ -214,3 +214,33 @@ def test_option_parsing() -> None:
         write_options({"bootstrap.servers": "h:1"}, streaming=True)
     with pytest.raises(OptionError, match="kafka.compression.type must be one of"):
         write_options({"bootstrap.servers": "h:1", "kafka.compression.type": "brotli"}, False)
+
+
+@pytest.mark.timeout(60)
+def test_min_offsets_per_trigger_waits_for_records_or_the_delay(cluster: str) -> None:
+    from annal.pipeline.source import AnnalStreamReader
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    with AdminClient(cluster) as admin:
+        admin.create_topic("trickle", partitions=1)
+    produce_at(cluster, "trickle", [1] * 3)
+    reader = AnnalStreamReader(
+        read_options(
+            {"bootstrap.servers": cluster, "subscribe": "trickle",
+             "minOffsetsPerTrigger": "5", "maxTriggerDelay": "3s"},
+            streaming=True,
+        )
+    )  # fmt: skip
+    start = {"trickle": {"0": 0}}
+    assert reader.latestOffset(start, ReadAllAvailable()) == start  # 3 < 5: no batch yet
+    produce_at(cluster, "trickle", [1] * 2)
+    assert reader.latestOffset(start, ReadAllAvailable()) == {"trickle": {"0": 5}}
+    produce_at(cluster, "trickle", [1])
+    later = {"trickle": {"0": 5}}
+    assert reader.latestOffset(later, ReadAllAvailable()) == later  # 1 < 5, delay not over
+    wait_until(
+        lambda: reader.latestOffset(later, ReadAllAvailable()) == {"trickle": {"0": 6}},
+        30,
+        "maxTriggerDelay passing",
+        poll_s=0.5,
+    )
