@@ -103,7 +103,11 @@ class ConsumerError(ClientError):
 
 
 class OffsetOutOfRangeError(ConsumerError):
-    """The requested offset is outside [log start offset, high watermark]."""
+    """The requested offset is outside [log start offset, high watermark];
+    both are attributes (-1 when the answer did not say)."""
+
+    log_start_offset: int = -1
+    high_watermark: int = -1
 
 
 class ConsumerRecord(NamedTuple):
@@ -117,6 +121,26 @@ class ConsumerRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: tuple[Header, ...]
+
+
+def _out_of_range(topic: str, p: pb.PartitionFetchResponse, offset: int) -> OffsetOutOfRangeError:
+    exc = OffsetOutOfRangeError(
+        errors.OFFSET_OUT_OF_RANGE,
+        f"offset {offset} of {topic}-{p.partition} is outside "
+        f"[{p.log_start_offset}, {p.high_watermark}]",
+    )
+    exc.log_start_offset, exc.high_watermark = p.log_start_offset, p.high_watermark
+    return exc
+
+
+@dataclass(frozen=True, slots=True)
+class RawFetch:
+    """One partition's answer undecoded: whole v2 batches (the first may start
+    before the offset asked for)."""
+
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,11 +296,7 @@ class SimpleConsumer:
                         retry[key] = offset
                         continue
                     if error is errors.OFFSET_OUT_OF_RANGE:
-                        raise OffsetOutOfRangeError(
-                            error,
-                            f"offset {offset} of {topic.name}-{p.partition} is outside "
-                            f"[{p.log_start_offset}, {p.high_watermark}]",
-                        )
+                        raise _out_of_range(topic.name, p, offset)
                     if error is not errors.NONE:
                         raise ConsumerError(error, p.error_message)
                     records = decode_located(
@@ -286,6 +306,36 @@ class SimpleConsumer:
                     next_offset = header.next_offset if header is not None else offset
                     results[key] = FetchResult(records, p.high_watermark, next_offset)
         return retry
+
+    def fetch_raw(
+        self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20
+    ) -> RawFetch:
+        """One partition's batches from ``offset``, undecoded, for readers that
+        decode them their own way; retries as ``multi_fetch``."""
+        key = TopicPartition(topic, partition)
+        request = self._fetch_request({key: offset}, max_bytes)
+        retry = _Retry(self.retries, self.timeout_s)
+        while True:
+            try:
+                leader = self.leader(topic, partition)
+                response = self.cluster.stub(leader).Fetch(request, timeout=self.timeout_s)
+            except grpc.RpcError as exc:
+                if not errors.transport_error(exc).retriable or retry.exhausted():
+                    raise ConsumerError.from_rpc(exc, f"fetch {topic}-{partition}") from exc
+            except ConsumerError:
+                if retry.exhausted():
+                    raise
+            else:
+                p = response.topics[0].partitions[0]
+                error = errors.from_wire(p.error)
+                if error is errors.NONE:
+                    return RawFetch(p.records, p.high_watermark, p.log_start_offset)
+                if error is errors.OFFSET_OUT_OF_RANGE:
+                    raise _out_of_range(topic, p, offset)
+                if not error.retriable or retry.exhausted():
+                    raise ConsumerError(error, p.error_message or f"fetch {topic}-{partition}")
+            self.cluster.forget()
+            retry.backoff()
 
     def stream(
         self, offsets: Mapping[TopicPartition, int], max_bytes: int = 1 << 20

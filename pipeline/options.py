@@ -5,9 +5,17 @@ Reading: ``bootstrap.servers`` (or ``kafka.bootstrap.servers``), exactly one of
 ``subscribe`` (comma-separated topics), ``subscribePattern`` (a regex) and
 ``assign`` (JSON ``{"topic": [0, 1]}``); ``startingOffsets`` and
 ``endingOffsets`` (``earliest``, ``latest`` or JSON ``{"topic": {"0": 23}}``
-with -2 for earliest and -1 for latest); ``maxOffsetsPerTrigger``;
-``failOnDataLoss`` (true).  Writing: ``bootstrap.servers`` and ``topic`` (else
-each row's ``topic`` column).
+with -2 for earliest and -1 for latest), or by time: ``startingTimestamp`` /
+``endingTimestamp`` (ms, every partition) and ``startingOffsetsByTimestamp``
+/ ``endingOffsetsByTimestamp`` (JSON ``{"topic": {"0": ms}}``), with
+``startingOffsetsByTimestampStrategy`` (``error`` or ``latest``);
+``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` and ``maxTriggerDelay``
+(``15m``); ``minPartitions``; ``failOnDataLoss`` (true); ``includeHeaders``
+(false); and the consumer settings ``kafka.request.timeout.ms``,
+``kafka.default.api.timeout.ms``, ``kafka.max.partition.fetch.bytes``,
+``kafka.client.id``.  Any other option is refused with an error naming it.
+Writing: ``bootstrap.servers``, ``topic`` (else each row's ``topic``
+column), ``checkpointLocation`` (streaming) and producer settings.
 """
 
 from __future__ import annotations
@@ -38,13 +46,61 @@ class Subscription:
 
 
 @dataclass(frozen=True)
+class ByTimestamp:
+    """Offsets by time: one timestamp for every partition, or one per partition
+    (``{"topic": {"0": ms}}``).  ``strategy`` is what a partition with no
+    record that recent gets: ``error`` or ``latest`` (ending offsets: latest)."""
+
+    timestamps: int | dict[str, dict[str, int]]
+    strategy: str = "error"
+
+    def timestamp_for(self, topic: str, partition: int) -> int | None:
+        if isinstance(self.timestamps, int):
+            return self.timestamps
+        return self.timestamps.get(topic, {}).get(str(partition))
+
+
+OffsetSpec = str | dict[str, dict[str, int]] | ByTimestamp
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     bootstrap: str
     subscription: Subscription
-    starting: str | dict[str, dict[str, int]]
-    ending: str | dict[str, dict[str, int]]
+    starting: OffsetSpec
+    ending: OffsetSpec
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+    min_partitions: int | None = None
+    include_headers: bool = False
+    request_timeout_ms: int = 30_000
+    max_partition_fetch_bytes: int = 1 << 20
+
+
+# the source's options (lower case, as Spark hands them over), besides kafka.*
+_READ_OPTIONS = {
+    "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
+    "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp",
+    "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "maxoffsetspertrigger",
+    "minoffsetspertrigger", "maxtriggerdelay", "minpartitions", "failondataloss",
+    "includeheaders", "bootstrap.servers",
+}  # fmt: skip
+# kafka.* consumer settings the source applies
+_CONSUMER_SETTINGS = {
+    "kafka.bootstrap.servers", "kafka.request.timeout.ms", "kafka.default.api.timeout.ms",
+    "kafka.max.partition.fetch.bytes", "kafka.client.id",
+}  # fmt: skip
+# kafka.* settings Spark's Kafka source refuses, and what to do instead
+_REFUSED_SETTINGS = {
+    "kafka.auto.offset.reset": "set the source option startingOffsets instead",
+    "kafka.key.deserializer": "keys are always binary: cast the key column instead",
+    "kafka.value.deserializer": "values are always binary: cast the value column instead",
+    "kafka.enable.auto.commit": "the offsets live in Spark's checkpoint",
+    "kafka.interceptor.classes": "interceptors are not supported",
+    "kafka.group.id": "annal's source reads partitions directly, with no consumer group",
+}
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -60,8 +116,51 @@ def bootstrap(options: Mapping[str, str]) -> str:
     return value
 
 
+def _check_known(options: Mapping[str, str]) -> None:
+    for name in options:
+        if name in _REFUSED_SETTINGS:
+            raise OptionError(f"option {name} is not supported: {_REFUSED_SETTINGS[name]}")
+        if name not in _READ_OPTIONS and name not in _CONSUMER_SETTINGS:
+            raise OptionError(
+                f"option {name} is not one annal's source knows (it takes the options of "
+                f"Spark's Kafka source: {', '.join(sorted(_READ_OPTIONS | _CONSUMER_SETTINGS))})"
+            )
+
+
+def _number(options: Mapping[str, str], name: str, spelled: str, least: int) -> int | None:
+    text = options.get(name)
+    if text is None:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise OptionError(f"option {spelled} is not a number: {text!r}") from None
+    if value < least:
+        raise OptionError(f"option {spelled} must be at least {least}, not {value}")
+    return value
+
+
+def _flag(options: Mapping[str, str], name: str, spelled: str, default: str) -> bool:
+    value = options.get(name, default).strip().lower()
+    if value not in ("true", "false"):
+        raise OptionError(f"option {spelled} must be true or false, not {value!r}")
+    return value == "true"
+
+
+_DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+
+
+def _duration_ms(text: str, spelled: str) -> int:
+    """``"15m"``, ``"30s"``, ``"500ms"`` or plain milliseconds."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
+    if match is None or match.group(2) not in ("", *_DURATION_UNITS):
+        raise OptionError(f"option {spelled} must be a duration such as 15m, 30s or 500ms")
+    return int(match.group(1)) * _DURATION_UNITS.get(match.group(2), 1)
+
+
 def read_options(given_options: Mapping[str, str], streaming: bool) -> ReadOptions:
     options = _lower(given_options)
+    _check_known(options)
     names = {"subscribe": "subscribe", "subscribepattern": "subscribePattern", "assign": "assign"}
     given = [names[k] for k in names if options.get(k)]
     if len(given) != 1:
@@ -80,31 +179,88 @@ def read_options(given_options: Mapping[str, str], streaming: bool) -> ReadOptio
         subscription = Subscription(pattern=options["subscribepattern"])
     else:
         subscription = Subscription(assign=_assign(options["assign"]))
-    if streaming and "endingoffsets" in options:
-        raise OptionError("option endingOffsets is for batch queries only")
-    max_per_trigger = options.get("maxoffsetspertrigger")
-    try:
-        limit = int(max_per_trigger) if max_per_trigger is not None else None
-    except ValueError:
+    if streaming:
+        for name, spelled in (
+            ("endingoffsets", "endingOffsets"),
+            ("endingtimestamp", "endingTimestamp"),
+            ("endingoffsetsbytimestamp", "endingOffsetsByTimestamp"),
+        ):
+            if name in options:
+                raise OptionError(f"option {spelled} is for batch queries only")
+    else:
+        for name, spelled in (
+            ("maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+            ("minoffsetspertrigger", "minOffsetsPerTrigger"),
+            ("maxtriggerdelay", "maxTriggerDelay"),
+        ):
+            if name in options:
+                raise OptionError(f"option {spelled} is for streaming queries only")
+    strategy = options.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
         raise OptionError(
-            f"option maxOffsetsPerTrigger is not a number: {max_per_trigger}"
-        ) from None
-    if limit is not None and limit < 1:
-        raise OptionError("option maxOffsetsPerTrigger must be at least 1")
-    fail = options.get("failondataloss", "true").strip().lower()
-    if fail not in ("true", "false"):
-        raise OptionError(f"option failOnDataLoss must be true or false, not {fail!r}")
+            f"option startingOffsetsByTimestampStrategy must be error or latest, not {strategy!r}"
+        )
+    starting = _position(options, "starting", "latest" if streaming else "earliest", strategy)
+    ending = _position(options, "ending", "latest", "latest")
+    if not streaming:
+        _check_batch_bounds(starting, ending)
+    max_rows = _number(options, "maxoffsetspertrigger", "maxOffsetsPerTrigger", 1)
+    min_rows = _number(options, "minoffsetspertrigger", "minOffsetsPerTrigger", 1)
+    if max_rows is not None and min_rows is not None and min_rows > max_rows:
+        raise OptionError(
+            f"option minOffsetsPerTrigger ({min_rows}) is larger than "
+            f"maxOffsetsPerTrigger ({max_rows})"
+        )
+    delay = options.get("maxtriggerdelay")
+    timeout = _number(options, "kafka.request.timeout.ms", "kafka.request.timeout.ms", 1)
+    api_timeout = _number(
+        options, "kafka.default.api.timeout.ms", "kafka.default.api.timeout.ms", 1
+    )
     return ReadOptions(
         bootstrap(options),
         subscription,
-        _offsets(
-            "startingOffsets",
-            options.get("startingoffsets", "latest" if streaming else "earliest"),
+        starting,
+        ending,
+        max_rows,
+        _flag(options, "failondataloss", "failOnDataLoss", "true"),
+        min_offsets_per_trigger=min_rows,
+        max_trigger_delay_ms=(
+            15 * 60 * 1000 if delay is None else _duration_ms(delay, "maxTriggerDelay")
         ),
-        _offsets("endingOffsets", options.get("endingoffsets", "latest")),
-        limit,
-        fail == "true",
+        min_partitions=_number(options, "minpartitions", "minPartitions", 1),
+        include_headers=_flag(options, "includeheaders", "includeHeaders", "false"),
+        request_timeout_ms=max(timeout or 30_000, api_timeout or 0),
+        max_partition_fetch_bytes=_number(
+            options, "kafka.max.partition.fetch.bytes", "kafka.max.partition.fetch.bytes", 1
+        )
+        or 1 << 20,
     )
+
+
+def _position(options: Mapping[str, str], side: str, default: str, strategy: str) -> OffsetSpec:
+    """Starting or ending offsets: ``<side>Timestamp`` wins over
+    ``<side>OffsetsByTimestamp``, which wins over ``<side>Offsets``, as in Spark."""
+    global_ts = options.get(f"{side}timestamp")
+    if global_ts is not None:
+        value = _number(options, f"{side}timestamp", f"{side}Timestamp", 0)
+        assert value is not None
+        return ByTimestamp(value, strategy)
+    by_ts = options.get(f"{side}offsetsbytimestamp")
+    if by_ts is not None:
+        return ByTimestamp(_partition_json(f"{side}OffsetsByTimestamp", by_ts), strategy)
+    return _offsets(f"{side}Offsets", options.get(f"{side}offsets", default))
+
+
+def _check_batch_bounds(starting: OffsetSpec, ending: OffsetSpec) -> None:
+    """Batch queries cannot start at latest nor end at earliest (Spark's rule)."""
+    if starting == "latest" or (isinstance(starting, dict) and _has(starting, LATEST)):
+        raise OptionError("startingOffsets cannot be latest (-1) for batch queries")
+    if ending == "earliest" or (isinstance(ending, dict) and _has(ending, EARLIEST)):
+        raise OptionError("endingOffsets cannot be earliest (-2) for batch queries")
+
+
+def _has(offsets: dict[str, dict[str, int]], value: int) -> bool:
+    return any(o == value for ps in offsets.values() for o in ps.values())
 
 
 def _assign(text: str) -> dict[str, list[int]]:
@@ -117,14 +273,23 @@ def _assign(text: str) -> dict[str, list[int]]:
         ) from None
 
 
+def _partition_json(name: str, text: str) -> dict[str, dict[str, int]]:
+    try:
+        raw = json.loads(text.strip())
+        return {str(t): {str(p): int(o) for p, o in ps.items()} for t, ps in raw.items()}
+    except (ValueError, AttributeError, TypeError):
+        raise OptionError(
+            f'option {name} must be JSON like {{"topic": {{"0": 23}}}}, not {text!r}'
+        ) from None
+
+
 def _offsets(name: str, text: str) -> str | dict[str, dict[str, int]]:
     value = text.strip()
     if value in ("earliest", "latest"):
         return value
     try:
-        raw = json.loads(value)
-        return {str(t): {str(p): int(o) for p, o in ps.items()} for t, ps in raw.items()}
-    except (ValueError, AttributeError, TypeError):
+        return _partition_json(name, value)
+    except OptionError:
         raise OptionError(
             f'option {name} must be earliest, latest or JSON like {{"topic": {{"0": 23}}}}, '
             f"not {text!r}"

@@ -6,15 +6,21 @@
           .option("subscribe", "events").load())
 
 The schema and options are those of Spark's built-in Kafka source (see
-``options.py``).  Reads are planned on the driver: each topic partition's
-range of offsets becomes one input partition, read on an executor with the
-simple consumer.  A streaming query's offsets (``{"topic": {"partition":
-offset}}``) live in Spark's checkpoint; each micro-batch reads exactly the
-range between the last batch's end and this one's, so a restarted query
-resumes with no gap and no duplicate.  Partitions that appear while a query
-runs start at their earliest offset.  Records deleted before they were read
-(retention, DeleteRecords) fail the query unless ``failOnDataLoss`` is false,
-when the read moves on to the earliest offset left.
+``options.py``; the ``headers`` column only with ``includeHeaders``). Reads
+are planned on the driver: each topic partition's range of offsets becomes one
+input partition (split further to reach ``minPartitions``), read on an
+executor into Arrow record batches (``read.py``). A streaming query's offsets
+(``{"topic": {"partition": offset}}``) live in Spark's checkpoint; each micro-
+batch reads exactly the range between the last batch's end and this one's, so
+a restarted query resumes with no gap and no duplicate. Partitions that appear
+while a query runs start at their earliest offset. Records deleted before they
+were read (retention, DeleteRecords) fail the query unless ``failOnDataLoss``
+is false, when the read moves on to the earliest offset left. So do offsets
+that moved back under a streaming query (the topic deleted and created again,
+the log truncated by an unclean election) and partitions that vanished: with
+``failOnDataLoss`` false they are logged and the query goes on from the
+partition's new end. ``minOffsetsPerTrigger`` holds a micro-batch back until
+that many records wait or ``maxTriggerDelay`` has passed since the last one.
 
 Batch writes produce each row (``key`` and ``value``, binary or string;
 ``topic`` unless the ``topic`` option is set; optional ``partition`` and
@@ -25,28 +31,35 @@ exactly-once (``sink.py``).
 
 from __future__ import annotations
 
-import datetime
+import itertools
+import logging
 import re
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from annal.admin.client import AdminClient
-from annal.consumer.simple import OffsetOutOfRangeError, SimpleConsumer
+from annal.consumer.simple import SimpleConsumer
 from annal.pipeline.options import (
     EARLIEST,
     LATEST,
     SCHEMA,
+    ByTimestamp,
+    OffsetSpec,
     OptionError,
     ReadOptions,
     WriteOptions,
     read_options,
     write_options,
 )
-from annal.pipeline.sink import AnnalStreamWriter, check_columns
+from annal.pipeline.read import OffsetRange, read_arrow
+from annal.pipeline.sink import AnnalStreamWriter, check_columns, staged_table
 from annal.producer.producer import ProduceError, Producer, RecordFuture
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamReader,
     DataSourceStreamWriter,
@@ -63,8 +76,10 @@ from pyspark.sql.streaming.datasource import (
 
 from annal.topic_partition import TopicPartition
 
+logger = logging.getLogger(__name__)
+
 Offsets = dict[str, dict[str, int]]  # {"topic": {"partition": offset}}
-UTC = datetime.UTC
+SCHEMA_WITHOUT_HEADERS = SCHEMA.rsplit(", headers", 1)[0]
 
 
 class AnnalDataSource(DataSource):
@@ -75,7 +90,9 @@ class AnnalDataSource(DataSource):
         return "annal"
 
     def schema(self) -> str:
-        return SCHEMA
+        options = {str(k).lower(): str(v) for k, v in self.options.items()}
+        include = options.get("includeheaders", "false").strip().lower() == "true"
+        return SCHEMA if include else SCHEMA_WITHOUT_HEADERS
 
     def reader(self, schema: Any) -> DataSourceReader:
         return AnnalBatchReader(read_options(self.options, streaming=False))
@@ -90,19 +107,11 @@ class AnnalDataSource(DataSource):
         return AnnalStreamWriter(write_options(self.options, streaming=True), schema.fieldNames())
 
 
-@dataclass
-class OffsetRange(InputPartition):
-    """One topic partition's offsets ``[start, end)``: one Spark task."""
-
-    bootstrap: str
-    topic: str
-    partition: int
-    start: int
-    end: int
-    fail_on_data_loss: bool
-
-
 # -- planning (driver) ----------------------------------------------------------
+
+
+def _consumer(options: ReadOptions) -> SimpleConsumer:
+    return SimpleConsumer(options.bootstrap, timeout_s=options.request_timeout_ms / 1000)
 
 
 def _partitions(options: ReadOptions) -> list[TopicPartition]:
@@ -131,16 +140,32 @@ def _partitions(options: ReadOptions) -> list[TopicPartition]:
 
 
 def _resolve(
-    spec: str | Offsets,
+    spec: OffsetSpec,
     partitions: Sequence[TopicPartition],
     consumer: SimpleConsumer,
     default: int,
+    side: str = "starting",
 ) -> Offsets:
-    """Concrete offsets for ``partitions``: "earliest", "latest", or per-partition
-    values (-2 earliest, -1 latest; a partition not named gets ``default``)."""
+    """Concrete offsets for ``partitions``: "earliest", "latest", per-partition
+    values (-2 earliest, -1 latest; a partition not named gets ``default``),
+    or by timestamp (the first offset at or after it; where there is none,
+    latest, or an error for starting offsets with the ``error`` strategy)."""
     out: Offsets = {}
     for topic, partition in partitions:
-        if isinstance(spec, str):
+        if isinstance(spec, ByTimestamp):
+            timestamp = spec.timestamp_for(topic, partition)
+            if timestamp is None:
+                wanted = default
+            else:
+                offset, _ = consumer.offset_for_time(topic, partition, timestamp)
+                if offset < 0 and side == "starting" and spec.strategy == "error":
+                    raise OptionError(
+                        f"no record of {topic}-{partition} has a timestamp at or after "
+                        f"{timestamp} (startingOffsetsByTimestampStrategy is error; set it "
+                        "to latest to start such partitions at their end)"
+                    )
+                wanted = LATEST if offset < 0 else offset
+        elif isinstance(spec, str):
             wanted = EARLIEST if spec == "earliest" else LATEST
         else:
             wanted = spec.get(topic, {}).get(str(partition), default)
@@ -153,55 +178,55 @@ def _resolve(
     return out
 
 
-def _ranges(options: ReadOptions, start: Offsets, end: Offsets) -> list[OffsetRange]:
+def _ranges(
+    options: ReadOptions, start: Offsets, end: Offsets, batch: bool = False
+) -> list[OffsetRange]:
     ranges = []
     for topic, partitions in sorted(end.items()):
         for partition, until in sorted(partitions.items(), key=lambda kv: int(kv[0])):
             since = start.get(topic, {}).get(partition, 0)  # a new partition: from its start
+            if batch and since > until:
+                raise OptionError(
+                    f"starting offset {since} of {topic}-{partition} is after its ending "
+                    f"offset {until}"
+                )
             if until > since:
                 ranges.append(
                     OffsetRange(
                         options.bootstrap, topic, int(partition), since, until,
-                        options.fail_on_data_loss,
+                        options.fail_on_data_loss, options.include_headers,
+                        options.request_timeout_ms / 1000, options.max_partition_fetch_bytes,
                     )
                 )  # fmt: skip
-    return ranges
+    return _split(ranges, options.min_partitions)
 
 
-# -- reading (executors) ----------------------------------------------------------
+def _split(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """Ranges cut into more pieces, in proportion to their sizes, until there
+    are at least ``min_partitions`` (as Spark's Kafka source does)."""
+    if min_partitions is None or len(ranges) >= min_partitions or not ranges:
+        return ranges
+    total = sum(r.end - r.start for r in ranges)
+    out = []
+    for r in ranges:
+        size = r.end - r.start
+        pieces = max(1, min(size, round(size * min_partitions / total)))
+        bounds = [r.start + size * i // pieces for i in range(pieces + 1)]
+        out += [
+            OffsetRange(
+                r.bootstrap, r.topic, r.partition, lo, hi, r.fail_on_data_loss,
+                r.include_headers, r.timeout_s, r.max_bytes,
+            )
+            for lo, hi in itertools.pairwise(bounds)
+            if hi > lo
+        ]  # fmt: skip
+    return out
 
 
-def read_range(part: OffsetRange) -> Iterator[tuple[Any, ...]]:
-    """The rows of ``part``: records with offsets in ``[start, end)``."""
-    with SimpleConsumer(part.bootstrap) as consumer:
-        offset = part.start
-        while offset < part.end:
-            try:
-                result = consumer.fetch(part.topic, part.partition, offset)
-            except OffsetOutOfRangeError:
-                if part.fail_on_data_loss:
-                    raise
-                earliest = consumer.offsets_before(part.topic, part.partition, EARLIEST)
-                if earliest <= offset:
-                    raise
-                offset = earliest  # records deleted before they were read: skip them
-                continue
-            for r in result.records:
-                if r.offset >= part.end:
-                    return
-                yield (
-                    r.key,
-                    r.value,
-                    r.topic,
-                    r.partition,
-                    r.offset,
-                    datetime.datetime.fromtimestamp(r.timestamp / 1000, tz=UTC),
-                    0,
-                    [(h[0], h[1]) for h in r.headers],
-                )
-            if result.next_offset <= offset:
-                return  # nothing more below the high watermark
-            offset = result.next_offset
+def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, OffsetRange):
+        return iter(())  # nothing to read: PySpark passes InputPartition(None)
+    return read_arrow(partition)
 
 
 class AnnalBatchReader(DataSourceReader):
@@ -210,30 +235,27 @@ class AnnalBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         found = _partitions(self.options)
-        with SimpleConsumer(self.options.bootstrap) as consumer:
+        with _consumer(self.options) as consumer:
             start = _resolve(self.options.starting, found, consumer, EARLIEST)
-            end = _resolve(self.options.ending, found, consumer, LATEST)
-        return _ranges(self.options, start, end)
+            end = _resolve(self.options.ending, found, consumer, LATEST, "ending")
+        return _ranges(self.options, start, end, batch=True)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        if not isinstance(partition, OffsetRange):
-            return iter(())  # nothing to read: PySpark passes InputPartition(None)
-        return read_range(partition)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition)
 
 
 class AnnalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self.target: Offsets | None = None  # Trigger.AvailableNow: read up to here
+        self.last_trigger = time.monotonic()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        found = _partitions(self.options)
-        with SimpleConsumer(self.options.bootstrap) as consumer:
-            self.target = _resolve("latest", found, consumer, LATEST)
+        self.target = self._latest()
 
     def initialOffset(self) -> Offsets:
         found = _partitions(self.options)
-        with SimpleConsumer(self.options.bootstrap) as consumer:
+        with _consumer(self.options) as consumer:
             return _resolve(self.options.starting, found, consumer, LATEST)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -241,24 +263,61 @@ class AnnalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadAllAvailable()
         return ReadMaxRows(self.options.max_offsets_per_trigger)
 
+    def _latest(self) -> Offsets:
+        found = _partitions(self.options)
+        with _consumer(self.options) as consumer:
+            return _resolve("latest", found, consumer, LATEST)
+
     def latestOffset(self, start: Offsets | None = None, limit: ReadLimit | None = None) -> Offsets:
-        if self.target is not None:
-            latest = self.target
-        else:
-            found = _partitions(self.options)
-            with SimpleConsumer(self.options.bootstrap) as consumer:
-                latest = _resolve("latest", found, consumer, LATEST)
-        if start is None or not isinstance(limit, ReadMaxRows):
+        latest = self.target if self.target is not None else self._latest()
+        if start is None:
             return latest
-        return _limit(start, latest, limit.max_rows)
+        minimum = self.options.min_offsets_per_trigger
+        if minimum is not None and self.target is None:
+            waiting = sum(
+                max(0, until - start.get(t, {}).get(p, 0))
+                for t, ps in latest.items()
+                for p, until in ps.items()
+            )
+            waited_ms = (time.monotonic() - self.last_trigger) * 1000
+            if waiting < minimum and waited_ms < self.options.max_trigger_delay_ms:
+                return start  # not enough yet: no micro-batch
+        if isinstance(limit, ReadMaxRows):
+            latest = _limit(start, latest, limit.max_rows)
+        if latest != start:
+            self.last_trigger = time.monotonic()
+        return latest
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
+        self._check_data_loss(start, end)
         return _ranges(self.options, start, end)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        if not isinstance(partition, OffsetRange):
-            return iter(())
-        return read_range(partition)
+    def _check_data_loss(self, start: Offsets, end: Offsets) -> None:
+        """Offsets that went back, and partitions that vanished (module docstring)."""
+        problems = []
+        for topic, partitions in sorted(start.items()):
+            for partition, since in sorted(partitions.items()):
+                until = end.get(topic, {}).get(partition)
+                if until is None:
+                    problems.append(f"partition {topic}-{partition} is gone (at offset {since})")
+                elif until < since:
+                    problems.append(
+                        f"the offset of partition {topic}-{partition} went back from {since} "
+                        f"to {until} (the topic was deleted and created again, or its log "
+                        "truncated by an unclean leader election)"
+                    )
+        if not problems:
+            return
+        message = "; ".join(problems) + ": some data may have been missed"
+        if self.options.fail_on_data_loss:
+            raise OptionError(
+                f"{message}. If the query should go on from the new offsets, set the source "
+                "option failOnDataLoss to false."
+            )
+        logger.warning("%s; going on (failOnDataLoss is false)", message)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition)
 
     def commit(self, end: Offsets) -> None:
         pass  # the offsets live in Spark's checkpoint; nothing to tell the cluster
@@ -266,7 +325,9 @@ class AnnalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def _limit(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
     """``latest`` cut down to at most ``max_rows`` new records, shared among the
-    partitions in proportion to what each has waiting (as Spark's Kafka source)."""
+    partitions in proportion to what each has waiting (as Spark's Kafka source).
+    A partition whose offset went back keeps its new offset, so that the data
+    loss is seen."""
     waiting = {
         (t, p): until - start.get(t, {}).get(p, 0)
         for t, ps in latest.items()
@@ -275,16 +336,20 @@ def _limit(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
     total = sum(n for n in waiting.values() if n > 0)
     if total <= max_rows:
         return latest
-    out: Offsets = {t: dict(ps) for t, ps in start.items()}
+    out: Offsets = {t: dict(ps) for t, ps in latest.items()}
     budget = max_rows
     for (topic, partition), n in sorted(waiting.items()):
         since = start.get(topic, {}).get(partition, 0)
-        take = min(n, max_rows * n // total) if n > 0 else 0
-        out.setdefault(topic, {})[partition] = since + take
+        if n <= 0:
+            continue
+        take = min(n, max_rows * n // total)
+        out[topic][partition] = since + take
         budget -= take
     for (topic, partition), n in sorted(waiting.items()):  # rounding left some budget
+        if n <= 0:
+            continue
         have = out[topic][partition] - start.get(topic, {}).get(partition, 0)
-        extra = min(budget, n - have) if n > have else 0
+        extra = min(budget, n - have)
         out[topic][partition] += extra
         budget -= extra
     return out
@@ -298,18 +363,9 @@ class Written(WriterCommitMessage):
     records: int
 
 
-def _to_bytes(value: Any, column: str) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, bytearray):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    raise OptionError(f"column {column} must be binary or string, not {type(value).__name__}")
-
-
-def write_rows(options: WriteOptions, rows: Iterator[Any]) -> Written:
-    """Produce ``rows`` with the producer settings of ``options``; every record
+def write_arrow(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> Written:
+    """Produce the rows of ``batches`` with the producer settings of
+    ``options``, column by column (no Row object per record); every record
     acknowledged, or the task fails naming the first refusal."""
     failures: list[BaseException] = []
 
@@ -332,29 +388,45 @@ def write_rows(options: WriteOptions, rows: Iterator[Any]) -> Written:
         enable_idempotence=options.idempotence,
     )
     with producer:
-        for row in rows:
-            fields = row.asDict()
-            target = options.topic or fields.get("topic")
-            if not target:
+        for batch in batches:
+            table = staged_table(iter([batch]), options.topic)
+            topics = table["topic"].to_pylist()
+            if None in topics:
                 raise OptionError("rows need a topic column, or the topic option must be set")
-            partition = fields.get("partition")
-            headers = fields.get("headers") or ()
-            future = producer.send(
-                target,
-                key=_to_bytes(fields.get("key"), "key"),
-                value=_to_bytes(fields.get("value"), "value"),
-                partition=int(partition) if partition is not None else None,
-                headers=[(h["key"], _to_bytes(h["value"], "headers.value")) for h in headers],
+            keys = table["key"].to_pylist()
+            values = table["value"].to_pylist()
+            partitions = table["partition"].to_pylist()
+            headers = (
+                [
+                    [(h["key"], h["value"]) for h in row or ()]
+                    for row in table["headers"].to_pylist()
+                ]
+                if "headers" in table.column_names
+                else None
             )
-            future.add_done_callback(check)
-            count += 1
+            send = producer.send
+            watched: set[int] = set()  # one callback per producer batch, not per record
+            for i in range(table.num_rows):
+                future = send(
+                    topics[i],
+                    values[i],
+                    keys[i],
+                    partitions[i],
+                    None,
+                    headers[i] if headers is not None else (),
+                )
+                batch_id = id(future[0])  # RecordFuture is (batch, index, timestamp)
+                if batch_id not in watched:
+                    watched.add(batch_id)
+                    future.add_done_callback(check)
+            count += table.num_rows
         producer.flush(options.delivery_timeout_ms / 1000)
     if failures:
-        raise ProduceError("WRITE_FAILED", f"{len(failures)} records refused: {failures[0]}")
+        raise ProduceError("WRITE_FAILED", f"records refused: {failures[0]}")
     return Written(count)
 
 
-class AnnalBatchWriter(DataSourceWriter):
+class AnnalBatchWriter(DataSourceArrowWriter):
     """Batch writes: each task produces its rows (at-least-once, as Spark's own
     Kafka sink: a task that fails after some acknowledgements is run again)."""
 
@@ -362,5 +434,5 @@ class AnnalBatchWriter(DataSourceWriter):
         check_columns(columns, options.topic)
         self.options = options
 
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return write_rows(self.options, iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return write_arrow(self.options, iterator)

@@ -274,27 +274,41 @@ class Producer:
 
     # -- metadata ---------------------------------------------------------------------
 
-    def _refresh(self, topics: Sequence[str]) -> None:
+    def _refresh(self, topics: Sequence[str]) -> ClientError | None:
+        """Refresh metadata; the failure, if no broker answered."""
         try:
             self.cluster.refresh(topics)
         except ClientError as exc:
             logger.warning("metadata refresh failed: %s", exc)
+            return exc
+        return None
 
     def partitions_for(self, topic: str) -> int:
         """Partition count of ``topic``.  A topic the metadata does not show yet
         (just created: the brokers' caches catch up a moment later) is asked
         for again, with a growing backoff, for up to ``max_block_ms``, as
-        Kafka's producer waits for it; then UNKNOWN_TOPIC_OR_PARTITION."""
+        Kafka's producer waits for it; then UNKNOWN_TOPIC_OR_PARTITION.  When no
+        broker answers at all, it gives up within ``request_timeout_ms`` with
+        BROKER_NOT_AVAILABLE naming the servers tried."""
         counts = self.cluster.partition_counts
         if topic in counts:
             return counts[topic]
-        deadline = time.monotonic() + self.max_block_s
+        began = time.monotonic()
+        deadline = began + self.max_block_s
         backoff_s = 0.05
         while True:
-            self._refresh([topic])
+            failure = self._refresh([topic])
             counts = self.cluster.partition_counts
             if topic in counts:
                 return counts[topic]
+            if failure is not None and time.monotonic() + backoff_s >= began + min(
+                self.request_timeout_s, self.max_block_s
+            ):
+                raise ProduceError(
+                    failure.code,
+                    f"cannot send to {topic!r}: no broker reachable within "
+                    f"{int(self.request_timeout_s * 1000)} ms ({failure.message})",
+                )
             if time.monotonic() + backoff_s > deadline:
                 raise ProduceError(
                     errors.UNKNOWN_TOPIC_OR_PARTITION,
