@@ -7,6 +7,7 @@ survive the coordinator broker's SIGKILL."""
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, wait_until
 from confluent_kafka import admin as ck_admin
+from runcli import annal
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -225,3 +227,42 @@ def test_committed_offsets_survive_the_coordinators_sigkill(
             resumed.append(message.offset())
     second.close()
     assert resumed == list(range(40, 100))  # nothing skipped, nothing read twice
+
+
+def test_annal_consumer_groups_shows_kafka_clients_groups(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    cluster = [broker_factory(i, FAST) for i in (1, 2)]
+    servers = bootstrap(cluster)
+    topic, group = f"shown-{next(_names)}", f"g-{next(_names)}"
+    with AdminClient(cluster[0].endpoint) as admin:
+        admin.create_topic(topic, 4, 2)
+    produce(servers, topic, 40, 4)
+    members = [GroupMember("confluent", servers, group, topic) for _ in range(2)]
+    try:
+        for m in members:
+            m.start()
+        wait_until(lambda: balanced(members, 4), 120, "4 partitions over two members")
+        wait_until(lambda: sum(len(m.seen) for m in members) >= 40, 60, "every record read")
+        grpc_servers = ",".join(b.endpoint for b in cluster)
+        listed = annal("consumer-groups", "--bootstrap-server", grpc_servers, "--list")
+        assert listed.returncode == 0, listed.stderr
+        assert group in listed.stdout.split()
+        found = describe(servers, group)
+        assert found is not None
+        ids = {m.member_id for m in found.members}
+
+        def rows() -> list[dict[str, Any]]:
+            shown = annal("consumer-groups", "--bootstrap-server", grpc_servers, "--describe",
+                          "--group", group, "--json")  # fmt: skip
+            assert shown.returncode == 0, shown.stderr
+            return [json.loads(line) for line in shown.stdout.splitlines()]
+
+        wait_until(lambda: all(r["lag"] == 0 for r in rows()), 60, "offsets committed")
+        table = rows()
+        assert [r["partition"] for r in table] == [0, 1, 2, 3]
+        assert {r["owner"] for r in table} == ids
+        assert all(r["log_end_offset"] == 10 for r in table)
+    finally:
+        for m in members:
+            m.stop()
