@@ -362,6 +362,21 @@ class AdminClient:
         if result.error != pb.NONE:
             raise AdminError(errors.from_wire(result.error), result.error_message)
 
+    def list_groups(self) -> list[tuple[str, str, str]]:
+        """(group, protocol type, state) of every group a coordinator knows: the
+        groups of Kafka's clients and groups with committed offsets."""
+        brokers = self._call("Metadata", pb.MetadataRequest()).brokers
+        found: dict[str, tuple[str, str, str]] = {}
+        for broker in brokers:
+            stub = self.cluster.stub(f"{broker.host}:{broker.port}")
+            try:
+                answer = stub.ListGroups(pb.ListGroupsRequest(), timeout=self.timeout_s)
+            except grpc.RpcError as exc:
+                raise AdminError(errors.transport_error(exc), exc.details() or "") from exc
+            for g in answer.groups:
+                found[g.group] = (g.group, g.protocol_type, g.state)
+        return sorted(found.values())
+
     def close(self) -> None:
         self.cluster.close()
 

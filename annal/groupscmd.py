@@ -1,5 +1,7 @@
 """``annal consumer-groups``: list groups and show their positions and lag, as
-kafka-consumer-groups.sh --zookeeper did for the ZooKeeper-era consumer."""
+kafka-consumer-groups.sh does: the ZooKeeper-era consumer's groups (with
+``--zookeeper``) and the groups Kafka's clients form through the group
+coordinator (with ``--bootstrap-server``, or the brokers ZooKeeper lists)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import sys
 from typing import Any
 
+from annal import errors
 from annal.clierrors import fail
 from annal.topic_partition import TopicPartition
 
@@ -16,14 +19,20 @@ def add_parser(commands: Any) -> None:
     groups = commands.add_parser(
         "consumer-groups",
         help="list consumer groups, show their offsets, lag and owners",
-        description="Groups are found in ZooKeeper (/consumers), their committed offsets "
-        "through the group coordinator, log end offsets on the partition leaders. LAG is "
-        "the log end offset minus the committed offset; OWNER the consumer thread holding "
-        "the partition now.",
+        description="Groups of annal's ZooKeeper-era consumer are found in ZooKeeper "
+        "(/consumers), groups of Kafka's clients at their group coordinator; committed "
+        "offsets through the coordinator, log end offsets on the partition leaders. LAG is "
+        "the log end offset minus the committed offset; OWNER the consumer thread (or the "
+        "Kafka client's member id) holding the partition now.",
     )
-    groups.add_argument(
-        "--zookeeper", required=True, metavar="HOST:PORT[/CHROOT]",
-        help="the cluster's ZooKeeper, with its chroot",
+    where = groups.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--zookeeper", metavar="HOST:PORT[/CHROOT]",
+        help="the cluster's ZooKeeper, with its chroot (both kinds of group)",
+    )  # fmt: skip
+    where.add_argument(
+        "--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+        help="brokers' gRPC endpoints (the groups coordinators know)",
     )  # fmt: skip
     groups.add_argument(
         "--zookeeper-session-timeout-ms", type=_session_timeout, default=18000, metavar="MS",
@@ -46,14 +55,27 @@ def run(args: argparse.Namespace) -> int:
         print("annal consumer-groups: --describe needs --group", file=sys.stderr)
         return 2
     try:
-        with ZkClient(
-            args.zookeeper, session_timeout_ms=args.zookeeper_session_timeout_ms, timeout_s=30
-        ) as zk:
+        if args.zookeeper is None:
             if args.list:
-                for group in zk.consumer_groups():
+                for group, _, _ in _coordinator_groups(args.bootstrap_server):
                     print(group)
                 return 0
-            rows = describe(zk, args.zookeeper, args.group)
+            rows = describe(None, args.bootstrap_server, None, args.group)
+        else:
+            with ZkClient(
+                args.zookeeper, session_timeout_ms=args.zookeeper_session_timeout_ms,
+                timeout_s=30,
+            ) as zk:  # fmt: skip
+                bootstrap = _bootstrap_or_none(args.zookeeper)
+                if args.list:
+                    names = set(zk.consumer_groups())
+                    if bootstrap is not None:
+                        names |= {g for g, _, _ in _coordinator_groups(bootstrap)}
+                    for group in sorted(names):
+                        print(group)
+                    return 0
+                rows = describe(zk, bootstrap or _bootstrap(args.zookeeper), args.zookeeper,
+                                args.group)  # fmt: skip
     except (ZkError, ClientError, ValueError) as exc:
         return fail("annal consumer-groups", exc)
     if args.json:
@@ -85,16 +107,26 @@ def _session_timeout(text: str) -> int:
     return value
 
 
-def describe(zk: Any, zookeeper: str, group: str) -> list[dict[str, Any]]:
+def describe(
+    zk: Any, bootstrap: str, zookeeper: str | None, group: str
+) -> list[dict[str, Any]]:
     from annal.consumer.group_offsets import GroupOffsets
-    from annal.consumer.simple import LATEST, SimpleConsumer
+    from annal.consumer.simple import LATEST, ConsumerError, SimpleConsumer
 
-    owners = zk.partition_owners(group)
-    with GroupOffsets(_bootstrap(zookeeper), group) as offsets:
+    owners: dict[TopicPartition, str] = {} if zk is None else zk.partition_owners(group)
+    with GroupOffsets(bootstrap, group) as offsets:
         committed = offsets.committed()
+        try:
+            members = offsets.describe().members
+        except ConsumerError:
+            members = []  # a coordinator of an older annal: ZooKeeper's owners only
+    for member in members:
+        for assigned in member.assignment:
+            for partition in assigned.partitions:
+                owners[TopicPartition(assigned.topic, partition)] = member.member_id
     partitions = sorted(set(owners) | set(committed))
     rows = []
-    with SimpleConsumer(zookeeper_connect=zookeeper) as consumer:
+    with SimpleConsumer(bootstrap) as consumer:
         for topic, partition in partitions:
             end = consumer.offsets_before(topic, partition, LATEST)
             current = committed.get(TopicPartition(topic, partition), -1)
@@ -106,10 +138,29 @@ def describe(zk: Any, zookeeper: str, group: str) -> list[dict[str, Any]]:
                     "current_offset": current if current >= 0 else "-",
                     "log_end_offset": end,
                     "lag": end - current if current >= 0 else "-",
-                    "owner": owners.get((topic, partition), "-"),
+                    "owner": owners.get(TopicPartition(topic, partition), "-"),
                 }
             )
     return rows
+
+
+def _coordinator_groups(bootstrap: str) -> list[tuple[str, str, str]]:
+    from annal.admin.client import AdminClient
+
+    with AdminClient(bootstrap) as admin:
+        return admin.list_groups()
+
+
+def _bootstrap_or_none(zookeeper: str) -> str | None:
+    """The brokers ZooKeeper lists, None when there are none."""
+    from annal.client.cluster import ClientError
+
+    try:
+        return _bootstrap(zookeeper)
+    except ClientError as exc:
+        if exc.code is not errors.BROKER_NOT_AVAILABLE:
+            raise
+        return None  # no broker registered: ZooKeeper's groups only
 
 
 def _bootstrap(zookeeper: str) -> str:

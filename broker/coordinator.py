@@ -13,6 +13,10 @@ latest value of each key winning, tombstones deleting) on its own thread and
 answers COORDINATOR_LOAD_IN_PROGRESS meanwhile; one that stops leading drops
 the partition's cache and answers NOT_COORDINATOR.
 
+Groups of Kafka's clients (``group_membership.py``) also store their state
+here after each rebalance: Kafka's group metadata record (key v2, value v3),
+loaded with the offsets; its tombstone deletes the group and its offsets.
+
 Thread safety: ``self._lock`` guards the caches and the loading set (loads
 run on their own threads); ``commit`` runs on the broker's event loop, and
 its append and its wait for replication (a delayed operation) happen

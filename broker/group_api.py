@@ -1,5 +1,6 @@
 """Group rpcs: FindCoordinator, OffsetCommit, OffsetFetch, answered through the
-group coordinator (``coordinator.py``).
+group coordinator (``coordinator.py``); ListGroups and DescribeGroup from the
+membership of Kafka's clients' groups (``group_membership.py``).
 
 Thread safety: runs on the event loop; creating the offsets topic runs on
 the admin pool.
@@ -7,23 +8,48 @@ the admin pool.
 
 from __future__ import annotations
 
+from typing import Any
+
 from annal.broker import request_checks as checks
 from annal.broker.admin_manager import AdminManager
 from annal.broker.coordinator import OFFSETS_TOPIC, CommitEntry, OffsetsCoordinator
 from annal.broker.data_api import Deadline, code, wait_ms
+from annal.broker.group_membership import GroupMembership
 from annal.broker.metadata_cache import MetadataCache
 from annal.v1 import annal_pb2 as pb
+from kio.schema.consumer_protocol_assignment.v0.data import (
+    ConsumerProtocolAssignment as AssignmentV0,
+)
+from kio.schema.consumer_protocol_assignment.v1.data import (
+    ConsumerProtocolAssignment as AssignmentV1,
+)
+from kio.schema.consumer_protocol_assignment.v2.data import (
+    ConsumerProtocolAssignment as AssignmentV2,
+)
+from kio.schema.consumer_protocol_assignment.v3.data import (
+    ConsumerProtocolAssignment as AssignmentV3,
+)
+from kio.serial import entity_reader
+from kio.serial.readers import read_int16
 
+from annal import errors
 from annal.errors import ErrorCode
 from annal.topic_partition import TopicPartition
+
+_ASSIGNMENTS: list[Any] = [AssignmentV0, AssignmentV1, AssignmentV2, AssignmentV3]
 
 
 class GroupApi:
     """See the module docstring."""
 
     def __init__(
-        self, coordinator: OffsetsCoordinator, metadata: MetadataCache, admin: AdminManager
+        self,
+        coordinator: OffsetsCoordinator,
+        metadata: MetadataCache,
+        admin: AdminManager,
+        membership: GroupMembership,
     ) -> None:
+        self._membership = membership
         self._coordinator = coordinator
         self._metadata = metadata
         self._admin = admin
@@ -116,3 +142,54 @@ class GroupApi:
                     metadata=value.metadata,
                 )
         return response
+
+    def list_groups(self) -> pb.ListGroupsResponse:
+        return pb.ListGroupsResponse(
+            groups=[
+                pb.GroupListing(group=g, protocol_type=t, state=s)
+                for g, t, s in self._membership.listing()
+            ]
+        )
+
+    def describe_group(self, request: pb.DescribeGroupRequest) -> pb.DescribeGroupResponse:
+        if refusal := checks.group_id(request.group):
+            return pb.DescribeGroupResponse(
+                error=code(refusal.error), error_message=refusal.message
+            )
+        error, group = self._membership.describe(request.group)
+        if error != errors.NONE:
+            return pb.DescribeGroupResponse(error=code(error))
+        if group is None:
+            return pb.DescribeGroupResponse(state="Empty")
+        return pb.DescribeGroupResponse(
+            state=group.state.value,
+            protocol_type=group.protocol_type or "",
+            protocol=group.protocol or "",
+            members=[
+                pb.GroupMemberInfo(
+                    member_id=m.member_id,
+                    group_instance_id=m.instance_id or "",
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    assignment=[
+                        pb.TopicPartitions(topic=t, partitions=ps)
+                        for t, ps in consumer_assignment(m.assignment)
+                    ],
+                )
+                for m in group.members.values()
+            ],
+        )
+
+
+def consumer_assignment(data: bytes) -> list[tuple[str, list[int]]]:
+    """The partitions in a member's assignment (Kafka's consumer protocol:
+    a version, then ConsumerProtocolAssignment); none when it is not one."""
+    if len(data) < 2:
+        return []
+    try:
+        version, _ = read_int16(data, 0)
+        schema = _ASSIGNMENTS[min(max(int(version), 0), len(_ASSIGNMENTS) - 1)]
+        assignment, _ = entity_reader(schema)(data, 2)
+    except Exception:  # another protocol's bytes: nothing to show
+        return []
+    return [(t.topic, sorted(int(p) for p in t.partitions)) for t in assignment.assigned_partitions]

@@ -207,7 +207,8 @@ class BrokerServer:
         producer_ids = ProducerIdManager(
             lambda: reserve_producer_id_block(self.zk, config.broker_id)
         )
-        groups = GroupApi(self.coordinator, self.metadata, admin)
+        membership = GroupMembership(self.coordinator, config.group_initial_rebalance_delay_ms)
+        groups = GroupApi(self.coordinator, self.metadata, admin, membership)
         init_producer_id = InitProducerIdApi(producer_ids, network.run_admin)
         service = AnnalService(data, admin, groups, init_producer_id)
         control = ControlService(
@@ -241,7 +242,6 @@ class BrokerServer:
             AdminApis(admin, data, self.metadata, config.broker_id, lambda: config.raw).register(
                 kafka_apis
             )
-            membership = GroupMembership(self.coordinator, config.group_initial_rebalance_delay_ms)
             GroupApis(groups, membership, self.coordinator, self.metadata).register(kafka_apis)
             self.kafka = KafkaListener(kafka_apis, limits, config.socket_request_max_bytes)
             kafka_address = f"{config.kafka_listener.host}:{config.kafka_listener.port}"

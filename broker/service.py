@@ -124,6 +124,16 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     ) -> pb.OffsetFetchResponse:
         return self._groups.offset_fetch(request)
 
+    async def ListGroups(
+        self, request: pb.ListGroupsRequest, context: Context
+    ) -> pb.ListGroupsResponse:
+        return self._groups.list_groups()
+
+    async def DescribeGroup(
+        self, request: pb.DescribeGroupRequest, context: Context
+    ) -> pb.DescribeGroupResponse:
+        return self._groups.describe_group(request)
+
     async def InitProducerId(
         self, request: pb.InitProducerIdRequest, context: Context
     ) -> pb.InitProducerIdResponse:

@@ -131,6 +131,19 @@ class GroupOffsets:
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 1.0)
 
+    def describe(self) -> Any:
+        """The group's state and members as its coordinator keeps them
+        (``annal.v1.DescribeGroupResponse``; groups of Kafka's clients)."""
+
+        def attempt() -> Any:
+            response = self._call("DescribeGroup", pb.DescribeGroupRequest(group=self.group))
+            error = errors.from_wire(response.error)
+            if error is not errors.NONE:
+                raise ConsumerError(error, response.error_message)
+            return response
+
+        return self._retry(attempt)
+
     def close(self) -> None:
         self.cluster.close()
 

@@ -31,7 +31,6 @@ Thread safety: ``start`` and ``stop`` are coroutines for the broker's loop
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from annal.broker.request_checks import InvalidRequest
@@ -88,7 +87,9 @@ class KafkaListener:
         client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
         answers: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
-        sender = asyncio.ensure_future(self._send(answers, writer, client, task))
+        reading = asyncio.Event()  # set while the reader reads: the sender may cancel it
+        reading.set()
+        sender = asyncio.ensure_future(self._send(answers, writer, client, task, reading))
         cancelled = False
         try:
             await self._receive(reader, answers, host)
@@ -97,16 +98,17 @@ class KafkaListener:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away
         except asyncio.CancelledError:  # the broker stopping, or the sender gave up
-            sender.cancel()
             cancelled = True
+        reading.clear()
         try:
             if not cancelled and not sender.done():
                 await answers.put(None)  # the sender makes room: it reads or drains
             await asyncio.wait([sender])
+        except asyncio.CancelledError:  # the broker stopping: no answers are waited for
+            pass
         finally:
+            sender.cancel()
             writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
             self._connections.discard(task)
 
     async def _receive(
@@ -171,6 +173,7 @@ class KafkaListener:
         writer: asyncio.StreamWriter,
         client: str,
         connection: asyncio.Task[None],
+        reading: asyncio.Event,
     ) -> None:
         """Write the answers in request order; on a failed handler, log why and
         stop, and the reader with it."""
@@ -192,7 +195,8 @@ class KafkaListener:
                 break
         else:
             return
-        connection.cancel()
+        if reading.is_set():
+            connection.cancel()
         # Answers nobody will read: their requests still finish (limits released).
         while not answers.empty():
             pending = answers.get_nowait()

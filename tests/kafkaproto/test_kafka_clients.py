@@ -238,3 +238,37 @@ def test_kcat_lists_produces_and_consumes(cluster: list[BrokerProcess], topic: s
     assert out.splitlines() == ["a=one@0", "b=two@1", "c=three@2"]
     assert annal_reads(cluster, topic, 2) == [(b"a", b"one", ()), (b"b", b"two", ()),
                                               (b"c", b"three", ())]  # fmt: skip
+
+
+def test_a_leader_killed_under_an_idempotent_acks_all_producer_loses_nothing(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    cluster = [broker_factory(i) for i in (1, 2, 3)]
+    topic = "failover"
+    with AdminClient(cluster[0].endpoint) as admin:
+        admin.create_topic(topic, 1, 3)
+        leader = admin.describe_topics([topic])[0].partitions[0].leader
+    producer = ck.Producer(
+        {"bootstrap.servers": bootstrap(cluster), "enable.idempotence": True, "acks": "all",
+         "linger.ms": 2, "message.timeout.ms": 60000}
+    )  # fmt: skip
+    acknowledged: list[bytes] = []
+    failed: list[Any] = []
+
+    def delivered(err: Any, message: Any) -> None:
+        (failed if err else acknowledged).append(err or message.value())
+
+    for i in range(3000):
+        producer.produce(topic, value=b"%d" % i, partition=0, on_delivery=delivered)
+        producer.poll(0)
+        if i == 1000:
+            next(b for b in cluster if b.broker_id == leader).kill()
+        if i % 200 == 0:
+            time.sleep(0.05)
+    assert producer.flush(90) == 0
+    assert failed == []
+    alive = [b for b in cluster if b.alive]
+    stored = [value for _, value, _ in annal_reads(alive, topic, 0)]
+    assert sorted(stored, key=int) == stored  # in order
+    assert set(acknowledged) <= set(stored)
+    assert len(stored) == len(set(stored)) == 3000  # idempotence: no duplicate

@@ -2893,3 +2893,173 @@ class ControlledShutdownResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ControlledShutdownResponse: _TypeAlias = ControlledShutdownResponse  # noqa: Y015
+
+@_typing.final
+class ListGroupsRequest(_message.Message):
+    """---------------------------------------------------------------------------
+    Groups of Kafka's clients (the classic membership protocol)
+    ---------------------------------------------------------------------------
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupsRequest: _TypeAlias = ListGroupsRequest  # noqa: Y015
+
+@_typing.final
+class ListGroupsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupListing]:
+        """The groups this broker coordinates, sorted by id."""
+
+    def __init__(
+        self,
+        *,
+        groups: _abc.Iterable[Global___GroupListing] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupsResponse: _TypeAlias = ListGroupsResponse  # noqa: Y015
+
+@_typing.final
+class GroupListing(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    PROTOCOL_TYPE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """Group id."""
+    protocol_type: _builtins.str
+    """"consumer" for groups of Kafka's consumers; empty for groups with offsets only."""
+    state: _builtins.str
+    """Empty, PreparingRebalance, CompletingRebalance, Stable or Dead."""
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        protocol_type: _builtins.str = ...,
+        state: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "protocol_type", b"protocol_type", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupListing: _TypeAlias = GroupListing  # noqa: Y015
+
+@_typing.final
+class DescribeGroupRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """Group id."""
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeGroupRequest: _TypeAlias = DescribeGroupRequest  # noqa: Y015
+
+@_typing.final
+class DescribeGroupResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    PROTOCOL_TYPE_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """NONE, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS or INVALID_GROUP_ID."""
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    state: _builtins.str
+    """Empty, PreparingRebalance, CompletingRebalance, Stable or Dead."""
+    protocol_type: _builtins.str
+    """"consumer" for groups of Kafka's consumers; empty when the group has no members."""
+    protocol: _builtins.str
+    """The assignment protocol chosen in the last rebalance ("range", ...)."""
+    @_builtins.property
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupMemberInfo]:
+        """The members."""
+
+    def __init__(
+        self,
+        *,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        state: _builtins.str = ...,
+        protocol_type: _builtins.str = ...,
+        protocol: _builtins.str = ...,
+        members: _abc.Iterable[Global___GroupMemberInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "members", b"members", "protocol", b"protocol", "protocol_type", b"protocol_type", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeGroupResponse: _TypeAlias = DescribeGroupResponse  # noqa: Y015
+
+@_typing.final
+class GroupMemberInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_HOST_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    """Member id given by the coordinator."""
+    group_instance_id: _builtins.str
+    """group.instance.id of a static member, empty otherwise."""
+    client_id: _builtins.str
+    """The member's client.id."""
+    client_host: _builtins.str
+    """The member's address as the broker saw it ("/127.0.0.1")."""
+    @_builtins.property
+    def assignment(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
+        """The partitions assigned to it (read from Kafka's consumer protocol)."""
+
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        group_instance_id: _builtins.str = ...,
+        client_id: _builtins.str = ...,
+        client_host: _builtins.str = ...,
+        assignment: _abc.Iterable[Global___TopicPartitions] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_host", b"client_host", "client_id", b"client_id", "group_instance_id", b"group_instance_id", "member_id", b"member_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupMemberInfo: _TypeAlias = GroupMemberInfo  # noqa: Y015

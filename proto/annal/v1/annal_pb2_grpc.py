@@ -100,6 +100,16 @@ class AnnalStub:
                 request_serializer=annal_dot_v1_dot_annal__pb2.OffsetFetchRequest.SerializeToString,
                 response_deserializer=annal_dot_v1_dot_annal__pb2.OffsetFetchResponse.FromString,
                 _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/annal.v1.Annal/ListGroups',
+                request_serializer=annal_dot_v1_dot_annal__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroup = channel.unary_unary(
+                '/annal.v1.Annal/DescribeGroup',
+                request_serializer=annal_dot_v1_dot_annal__pb2.DescribeGroupRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.DescribeGroupResponse.FromString,
+                _registered_method=True)
         self.DescribeConfigs = channel.unary_unary(
                 '/annal.v1.Annal/DescribeConfigs',
                 request_serializer=annal_dot_v1_dot_annal__pb2.DescribeConfigsRequest.SerializeToString,
@@ -222,6 +232,21 @@ class AnnalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListGroups(self, request, context):
+        """The groups this broker coordinates: Kafka's clients' groups and groups with
+        committed offsets.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroup(self, request, context):
+        """One group's state and members, from its coordinator.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DescribeConfigs(self, request, context):
         """Topics' configurations.
         """
@@ -324,6 +349,16 @@ def add_AnnalServicer_to_server(servicer, server):
                     servicer.OffsetFetch,
                     request_deserializer=annal_dot_v1_dot_annal__pb2.OffsetFetchRequest.FromString,
                     response_serializer=annal_dot_v1_dot_annal__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.ListGroupsRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DescribeGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroup,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.DescribeGroupRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.DescribeGroupResponse.SerializeToString,
             ),
             'DescribeConfigs': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeConfigs,
@@ -703,6 +738,60 @@ class Annal:
             '/annal.v1.Annal/OffsetFetch',
             annal_dot_v1_dot_annal__pb2.OffsetFetchRequest.SerializeToString,
             annal_dot_v1_dot_annal__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/ListGroups',
+            annal_dot_v1_dot_annal__pb2.ListGroupsRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/DescribeGroup',
+            annal_dot_v1_dot_annal__pb2.DescribeGroupRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.DescribeGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -71,6 +71,12 @@ class AnnalStub:
     """Commit a group's offsets."""
     OffsetFetch: _grpc.UnaryUnaryMultiCallable[_annal_pb2.OffsetFetchRequest, _annal_pb2.OffsetFetchResponse]
     """Read a group's committed offsets."""
+    ListGroups: _grpc.UnaryUnaryMultiCallable[_annal_pb2.ListGroupsRequest, _annal_pb2.ListGroupsResponse]
+    """The groups this broker coordinates: Kafka's clients' groups and groups with
+    committed offsets.
+    """
+    DescribeGroup: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DescribeGroupRequest, _annal_pb2.DescribeGroupResponse]
+    """One group's state and members, from its coordinator."""
     DescribeConfigs: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DescribeConfigsRequest, _annal_pb2.DescribeConfigsResponse]
     """Topics' configurations."""
     AlterConfigs: _grpc.UnaryUnaryMultiCallable[_annal_pb2.AlterConfigsRequest, _annal_pb2.AlterConfigsResponse]
@@ -113,6 +119,12 @@ class AnnalAsyncStub(AnnalStub):
     """Commit a group's offsets."""
     OffsetFetch: _aio.UnaryUnaryMultiCallable[_annal_pb2.OffsetFetchRequest, _annal_pb2.OffsetFetchResponse]  # type: ignore[assignment]
     """Read a group's committed offsets."""
+    ListGroups: _aio.UnaryUnaryMultiCallable[_annal_pb2.ListGroupsRequest, _annal_pb2.ListGroupsResponse]  # type: ignore[assignment]
+    """The groups this broker coordinates: Kafka's clients' groups and groups with
+    committed offsets.
+    """
+    DescribeGroup: _aio.UnaryUnaryMultiCallable[_annal_pb2.DescribeGroupRequest, _annal_pb2.DescribeGroupResponse]  # type: ignore[assignment]
+    """One group's state and members, from its coordinator."""
     DescribeConfigs: _aio.UnaryUnaryMultiCallable[_annal_pb2.DescribeConfigsRequest, _annal_pb2.DescribeConfigsResponse]  # type: ignore[assignment]
     """Topics' configurations."""
     AlterConfigs: _aio.UnaryUnaryMultiCallable[_annal_pb2.AlterConfigsRequest, _annal_pb2.AlterConfigsResponse]  # type: ignore[assignment]
@@ -230,6 +242,24 @@ class AnnalServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_annal_pb2.OffsetFetchResponse, _abc.Awaitable[_annal_pb2.OffsetFetchResponse]]:
         """Read a group's committed offsets."""
+
+    @_abc_1.abstractmethod
+    def ListGroups(
+        self,
+        request: _annal_pb2.ListGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.ListGroupsResponse, _abc.Awaitable[_annal_pb2.ListGroupsResponse]]:
+        """The groups this broker coordinates: Kafka's clients' groups and groups with
+        committed offsets.
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeGroup(
+        self,
+        request: _annal_pb2.DescribeGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.DescribeGroupResponse, _abc.Awaitable[_annal_pb2.DescribeGroupResponse]]:
+        """One group's state and members, from its coordinator."""
 
     @_abc_1.abstractmethod
     def DescribeConfigs(
