@@ -86,11 +86,13 @@ def run(args: argparse.Namespace) -> int:
     table = [header] + [
         tuple(str(row[k]) for k in ("group", "topic", "partition", "current_offset",
                                     "log_end_offset", "lag", "owner"))
+        + ((f"({row['note']})",) if "note" in row else ())
         for row in rows
     ]  # fmt: skip
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    for r in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    for r in table:  # a partition with no leader has a note after its columns
+        cells = [cell.ljust(w) for cell, w in zip(r, widths, strict=False)] + list(r[len(widths) :])
+        print("  ".join(cells).rstrip())
     if not rows:
         print(f"Consumer group {args.group} has no offsets and no members.")
     return 0
@@ -127,9 +129,24 @@ def describe(
     partitions = sorted(set(owners) | set(committed))
     rows = []
     with SimpleConsumer(bootstrap) as consumer:
+        consumer.refresh_metadata(sorted({t for t, _ in partitions}))
+        leaderless = {TopicPartition(t, p) for t in {t for t, _ in partitions}
+                      for p in consumer.leaderless(t)}  # fmt: skip
         for topic, partition in partitions:
-            end = consumer.offsets_before(topic, partition, LATEST)
             current = committed.get(TopicPartition(topic, partition), -1)
+            if TopicPartition(topic, partition) in leaderless:
+                # shown, and marked: its log end cannot be read until it has a leader
+                rows.append(
+                    {
+                        "group": group, "topic": topic, "partition": partition,
+                        "current_offset": current if current >= 0 else "-",
+                        "log_end_offset": "-", "lag": "-", "owner": owners.get(
+                            TopicPartition(topic, partition), "-"),
+                        "note": "no leader",
+                    }
+                )  # fmt: skip
+                continue
+            end = consumer.offsets_before(topic, partition, LATEST)
             rows.append(
                 {
                     "group": group,

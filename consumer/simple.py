@@ -19,6 +19,7 @@ Thread safety: not thread-safe; use one consumer per thread.
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -38,6 +39,8 @@ from annal.topic_partition import TopicPartition
 
 EARLIEST = -2
 LATEST = -1
+
+logger = logging.getLogger(__name__)
 
 
 def _advance(
@@ -189,9 +192,27 @@ class SimpleConsumer:
             raise ConsumerError(exc.code, exc.message) from exc
 
     def partitions_for(self, topic: str) -> list[int]:
-        """Partitions of ``topic`` that have a leader now."""
+        """Partitions of ``topic`` that have a leader now.  Any without one are
+        named in a warning: their records cannot be read until one is elected."""
         self.refresh_metadata([topic])
-        return sorted(p for (t, p) in self.cluster.leaders if t == topic)
+        led = sorted(p for (t, p) in self.cluster.leaders if t == topic)
+        leaderless = self.leaderless(topic)
+        if leaderless:
+            logger.warning(
+                "%s: partition%s %s %s no leader now; %s records are not read until one is "
+                "elected",
+                topic,
+                "s" if len(leaderless) > 1 else "",
+                ", ".join(map(str, leaderless)),
+                "have" if len(leaderless) > 1 else "has",
+                "their" if len(leaderless) > 1 else "its",
+            )
+        return led
+
+    def leaderless(self, topic: str) -> list[int]:
+        """Partitions of ``topic`` with no leader in the metadata last read."""
+        count = self.cluster.partition_counts.get(topic, 0)
+        return [p for p in range(count) if TopicPartition(topic, p) not in self.cluster.leaders]
 
     def leader(self, topic: str, partition: int) -> str:
         key = TopicPartition(topic, partition)
