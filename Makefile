@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-PKGS    = storage deploy zk broker controller producer admin consumer client pipeline
+PKGS    = storage deploy zk broker controller producer admin consumer client pipeline kafkaproto
 STAMP   = $(VENV)/.installed
 
 .PHONY: demo test lint typecheck bench setup os-deps clean
@@ -12,9 +12,10 @@ STAMP   = $(VENV)/.installed
 setup: $(STAMP) os-deps
 
 # OS packages, installed when missing (deploy/os-deps.sh): ZooKeeper (Debian's
-# package: the real server the tests and the local cluster run), and podman,
-# docker-compose and debootstrap, which run docker-compose.yml for real
-# (tests/compose) without a Docker engine or an image registry.
+# package: the real server the tests and the local cluster run), kcat (a Kafka
+# client the Kafka-listener tests run), and podman, docker-compose and
+# debootstrap, which run docker-compose.yml for real (tests/compose) without a
+# Docker engine or an image registry.
 os-deps:
 	@sh deploy/os-deps.sh
 

@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Any
 
-from annal import errors
+from annal import errors, groupresetcmd
 from annal.clierrors import fail
 from annal.topic_partition import TopicPartition
 
@@ -42,8 +42,9 @@ def add_parser(commands: Any) -> None:
     action = groups.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true", help="the groups")
     action.add_argument("--describe", action="store_true", help="one group's partitions")
-    groups.add_argument("--group", help="the group to describe")
+    groups.add_argument("--group", help="the group to describe, reset or delete")
     groups.add_argument("--json", action="store_true", help="one JSON object per partition")
+    groupresetcmd.add_arguments(groups, action)
     groups.set_defaults(run=run)
 
 
@@ -54,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     if args.describe and not args.group:
         print("annal consumer-groups: --describe needs --group", file=sys.stderr)
         return 2
+    if args.reset_offsets or args.delete:
+        return _reset_or_delete(args)
     try:
         if args.zookeeper is None:
             if args.list:
@@ -98,6 +101,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reset_or_delete(args: argparse.Namespace) -> int:
+    from annal.client.cluster import ClientError
+    from annal.zk.client import ZkClient, ZkError
+
+    if (problem := groupresetcmd.usage_problem(args)) is not None:
+        print(f"annal consumer-groups: {problem}", file=sys.stderr)
+        return 2
+    try:
+        if args.zookeeper is None:
+            return groupresetcmd.run(args, args.bootstrap_server, None)
+        with ZkClient(
+            args.zookeeper, session_timeout_ms=args.zookeeper_session_timeout_ms, timeout_s=30
+        ) as zk:
+            return groupresetcmd.run(args, _bootstrap(args.zookeeper), zk)
+    except (ZkError, ClientError, ValueError) as exc:
+        return fail("annal consumer-groups", exc)
+
+
 def _session_timeout(text: str) -> int:
     """A session timeout in ms: ZooKeeper takes 2 to 20 ticks; at least 1000 here."""
     try:
@@ -109,9 +130,7 @@ def _session_timeout(text: str) -> int:
     return value
 
 
-def describe(
-    zk: Any, bootstrap: str, zookeeper: str | None, group: str
-) -> list[dict[str, Any]]:
+def describe(zk: Any, bootstrap: str, zookeeper: str | None, group: str) -> list[dict[str, Any]]:
     from annal.consumer.group_offsets import GroupOffsets
     from annal.consumer.simple import LATEST, ConsumerError, SimpleConsumer
 

@@ -151,6 +151,16 @@ class GroupApi:
             ]
         )
 
+    async def delete_group(self, request: pb.DeleteGroupRequest) -> pb.DeleteGroupResponse:
+        if refusal := checks.group_id(request.group):
+            return pb.DeleteGroupResponse(error=code(refusal.error), error_message=refusal.message)
+        error = await self._membership.delete(request.group)
+        messages = {
+            errors.NON_EMPTY_GROUP: f"group {request.group!r} has live members",
+            errors.GROUP_ID_NOT_FOUND: f"no group {request.group!r}",
+        }
+        return pb.DeleteGroupResponse(error=code(error), error_message=messages.get(error, ""))
+
     def describe_group(self, request: pb.DescribeGroupRequest) -> pb.DescribeGroupResponse:
         if refusal := checks.group_id(request.group):
             return pb.DescribeGroupResponse(

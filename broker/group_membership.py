@@ -323,8 +323,7 @@ class GroupMembership:
 
     def _join_result(self, group: Group, member: Member) -> JoinResult:
         everyone = tuple(
-            (m.member_id, m.instance_id, m.metadata(group.protocol))
-            for m in group.members.values()
+            (m.member_id, m.instance_id, m.metadata(group.protocol)) for m in group.members.values()
         )
         return JoinResult(
             errors.NONE, group.generation, group.protocol_type, group.protocol,
@@ -514,6 +513,12 @@ class GroupMembership:
         error, _ = await self._coordinator.store_group(name, None, STORE_TIMEOUT_MS)
         if error == errors.NONE:
             self._groups.pop(name, None)
+            # Kafka's DeleteGroups removes the group's committed offsets too
+            error, committed = self._coordinator.fetch(name, None)
+            if error == errors.NONE and committed:
+                error, _ = await self._coordinator.delete_offsets(
+                    name, sorted(committed), STORE_TIMEOUT_MS
+                )
         return error
 
 

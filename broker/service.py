@@ -129,6 +129,11 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     ) -> pb.ListGroupsResponse:
         return self._groups.list_groups()
 
+    async def DeleteGroup(
+        self, request: pb.DeleteGroupRequest, context: Context
+    ) -> pb.DeleteGroupResponse:
+        return await self._groups.delete_group(request)
+
     async def DescribeGroup(
         self, request: pb.DescribeGroupRequest, context: Context
     ) -> pb.DescribeGroupResponse:

@@ -131,6 +131,19 @@ class GroupOffsets:
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 1.0)
 
+    def delete(self) -> None:
+        """Delete the group at its coordinator: its committed offsets and metadata.
+        ConsumerError NON_EMPTY_GROUP while it has live members (Kafka clients'
+        groups; the ZooKeeper-era consumer's members are for the caller to check)."""
+
+        def attempt() -> None:
+            response = self._call("DeleteGroup", pb.DeleteGroupRequest(group=self.group))
+            error = errors.from_wire(response.error)
+            if error is not errors.NONE:
+                raise ConsumerError(error, response.error_message or error.name)
+
+        self._retry(attempt)
+
     def describe(self) -> Any:
         """The group's state and members as its coordinator keeps them
         (``annal.v1.DescribeGroupResponse``; groups of Kafka's clients)."""

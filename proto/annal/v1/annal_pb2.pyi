@@ -2965,6 +2965,54 @@ class GroupListing(_message.Message):
 Global___GroupListing: _TypeAlias = GroupListing  # noqa: Y015
 
 @_typing.final
+class DeleteGroupRequest(_message.Message):
+    """kafka-consumer-groups.sh --delete (Kafka's DeleteGroups), one group."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """The group to delete."""
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupRequest: _TypeAlias = DeleteGroupRequest  # noqa: Y015
+
+@_typing.final
+class DeleteGroupResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """NONE, NON_EMPTY_GROUP (it has live members), GROUP_ID_NOT_FOUND,
+    NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS.
+    """
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    def __init__(
+        self,
+        *,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupResponse: _TypeAlias = DeleteGroupResponse  # noqa: Y015
+
+@_typing.final
 class DescribeGroupRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

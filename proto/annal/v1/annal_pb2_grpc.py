@@ -110,6 +110,11 @@ class AnnalStub:
                 request_serializer=annal_dot_v1_dot_annal__pb2.DescribeGroupRequest.SerializeToString,
                 response_deserializer=annal_dot_v1_dot_annal__pb2.DescribeGroupResponse.FromString,
                 _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/annal.v1.Annal/DeleteGroup',
+                request_serializer=annal_dot_v1_dot_annal__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
         self.DescribeConfigs = channel.unary_unary(
                 '/annal.v1.Annal/DescribeConfigs',
                 request_serializer=annal_dot_v1_dot_annal__pb2.DescribeConfigsRequest.SerializeToString,
@@ -247,6 +252,13 @@ class AnnalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteGroup(self, request, context):
+        """Delete a group with no live members: its committed offsets and its metadata.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DescribeConfigs(self, request, context):
         """Topics' configurations.
         """
@@ -359,6 +371,11 @@ def add_AnnalServicer_to_server(servicer, server):
                     servicer.DescribeGroup,
                     request_deserializer=annal_dot_v1_dot_annal__pb2.DescribeGroupRequest.FromString,
                     response_serializer=annal_dot_v1_dot_annal__pb2.DescribeGroupResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.DeleteGroupResponse.SerializeToString,
             ),
             'DescribeConfigs': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeConfigs,
@@ -792,6 +809,33 @@ class Annal:
             '/annal.v1.Annal/DescribeGroup',
             annal_dot_v1_dot_annal__pb2.DescribeGroupRequest.SerializeToString,
             annal_dot_v1_dot_annal__pb2.DescribeGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/DeleteGroup',
+            annal_dot_v1_dot_annal__pb2.DeleteGroupRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.DeleteGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

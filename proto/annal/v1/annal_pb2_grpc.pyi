@@ -77,6 +77,8 @@ class AnnalStub:
     """
     DescribeGroup: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DescribeGroupRequest, _annal_pb2.DescribeGroupResponse]
     """One group's state and members, from its coordinator."""
+    DeleteGroup: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DeleteGroupRequest, _annal_pb2.DeleteGroupResponse]
+    """Delete a group with no live members: its committed offsets and its metadata."""
     DescribeConfigs: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DescribeConfigsRequest, _annal_pb2.DescribeConfigsResponse]
     """Topics' configurations."""
     AlterConfigs: _grpc.UnaryUnaryMultiCallable[_annal_pb2.AlterConfigsRequest, _annal_pb2.AlterConfigsResponse]
@@ -125,6 +127,8 @@ class AnnalAsyncStub(AnnalStub):
     """
     DescribeGroup: _aio.UnaryUnaryMultiCallable[_annal_pb2.DescribeGroupRequest, _annal_pb2.DescribeGroupResponse]  # type: ignore[assignment]
     """One group's state and members, from its coordinator."""
+    DeleteGroup: _aio.UnaryUnaryMultiCallable[_annal_pb2.DeleteGroupRequest, _annal_pb2.DeleteGroupResponse]  # type: ignore[assignment]
+    """Delete a group with no live members: its committed offsets and its metadata."""
     DescribeConfigs: _aio.UnaryUnaryMultiCallable[_annal_pb2.DescribeConfigsRequest, _annal_pb2.DescribeConfigsResponse]  # type: ignore[assignment]
     """Topics' configurations."""
     AlterConfigs: _aio.UnaryUnaryMultiCallable[_annal_pb2.AlterConfigsRequest, _annal_pb2.AlterConfigsResponse]  # type: ignore[assignment]
@@ -260,6 +264,14 @@ class AnnalServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_annal_pb2.DescribeGroupResponse, _abc.Awaitable[_annal_pb2.DescribeGroupResponse]]:
         """One group's state and members, from its coordinator."""
+
+    @_abc_1.abstractmethod
+    def DeleteGroup(
+        self,
+        request: _annal_pb2.DeleteGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.DeleteGroupResponse, _abc.Awaitable[_annal_pb2.DeleteGroupResponse]]:
+        """Delete a group with no live members: its committed offsets and its metadata."""
 
     @_abc_1.abstractmethod
     def DescribeConfigs(
