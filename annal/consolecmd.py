@@ -101,6 +101,11 @@ def add_parsers(commands: Any) -> None:
         "--from-beginning", action="store_true", help="start at the earliest offset"
     )
     consumer.add_argument("--partition", type=int, help="only this partition")
+    consumer.add_argument(
+        "--group", metavar="GROUP",
+        help="consume as a member of GROUP (annal's group consumer: needs --zookeeper), "
+        "sharing the partitions with its other members and committing what it printed",
+    )  # fmt: skip
     consumer.add_argument("--offset", help="earliest, latest or a number (needs --partition)")
     consumer.add_argument("--max-messages", type=int, help="exit after this many records")
     consumer.add_argument(
@@ -169,6 +174,19 @@ def run_consumer(args: argparse.Namespace) -> int:
     if args.offset is not None and args.partition is None:
         print("annal console-consumer: --offset needs --partition", file=sys.stderr)
         return 2
+    if args.group is not None:
+        if args.zookeeper is None:
+            print(
+                "annal console-consumer: --group needs --zookeeper (annal's group consumer "
+                "balances a group's partitions through ZooKeeper)",
+                file=sys.stderr,
+            )
+            return 2
+        if args.partition is not None or args.offset is not None:
+            print("annal console-consumer: --group takes no --partition or --offset",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        return _consume_in_group(args, show, separator)
     printed = 0
     last_data = time.monotonic()
     _quiet_kazoo()
@@ -210,17 +228,7 @@ def run_consumer(args: argparse.Namespace) -> int:
                     positions[p] = result.next_offset
                     for record in result.records:
                         got_any = True
-                        fields = []
-                        if show["partition"]:
-                            fields.append(f"Partition:{record.partition}")
-                        if show["offset"]:
-                            fields.append(f"Offset:{record.offset}")
-                        if show["timestamp"]:
-                            fields.append(f"CreateTime:{record.timestamp}")
-                        if show["key"]:
-                            fields.append(_text(record.key))
-                        fields.append(_text(record.value))
-                        print(separator.join(fields), flush=True)
+                        _print(record, show, separator)
                         printed += 1
                         if args.max_messages is not None and printed >= args.max_messages:
                             return 0
@@ -234,6 +242,53 @@ def run_consumer(args: argparse.Namespace) -> int:
                     return 0
     except ClientError as exc:  # ConsumerError, or no cluster found through --zookeeper
         return fail("annal console-consumer", exc)
+
+
+def _print(record: Any, show: dict[str, bool], separator: str) -> None:
+    fields = []
+    if show["partition"]:
+        fields.append(f"Partition:{record.partition}")
+    if show["offset"]:
+        fields.append(f"Offset:{record.offset}")
+    if show["timestamp"]:
+        fields.append(f"CreateTime:{record.timestamp}")
+    if show["key"]:
+        fields.append(_text(record.key))
+    fields.append(_text(record.value))
+    print(separator.join(fields), flush=True)
+
+
+def _consume_in_group(args: argparse.Namespace, show: dict[str, bool], separator: str) -> int:
+    """As a member of ``--group``: the group's share of the topic's partitions,
+    from its committed offsets (or the start with --from-beginning, the end
+    otherwise, where it committed none); what was printed is committed on exit."""
+    from annal.client.cluster import ClientError
+    from annal.consumer.group import ConsumerTimeout, GroupConsumer
+
+    printed = 0
+    try:
+        consumer = GroupConsumer(
+            args.zookeeper,
+            args.group,
+            auto_offset_reset="smallest" if args.from_beginning else "largest",
+            consumer_timeout_ms=args.timeout_ms if args.timeout_ms is not None else -1,
+        )
+    except (ClientError, ValueError) as exc:
+        return fail("annal console-consumer", exc)
+    try:
+        (stream,) = consumer.create_message_streams({args.topic: 1})[args.topic]
+        for record in stream:
+            _print(record, show, separator)
+            printed += 1
+            if args.max_messages is not None and printed >= args.max_messages:
+                break
+    except ConsumerTimeout:
+        print(f"Processed a total of {printed} messages", file=sys.stderr)
+    except ClientError as exc:
+        return fail("annal console-consumer", exc)
+    finally:
+        consumer.shutdown()  # commits what was consumed
+    return 0
 
 
 def _text(raw: bytes | None) -> str:
