@@ -114,7 +114,10 @@ def _consumer(options: ReadOptions) -> SimpleConsumer:
     return SimpleConsumer(options.bootstrap, timeout_s=options.request_timeout_ms / 1000)
 
 
-def _partitions(options: ReadOptions) -> list[TopicPartition]:
+def _partitions(options: ReadOptions, strict: bool = True) -> list[TopicPartition]:
+    """The partitions a read covers.  Subscribed topics that do not exist are
+    an error for a batch read (``strict``); a streaming query sees none of
+    their partitions, so one deleted under it is data loss (failOnDataLoss)."""
     subscription = options.subscription
     if subscription.assign is not None:
         return sorted(TopicPartition(t, p) for t, ps in subscription.assign.items() for p in ps)
@@ -127,9 +130,9 @@ def _partitions(options: ReadOptions) -> list[TopicPartition]:
         else:
             known = set(admin.list_topics())
             missing = [t for t in subscription.topics if t not in known]
-            if missing:
+            if missing and strict:
                 raise OptionError(f"subscribed topics do not exist: {missing}")
-            names = list(subscription.topics)
+            names = [t for t in subscription.topics if t in known]
         if not names:
             return []
         return sorted(
@@ -264,7 +267,7 @@ class AnnalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.options.max_offsets_per_trigger)
 
     def _latest(self) -> Offsets:
-        found = _partitions(self.options)
+        found = _partitions(self.options, strict=False)
         with _consumer(self.options) as consumer:
             return _resolve("latest", found, consumer, LATEST)
 
