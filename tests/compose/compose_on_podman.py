@@ -122,6 +122,32 @@ def extra_ca_certs() -> str:
     return "\n".join(Path(p).read_text() for p in paths)
 
 
+PROJECT_PREFIX = "annaltest"
+
+
+def project_name() -> str:
+    """This process's compose project: its pid tells a later run whether it is left over."""
+    return f"{PROJECT_PREFIX}{os.getpid()}"
+
+
+def remove_leftover_projects(docker_host: str, root: Path) -> list[str]:
+    """Remove the projects of test runs that died without cleaning up (SIGKILLed or
+    SIGTERMed pytest): they would hold the brokers' published ports."""
+    labels = run(
+        ["podman", "ps", "-a", "--format", '{{index .Labels "com.docker.compose.project"}}'],
+        timeout_s=60,
+        check=False,
+    ).split()
+    removed = []
+    for project in sorted(set(labels)):
+        pid = project.removeprefix(PROJECT_PREFIX)
+        if project == pid or not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        Compose(root, project, docker_host).down()
+        removed.append(project)
+    return removed
+
+
 class ApiService:
     """``podman system service`` on a private socket; ``docker_host`` for docker-compose."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,8 @@ from compose_on_podman import (
     check_machine,
     ensure_base_image,
     extra_ca_certs,
+    project_name,
+    remove_leftover_projects,
     smoke_test,
 )
 
@@ -39,8 +42,15 @@ def podman_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiService]
         pytest.skip(str(e))
     print("\n".join(steps))
     service = ApiService(tmp_path_factory.mktemp("podman"))
+    for project in remove_leftover_projects(service.docker_host, ROOT):
+        print(f"removed {project}, left over by a test run that died")
     yield service
     service.stop()
+
+
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM stops the run as Ctrl-C does, so that the finalizers still run."""
+    raise KeyboardInterrupt(f"terminated by signal {signum}")
 
 
 @pytest.fixture
@@ -49,9 +59,10 @@ def compose(podman_api: ApiService, request: pytest.FixtureRequest) -> Iterator[
 
     Whatever happens, the project's containers, volumes and network are removed
     afterwards; a failed test prints the containers' logs first."""
-    project = f"annaltest{os.getpid()}"
+    project = project_name()
     cluster = Compose(ROOT, project, podman_api.docker_host)
     health = HealthChecks(project)
+    previous = signal.signal(signal.SIGTERM, _terminated)  # clean up on SIGTERM too
     try:
         started = time.monotonic()
         build_args = ["--build-arg", f"EXTRA_CA_CERTS={extra_ca_certs()}"]
@@ -74,5 +85,6 @@ def compose(podman_api: ApiService, request: pytest.FixtureRequest) -> Iterator[
             print(f"\n--- docker-compose logs ({project}) ---\n{cluster.logs()}")
         health.stop()
         cluster.down()
+        signal.signal(signal.SIGTERM, previous)
         left = {kind: ids for kind, ids in cluster.leftovers().items() if ids}
         assert not left, f"docker-compose down -v left {left}"
