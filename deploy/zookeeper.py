@@ -23,6 +23,10 @@ from pathlib import Path
 DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
 DEBIAN_CONF = Path("/etc/zookeeper/conf")
 DEBIAN_LOGGER = Path("/usr/share/java/slf4j-simple.jar")
+# with these, the server logs through log4j to a size-rotated zookeeper.log
+DEBIAN_LOG4J = (Path("/usr/share/java/slf4j-log4j12.jar"), Path("/usr/share/java/log4j-1.2.jar"))
+LOG_MAX_BYTES = 64 * 1024 * 1024  # as the brokers' broker.log (deploy/runner.py)
+LOG_BACKUPS = 3
 INSTALL_HINT = (
     "ZooKeeper is not installed: run `sudo apt-get install zookeeper` (Debian/Ubuntu), "
     "or unpack an Apache ZooKeeper release and set ZOOKEEPER_HOME to it"
@@ -39,6 +43,7 @@ class ZooKeeperInstall:
 
     java: str
     classpath: str
+    log4j: bool = False  # logs through log4j 1.2 (a rotated file) rather than to stdout
 
 
 def find_zookeeper() -> ZooKeeperInstall:
@@ -60,6 +65,9 @@ def find_zookeeper() -> ZooKeeperInstall:
         return ZooKeeperInstall(java, os.pathsep.join(parts))
     if DEBIAN_JAR.exists():
         parts = [str(DEBIAN_CONF), str(DEBIAN_JAR)]
+        if all(jar.exists() for jar in DEBIAN_LOG4J):
+            parts.extend(map(str, DEBIAN_LOG4J))
+            return ZooKeeperInstall(java, os.pathsep.join(parts), log4j=True)
         if DEBIAN_LOGGER.exists():
             parts.append(str(DEBIAN_LOGGER))
         return ZooKeeperInstall(java, os.pathsep.join(parts))
@@ -88,7 +96,12 @@ def four_letter_word(host: str, port: int, word: str, timeout_s: float = 1.0) ->
 
 
 class ZooKeeperServer:
-    """One standalone server under ``directory`` (``data/``, ``zoo.cfg``, ``zookeeper.log``)."""
+    """One standalone server under ``directory`` (``data/``, ``zoo.cfg``, ``zookeeper.log``).
+
+    With Debian's log4j jars the server writes ``zookeeper.log`` itself, rotated
+    by size into ``zookeeper.log.1`` to ``.3``, and the process's own output
+    (a JVM that fails to start) goes to ``zookeeper.out``; otherwise all of it
+    is appended to ``zookeeper.log``."""
 
     def __init__(self, directory: Path, port: int = 0, host: str = "127.0.0.1") -> None:
         self.directory = Path(directory)
@@ -103,6 +116,29 @@ class ZooKeeperServer:
     @property
     def log_path(self) -> Path:
         return self.directory / "zookeeper.log"
+
+    @property
+    def out_path(self) -> Path:
+        return self.directory / "zookeeper.out"
+
+    def write_log4j_config(self) -> Path:
+        config = self.directory / "log4j.properties"
+        config.write_text(
+            "\n".join(
+                [
+                    "log4j.rootLogger=INFO, FILE",
+                    "log4j.appender.FILE=org.apache.log4j.RollingFileAppender",
+                    f"log4j.appender.FILE.File={self.log_path}",
+                    f"log4j.appender.FILE.MaxFileSize={LOG_MAX_BYTES}",
+                    f"log4j.appender.FILE.MaxBackupIndex={LOG_BACKUPS}",
+                    "log4j.appender.FILE.layout=org.apache.log4j.PatternLayout",
+                    "log4j.appender.FILE.layout.ConversionPattern="
+                    "%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n",
+                    "",
+                ]
+            )
+        )
+        return config
 
     def write_config(self) -> Path:
         data = self.directory / "data"
@@ -132,14 +168,20 @@ class ZooKeeperServer:
         """Start the server and wait until it serves requests (``srvr`` answers)."""
         install = find_zookeeper()
         config = self.write_config()
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
+        logging = (
+            [f"-Dlog4j.configuration=file:{self.write_log4j_config()}"]
+            if install.log4j
+            else ["-Dorg.slf4j.simpleLogger.defaultLogLevel=info"]
+        )
+        output = self.out_path if install.log4j else self.log_path
+        log = open(output, "ab")  # noqa: SIM115 - handed to the child process
         try:
             self.process = subprocess.Popen(
                 [
                     install.java,
                     "-Xmx256m",
                     "-Dzookeeper.admin.enableServer=false",
-                    "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+                    *logging,
                     "-cp",
                     install.classpath,
                     "org.apache.zookeeper.server.ZooKeeperServerMain",
@@ -186,10 +228,14 @@ class ZooKeeperServer:
             process.wait(timeout_s)
 
     def tail_log(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text("utf-8", "replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
+        """The last lines of the log, after what the process printed (if anything)."""
+        found = []
+        for path in (self.out_path, self.log_path):
+            try:
+                found += path.read_text("utf-8", "replace").splitlines()
+            except FileNotFoundError:
+                continue
+        return "\n".join(found[-lines:]) if found else "(no log)"
 
     def __enter__(self) -> ZooKeeperServer:
         self.start()

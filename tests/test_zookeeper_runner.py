@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -23,3 +24,18 @@ def test_missing_installation_names_the_fix(
     monkeypatch.setattr("annal.deploy.zookeeper.DEBIAN_JAR", tmp_path / "nope.jar")
     with pytest.raises(ZooKeeperError, match="apt-get install zookeeper"):
         find_zookeeper()
+
+
+@pytest.mark.timeout(90)
+def test_the_server_log_is_rotated_by_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not find_zookeeper().log4j:
+        pytest.skip("no log4j jars here: ZooKeeper logs to its output, unrotated")
+    monkeypatch.setattr("annal.deploy.zookeeper.LOG_MAX_BYTES", 4000)
+    with ZooKeeperServer(tmp_path) as server:
+        rotated = tmp_path / "zookeeper.log.1"
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "zookeeper.log.3").exists() and time.monotonic() < deadline:
+            four_letter_word(server.host, server.port, "srvr")  # each is logged
+        assert rotated.exists() and (tmp_path / "zookeeper.log.3").exists()
+        assert not (tmp_path / "zookeeper.log.4").exists()
+        assert all(p.stat().st_size < 8000 for p in tmp_path.glob("zookeeper.log*"))
