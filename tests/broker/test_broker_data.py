@@ -53,7 +53,10 @@ def test_znodes_restart_and_bad_input(zk_connect: str, broker: BrokerProcess) ->
             "config": {"retention.ms": "86400000"},
         }
         broker_znode = znode(zk, "/brokers/ids/1")
-        assert set(broker_znode) == {"version", "host", "port", "endpoints", "rack", "timestamp"}  # type: ignore[arg-type]
+        assert set(broker_znode) == {  # type: ignore[arg-type]
+            "version", "host", "port", "endpoints", "listener_security_protocol_map", "rack",
+            "timestamp",
+        }  # fmt: skip
 
     with Producer(broker.endpoint) as producer:
         for i in range(100):
