@@ -209,11 +209,14 @@ class GroupMembership:
         if member is not None and instance_id and group.instances.get(instance_id) != member_id:
             return JoinResult(errors.FENCED_INSTANCE_ID, member_id=member_id)
         if member is None and instance_id and instance_id in group.instances:
-            return self._static_rejoin(
+            replaced = self._static_rejoin(
                 group, instance_id, client_id, client_host,
                 session_timeout_ms, rebalance_timeout_ms, protocols,
             )  # fmt: skip
-        if member is None:
+            if isinstance(replaced, JoinResult):
+                return replaced
+            member = replaced  # the leader's place, or a group not stable: rebalance
+        elif member is None:
             member = Member(
                 f"{client_id or 'member'}-{uuid.uuid4()}", instance_id, client_id, client_host,
                 session_timeout_ms, rebalance_timeout_ms, list(protocols),
@@ -222,7 +225,8 @@ class GroupMembership:
             if instance_id:
                 group.instances[instance_id] = member.member_id
         elif (
-            group.state == GroupState.STABLE
+            member_id
+            and group.state == GroupState.STABLE
             and member.member_id != group.leader
             and list(protocols) == member.protocols
         ):
@@ -252,9 +256,11 @@ class GroupMembership:
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
         protocols: Sequence[tuple[str, bytes]],
-    ) -> JoinResult:
+    ) -> JoinResult | Member:
         """A known group.instance.id back with no member id: it takes a new member id
-        and the old one's place (and assignment)."""
+        and the old one's place (and assignment).  A follower of a stable group gets
+        the current generation back at once; otherwise the new member joins a
+        rebalance like any other (returned, for ``join`` to go on with)."""
         old = group.members.pop(group.instances[instance_id])
         if old.expiry is not None:
             old.expiry.cancel()
@@ -268,11 +274,10 @@ class GroupMembership:
         group.instances[instance_id] = member.member_id
         if group.leader == old.member_id:
             group.leader = member.member_id
-        self._touch(group, member)
         if group.state == GroupState.STABLE and member.member_id != group.leader:
+            self._touch(group, member)
             return self._join_result(group, member)
-        self._prepare_rebalance(group)
-        return JoinResult(errors.REBALANCE_IN_PROGRESS, member_id=member.member_id)
+        return member
 
     def _common(self, group: Group, names: Sequence[str], skip: str = "") -> list[str]:
         """Protocols (in ``names``' order) that every other member supports too."""

@@ -266,3 +266,38 @@ def test_annal_consumer_groups_shows_kafka_clients_groups(
     finally:
         for m in members:
             m.stop()
+
+
+def test_a_static_member_comes_back_to_its_place(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    cluster = [broker_factory(1, FAST)]
+    servers = bootstrap(cluster)
+    topic, group = f"static-{next(_names)}", f"g-{next(_names)}"
+    with AdminClient(cluster[0].endpoint) as admin:
+        admin.create_topic(topic, 2, 1)
+
+    def member() -> Any:
+        consumer = ck.Consumer({
+            "bootstrap.servers": servers, "group.id": group, "group.instance.id": "static-1",
+            "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 500,
+        })  # fmt: skip
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        return consumer
+
+    first = member()
+    before = describe(servers, group)
+    assert before is not None and [m.group_instance_id for m in before.members] == ["static-1"]
+    first.close()  # a static member sends no LeaveGroup: its place is kept for the session
+    second = member()
+    try:
+        assert {p.partition for p in second.assignment()} == {0, 1}
+        after = describe(servers, group)
+        assert after is not None and len(after.members) == 1
+        assert after.members[0].group_instance_id == "static-1"
+        assert after.members[0].member_id != before.members[0].member_id
+    finally:
+        second.close()
