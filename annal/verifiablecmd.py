@@ -5,7 +5,10 @@ against what was read: the producer sends consecutive integers as values and
 reports each acknowledgement (``producer_send_success`` with topic,
 partition, offset, key, value) or failure (``producer_send_error``); the
 consumer reports what it read (``records_consumed`` with per-partition
-offset ranges, and ``record_data`` per record with ``--verbose``).
+offset ranges, and ``record_data`` per record with ``--verbose``) and, as it
+shuts down, how many records repeated a value it had already read
+(``duplicates``: a record stored twice, which an idempotent producer's
+retries never cause).
 """
 
 from __future__ import annotations
@@ -120,7 +123,8 @@ def run_consumer(args: argparse.Namespace) -> int:
     from annal.consumer.simple import EARLIEST, LATEST, ConsumerError, SimpleConsumer
 
     emit("startup_complete")
-    consumed = 0
+    consumed = duplicates = 0
+    seen: set[bytes | None] = set()  # values read: the producer's are unique
     idle_since = time.monotonic()
     try:
         with SimpleConsumer(args.bootstrap_server, max_wait_ms=200) as consumer:
@@ -144,6 +148,10 @@ def run_consumer(args: argparse.Namespace) -> int:
                     if not records:
                         continue
                     consumed += len(records)
+                    for r in records:
+                        if r.value in seen:
+                            duplicates += 1
+                        seen.add(r.value)
                     summary.append(
                         {
                             "topic": args.topic, "partition": p, "count": len(records),
@@ -173,7 +181,7 @@ def run_consumer(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         pass
-    emit("shutdown_complete", total=consumed)
+    emit("shutdown_complete", total=consumed, duplicates=duplicates)
     return 0
 
 
