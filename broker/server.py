@@ -236,7 +236,7 @@ class BrokerServer:
             self._abort()
             raise BrokerStartupError(f"cannot listen on {address}: {exc}") from exc
         if config.kafka_listener is not None:
-            kafka_apis = KafkaApis()
+            kafka_apis = KafkaApis(self.metrics)
             DataApis(data, init_producer_id).register(kafka_apis)
             ClusterApis(admin, self.metadata, lambda: self.cluster_id).register(kafka_apis)
             AdminApis(admin, data, self.metadata, config.broker_id, lambda: config.raw).register(

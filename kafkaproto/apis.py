@@ -17,10 +17,12 @@ Thread safety: runs on the broker's event loop only.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from annal.broker.metrics import BrokerMetrics
 from annal.kafkaproto.wire import API_VERSIONS_KEY, Request, RequestHead, build, response_type
 from kio.schema.errors import ErrorCode as KioErrorCode
 
@@ -45,7 +47,8 @@ class Api:
 class KafkaApis:
     """See the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: BrokerMetrics | None = None) -> None:
+        self._metrics = metrics
         self._apis: dict[int, Api] = {
             API_VERSIONS_KEY: Api("ApiVersions", 0, 3, self._api_versions),
         }
@@ -77,7 +80,20 @@ class KafkaApis:
         return build(response_type(API_VERSIONS_KEY, 0), values)
 
     async def handle(self, request: Request) -> Values | None:
-        return await self._apis[request.head.api_key].handler(request)
+        """The handler's answer; with metrics, the request counted and timed under
+        its API's name (as gRPC's are) and a top-level error code counted."""
+        api = self._apis[request.head.api_key]
+        if self._metrics is None:
+            return await api.handler(request)
+        started = time.perf_counter()
+        try:
+            values = await api.handler(request)
+        finally:
+            self._metrics.request_done(api.name, (time.perf_counter() - started) * 1000.0)
+        code = values.get("error_code") if values is not None else None
+        if isinstance(code, int) and code != 0:
+            self._metrics.request_error(api.name, errors.from_wire(code).name)
+        return values
 
     def _table(self) -> list[Values]:
         return [

@@ -136,3 +136,22 @@ def test_metrics_follow_a_follower_down_and_back(
 def test_metrics_are_off_unless_asked_for(broker: BrokerProcess) -> None:
     assert "metrics.port" not in broker.settings
     assert "metrics on http" not in broker.log_path.read_text()
+
+
+@pytest.mark.timeout(120)
+def test_kafka_listener_requests_are_counted_by_api(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    kafka = pytest.importorskip("kafka")
+    broker = broker_factory(1, settings={"metrics.port": str(free_port())})
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("spoken", 1)
+    producer = kafka.KafkaProducer(bootstrap_servers=broker.kafka_endpoint, acks=1)
+    try:
+        producer.send("spoken", b"v").get(timeout=30)
+    finally:
+        producer.close()
+    samples = scrape(broker)
+    for api in ("ApiVersions", "Metadata", "Produce"):
+        assert value(samples, "annal_network_requestmetrics_requests_total", request=api) >= 1
+    assert value(samples, "annal_server_brokertopicmetrics_messagesin_total", topic="spoken") == 1
