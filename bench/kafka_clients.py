@@ -1,0 +1,168 @@
+"""Kafka's own client through annal's Kafka listener, beside annal's clients over gRPC.
+
+    .venv/bin/python bench/kafka_clients.py [--quick] [--records N]
+
+On a one-broker local cluster (both listeners), each side writes N 100-byte
+records to a topic of 4 partitions of its own and reads them back:
+
+* confluent-kafka (librdkafka): a Producer (acks=1, lz4 off, linger 5 ms,
+  batches of 64 KiB) through the ``PLAINTEXT://`` listener, then a Consumer
+  in assign mode from the earliest offsets, counting messages until N;
+* annal's Producer and SimpleConsumer over gRPC, with the same settings.
+
+The two sides alternate, best of ``--rounds`` each, on the same broker, so
+the ratio compares the listeners and not the machine's mood.  librdkafka
+has no Python per-record cost worth the name, so its figures measure the
+broker.  The last line printed is one JSON object: ``kafka_produce_records_per_s``,
+``kafka_consume_records_per_s``, ``grpc_produce_records_per_s``,
+``grpc_consume_records_per_s``, and the record count and rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from annal.admin.client import AdminClient
+from annal.consumer.simple import SimpleConsumer
+from annal.deploy.cluster import LocalCluster
+from annal.producer.producer import Producer
+
+from annal.topic_partition import TopicPartition
+
+PARTITIONS = 4
+RECORD_SIZE = 100
+
+
+def kafka_produce(servers: str, topic: str, records: int) -> float:
+    from confluent_kafka import Producer as KafkaProducer
+
+    producer = KafkaProducer(
+        {
+            "bootstrap.servers": servers,
+            "acks": "1",
+            "linger.ms": 5,
+            "batch.size": 64 * 1024,
+            "enable.idempotence": False,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    value = b"v" * RECORD_SIZE
+    started = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    left = producer.flush(300)
+    elapsed = time.perf_counter() - started
+    if left:
+        raise RuntimeError(f"confluent-kafka left {left} records undelivered")
+    return records / elapsed
+
+
+def kafka_consume(servers: str, topic: str, records: int) -> float:
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    consumer = KafkaConsumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": f"bench-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 50 * 1024 * 1024,
+            "max.partition.fetch.bytes": 4 * 1024 * 1024,
+        }
+    )
+    consumer.assign([KafkaTopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    count = 0
+    started = time.perf_counter()
+    deadline = started + 300
+    while count < records and time.perf_counter() < deadline:
+        for message in consumer.consume(10_000, 1.0):
+            if message.error() is None:
+                count += 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return count / elapsed
+
+
+def grpc_produce(bootstrap: str, topic: str, records: int) -> float:
+    value = b"v" * RECORD_SIZE
+    with Producer(bootstrap, acks=1, batch_size=64 * 1024, linger_ms=5) as producer:
+        started = time.perf_counter()
+        for i in range(records):
+            producer.send(topic, value=value, partition=i % PARTITIONS)
+        producer.flush(300)
+        return records / (time.perf_counter() - started)
+
+
+def grpc_consume(bootstrap: str, topic: str, records: int) -> float:
+    with SimpleConsumer(bootstrap) as consumer:
+        offsets = {TopicPartition(topic, p): 0 for p in range(PARTITIONS)}
+        count = 0
+        started = time.perf_counter()
+        rounds = consumer.stream(offsets, max_bytes=1 << 20)
+        for results in rounds:
+            count += sum(len(r.records) for r in results.values())
+            if count >= records:
+                break
+        rounds.close()
+        return count / (time.perf_counter() - started)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer records and rounds")
+    parser.add_argument("--records", type=int, help="records per run (default 1M; --quick 300k)")
+    parser.add_argument("--rounds", type=int, help="runs per side (default 3; --quick 2)")
+    args = parser.parse_args()
+    records = args.records or (300_000 if args.quick else 1_000_000)
+    rounds = args.rounds or (2 if args.quick else 3)
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        print("confluent-kafka is not installed (make setup installs it)", file=sys.stderr)
+        return 2
+    root = Path(tempfile.mkdtemp(prefix="annal-bench-kafka-"))
+    cluster = LocalCluster(root)
+    best = {"kafka_produce": 0.0, "kafka_consume": 0.0, "grpc_produce": 0.0, "grpc_consume": 0.0}
+    try:
+        state = cluster.up(1)
+        broker = state.brokers[0]
+        bootstrap, servers = f"127.0.0.1:{broker.port}", f"127.0.0.1:{broker.kafka_port}"
+        with AdminClient(bootstrap) as admin:
+            for r in range(rounds):
+                for side in ("kafka", "grpc"):
+                    admin.create_topic(f"{side}-{r}", PARTITIONS, 1)
+        for r in range(rounds):
+            figures = {
+                "kafka_produce": kafka_produce(servers, f"kafka-{r}", records),
+                "grpc_produce": grpc_produce(bootstrap, f"grpc-{r}", records),
+                "kafka_consume": kafka_consume(servers, f"kafka-{r}", records),
+                "grpc_consume": grpc_consume(bootstrap, f"grpc-{r}", records),
+            }
+            print(
+                f"round {r + 1}/{rounds}: "
+                + ", ".join(f"{k} {v:,.0f}/s" for k, v in figures.items()),
+                flush=True,
+            )
+            for key, figure in figures.items():
+                best[key] = max(best[key], figure)
+    finally:
+        cluster.down()
+        shutil.rmtree(root, ignore_errors=True)
+    result = {f"{k}_records_per_s": round(v) for k, v in best.items()}
+    print(json.dumps({**result, "records": records, "rounds": rounds}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
