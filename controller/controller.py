@@ -174,6 +174,19 @@ class NotInOffice(Exception):
     ``/controller_epoch`` moved on, or it is stopping.  The event loop resigns."""
 
 
+STALE_STATE_ATTEMPTS = 3
+
+
+class _StaleState(Exception):
+    """A partition's state znode changed under an election; ``standing`` is the
+    partition as it was read."""
+
+    def __init__(self, reason: str, standing: PartitionUpdate) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.standing = standing
+
+
 class Controller:
     """See the module docstring; ``start`` then ``initiate_shutdown``/``await_shutdown``."""
 
@@ -874,6 +887,25 @@ class Controller:
     def _online_partition(
         self, topic: str, partition: int, replicas: tuple[int, ...], dead: set[int]
     ) -> PartitionUpdate | None:
+        """Bring one partition online (see ``_online_partition_once``).  A state
+        znode another writer moved on meanwhile (a leader shrinking its ISR) is read
+        again and the election made again, a few times; the partition stays in the
+        brokers' view as it stood in any case, so a full update never drops it."""
+        for attempt in range(1, STALE_STATE_ATTEMPTS + 1):
+            try:
+                return self._online_partition_once(topic, partition, replicas, dead)
+            except _StaleState as stale:
+                key = TopicPartition(topic, partition)
+                self._view.setdefault(key, stale.standing)
+                logger.warning(
+                    "%s (attempt %d of %d)", stale.reason, attempt, STALE_STATE_ATTEMPTS
+                )
+        logger.warning("%s-%d: will retry on the next event", topic, partition)
+        return None
+
+    def _online_partition_once(
+        self, topic: str, partition: int, replicas: tuple[int, ...], dead: set[int]
+    ) -> PartitionUpdate | None:
         key = TopicPartition(topic, partition)
         current = self.zk.get_partition_state(topic, partition)
         live = set(self._live)
@@ -936,6 +968,7 @@ class Controller:
                 )
                 self._view[key] = PartitionUpdate(topic, partition, state, replicas, version)
                 return None
+            standing = PartitionUpdate(topic, partition, state, replicas, version)
             state = PartitionState(
                 election.leader, state.leader_epoch + 1, election.isr, self.epoch
             )
@@ -944,8 +977,7 @@ class Controller:
                     topic, partition, state, version, self._fence()
                 )
             except StaleVersionError as exc:
-                logger.warning("%s; will retry on the next event", exc)
-                return None
+                raise _StaleState(str(exc), standing) from exc
         target = State.ONLINE if state.leader >= 0 else State.OFFLINE
         self._states[key] = transition(topic, partition, self._states.get(key, State.NEW), target)
         logger.info(

@@ -14,7 +14,7 @@ from annal.controller.controller import Controller, MetadataUpdate, PartitionUpd
 from annal.deploy.runner import wait_until
 from annal.deploy.zookeeper import ZooKeeperServer
 from annal.zk import layout
-from annal.zk.client import ZkClient
+from annal.zk.client import StaleVersionError, ZkClient
 from annal.zk.layout import BrokerRegistration, PartitionState, TopicAssignment
 from zkproxy import ZkProxy
 
@@ -160,3 +160,56 @@ def test_a_suspended_controller_waits_then_checks_its_office(
             controller.initiate_shutdown()
             controller.await_shutdown()
             zk.stop()
+
+
+@pytest.mark.timeout(60)
+def test_an_election_that_meets_a_moved_state_is_made_again_and_never_drops_the_partition(
+    zk_connect: str, direct: ZkClient
+) -> None:
+    """Taking office while a leader writes its ISR: the election's conditional
+    write finds the state znode moved on.  The controller reads it again and
+    elects again, and its full metadata update still lists the partition (a
+    broker's cache would otherwise lose the topic for a while)."""
+    direct.create_topic("moved", TopicAssignment({0: (3, 1)}))
+    direct.create_partition_state("moved", 0, PartitionState(3, 4, (3, 1), 0))  # 3 is dead
+    updates: list[MetadataUpdate] = []
+
+    class Recording(Recorder):
+        def send_update_metadata(
+            self, broker: BrokerRegistration, epoch: int, update: MetadataUpdate
+        ) -> None:
+            with self.lock:
+                updates.append(update)
+
+    zk = ZkClient(zk_connect).start()
+    real_update = zk.update_partition_state
+    refused: list[str] = []
+
+    def update_once_stale(topic: str, partition: int, *args: object, **kwargs: object) -> int:
+        if topic == "moved" and not refused:
+            refused.append(topic)  # as if the leader had just written its ISR
+            raise StaleVersionError(f"/brokers/topics/{topic}/partitions/{partition}/state")
+        return real_update(topic, partition, *args, **kwargs)  # type: ignore[arg-type]
+
+    zk.update_partition_state = update_once_stale  # type: ignore[method-assign]
+    controller = start_controller(zk, Recording())
+    try:
+        wait_until(lambda: controller.active, 20, "in office")
+        wait_until(
+            lambda: (
+                (found := direct.get_partition_state("moved", 0)) is not None
+                and found[0].leader == 1
+            ),
+            20,
+            "moved-0 led by broker 1 after the retry",
+        )
+        assert refused == ["moved"]
+        with Recording().lock:
+            full = [u for u in updates if u.full]
+        assert full and all(any(p.topic == "moved" for p in u.partitions) for u in full), (
+            "a full update left the partition out"
+        )
+    finally:
+        controller.initiate_shutdown()
+        controller.await_shutdown()
+        zk.stop()
