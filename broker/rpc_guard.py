@@ -118,22 +118,18 @@ class RequestGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler  # streaming rpcs (health Watch) keep gRPC's own handling
+        method = handler_call_details.method
+        behaviour = _guarded(method, handler.unary_unary, self._limits)
+        if self._metrics is not None:
+            behaviour = _measured(method.rsplit("/", 1)[-1], behaviour, self._metrics)
         return grpc.unary_unary_rpc_method_handler(
-            _guarded(handler_call_details.method, handler.unary_unary, self._limits, self._metrics),
+            behaviour,
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
 
 
-def _guarded(
-    method: str,
-    behaviour: Behaviour,
-    limits: RequestLimits | None,
-    metrics: BrokerMetrics | None = None,
-) -> Behaviour:
-    if metrics is not None:
-        return _measured(method.rsplit("/", 1)[-1], _guarded(method, behaviour, limits), metrics)
-
+def _guarded(method: str, behaviour: Behaviour, limits: RequestLimits | None) -> Behaviour:
     async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
         size = request.ByteSize() if hasattr(request, "ByteSize") else len(request)
         if limits is not None and (refusal := limits.admit(size)) is not None:
