@@ -79,6 +79,11 @@ def kafka_consume(servers: str, topic: str, records: int) -> float:
             "enable.auto.commit": False,
             "fetch.max.bytes": 50 * 1024 * 1024,
             "max.partition.fetch.bytes": 4 * 1024 * 1024,
+            # a deep local queue, and no second's pause when it is full: the reader
+            # here, not the broker, should set the pace
+            "queued.max.messages.kbytes": 1024 * 1024,
+            "queued.min.messages": 1_000_000,
+            "fetch.queue.backoff.ms": 1,
         }
     )
     consumer.assign([KafkaTopicPartition(topic, p, 0) for p in range(PARTITIONS)])
