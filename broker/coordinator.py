@@ -202,13 +202,7 @@ class OffsetsCoordinator:
                 for i, e in enumerate(accepted)
             ]
         )
-        tp = TopicPartition(OFFSETS_TOPIC, index)
-        error, last = self._append(tp, batch)
-        if error == errors.NONE:
-            error, message = (await self._await({tp: last}, timeout_ms))[tp]
-        else:
-            message = f"appending to {tp}: {error}"
-        error = _COMMIT_ERRORS.get(error, error)
+        error, message = await self._append_and_wait(index, batch, timeout_ms)
         if error == errors.NONE:
             with self._lock:
                 cache = self._caches.get(index)

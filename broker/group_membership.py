@@ -515,15 +515,10 @@ class GroupMembership:
         known = group is not None or name in self._coordinator.groups()
         if not known:
             return errors.GROUP_ID_NOT_FOUND
+        # the metadata tombstone takes the group's committed offsets with it
         error, _ = await self._coordinator.store_group(name, None, STORE_TIMEOUT_MS)
         if error == errors.NONE:
             self._groups.pop(name, None)
-            # Kafka's DeleteGroups removes the group's committed offsets too
-            error, committed = self._coordinator.fetch(name, None)
-            if error == errors.NONE and committed:
-                error, _ = await self._coordinator.delete_offsets(
-                    name, sorted(committed), STORE_TIMEOUT_MS
-                )
         return error
 
 
