@@ -1,19 +1,31 @@
-"""Build hook for the one compiled module; everything else is in pyproject.toml.
+"""Build hook for the compiled modules; everything else is in pyproject.toml.
 
-``annal.storage._walker`` (the leader's record walker) is C.  It is optional:
-where no compiler is found the install goes on and ``annal.storage.walker``
-falls back to its pure-Python twin.
+Two modules are C: ``annal.storage._walker`` (the leader's record walker) and
+``annal.storage._columns`` (fetched records as column buffers, for Arrow).
+They are optional: where no compiler is found the install goes on and
+``annal.storage.walker`` and ``annal.storage.columns`` fall back to their
+pure-Python twins.
 """
 
 from setuptools import Extension, setup
+
+FLAGS = ["-O2", "-Wall", "-Werror=implicit-function-declaration"]
 
 setup(
     ext_modules=[
         Extension(
             "annal.storage._walker",
             ["storage/_walker.c"],
+            depends=["storage/_readers.h"],
             optional=True,
-            extra_compile_args=["-O2", "-Wall", "-Werror=implicit-function-declaration"],
-        )
+            extra_compile_args=FLAGS,
+        ),
+        Extension(
+            "annal.storage._columns",
+            ["storage/_columns.c"],
+            depends=["storage/_readers.h"],
+            optional=True,
+            extra_compile_args=FLAGS,
+        ),
     ]
 )

@@ -6,10 +6,12 @@ key and value ``binary``, topic ``string``, partition ``int32``, offset
 ``int64``, timestamp ``timestamp[us, UTC]``, timestampType ``int32`` (1 for
 a LogAppendTime batch, whose records all carry its time) and, with
 ``includeHeaders``, headers ``list<struct<key: string, value: binary>>``.
-Columns are built column-wise: offsets and timestamps go into Arrow as
-integers (the timestamp scaled by Arrow, no ``datetime`` per record), the
-topic, partition and timestamp type columns are repeated scalars, and
-Spark takes the batch as it is, with no row conversion.
+Columns are built column-wise: ``annal.storage.columns`` walks the fetched
+records into buffers laid out as Arrow's arrays are (offsets, microsecond
+timestamps, key and value bytes with their end offsets and validity bits,
+the headers' lists), Arrow takes those buffers without a copy, the topic and
+partition columns are repeated scalars, and Spark takes the batch as it is,
+with no Python object per record and no row conversion.
 
 Records before the range's start (the front of the first batch) and from
 its end on are dropped.  Records removed before they were read (retention,
@@ -20,15 +22,12 @@ read moves on to the earliest offset left, with a warning.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from annal.consumer.simple import OffsetOutOfRangeError, SimpleConsumer
-from annal.storage.batch import CURRENT_MAGIC, MAGIC_OFFSET, TimestampType, check_batch
-from annal.storage.records import decode_batch, iter_records
+from annal.storage.columns import BinaryColumn, Columns, HeaderColumns, decode_fetched
 from pyspark.sql.datasource import InputPartition
 
 logger = logging.getLogger(__name__)
@@ -94,79 +93,52 @@ def read_arrow(part: OffsetRange) -> Iterator[pa.RecordBatch]:
                 )
                 offset = earliest
                 continue
-            columns, next_offset = _decode(fetched.records, offset, part.end, part.include_headers)
-            if columns.count:
-                yield columns.batch(schema, part.topic, part.partition)
+            columns, next_offset = decode_fetched(
+                fetched.records, offset, part.end, part.include_headers
+            )
+            if columns.length:
+                yield arrow_batch(schema, part.topic, part.partition, columns)
             if next_offset <= offset:
                 return  # nothing more below the high watermark
             offset = next_offset
 
 
-class _Columns:
-    """The columns of one fetch, filled batch by batch."""
-
-    def __init__(self, include_headers: bool) -> None:
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.types: list[pa.Array] = []  # one repeated scalar array per batch
-        self.headers: list[object] | None = [] if include_headers else None
-
-    @property
-    def count(self) -> int:
-        return len(self.offsets)
-
-    def add(self, records: Sequence[tuple[Any, ...]], ts_type: int) -> None:
-        if not records:
-            return
-        offsets, timestamps, keys, values, headers = zip(*records, strict=True)
-        self.offsets += offsets
-        self.timestamps += timestamps
-        self.keys += keys
-        self.values += values
-        if self.headers is not None:
-            self.headers += headers
-        self.types.append(pa.repeat(pa.scalar(ts_type, pa.int32()), len(records)))
-
-    def batch(self, schema: pa.Schema, topic: str, partition: int) -> pa.RecordBatch:
-        n = self.count
-        millis = pa.array(self.timestamps, pa.int64())
-        arrays = [
-            pa.array(self.keys, pa.binary()),
-            pa.array(self.values, pa.binary()),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
-            pa.array(self.offsets, pa.int64()),
-            pc.multiply(millis, 1000).cast(TIMESTAMP_TYPE),
-            pa.concat_arrays(self.types),
-        ]
-        if self.headers is not None:
-            arrays.append(pa.array(self.headers, HEADERS_TYPE))
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+def _binary(kind: pa.DataType, n: int, column: BinaryColumn) -> pa.Array:
+    validity = None if column.validity is None else pa.py_buffer(column.validity)
+    buffers = [validity, pa.py_buffer(column.offsets), pa.py_buffer(column.data)]
+    return pa.Array.from_buffers(kind, n, buffers, null_count=column.null_count)
 
 
-def _decode(buf: bytes, start: int, end: int, include_headers: bool) -> tuple[_Columns, int]:
-    """The records of ``buf`` in ``[start, end)`` as columns, and the offset
-    after the last whole batch (``start`` when there is none)."""
-    columns = _Columns(include_headers)
-    position = 0
-    size = len(buf)
-    next_offset = start
-    while position < size:
-        if position + MAGIC_OFFSET < size and buf[position + MAGIC_OFFSET] < CURRENT_MAGIC:
-            legacy = list(iter_records(buf[position:]))  # v0/v1: rare, decoded whole
-            kept = [tuple(r) for r in legacy if start <= r.offset < end]
-            columns.add(kept, int(TimestampType.CREATE_TIME))
-            if legacy:
-                next_offset = max(next_offset, legacy[-1].offset + 1)
-            break
-        header = check_batch(buf, position, size)
-        if header.last_offset >= start and header.base_offset < end:
-            _, records = decode_batch(buf, position)
-            if header.base_offset < start or header.last_offset >= end:
-                records = [r for r in records if start <= r.offset < end]
-            columns.add(records, int(header.timestamp_type))
-        next_offset = header.next_offset
-        position += header.size
-    return columns, next_offset
+def _fixed(kind: pa.DataType, n: int, data: bytes) -> pa.Array:
+    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(data)], null_count=0)
+
+
+def _headers(n: int, headers: HeaderColumns) -> pa.Array:
+    m = headers.length
+    keys = pa.Array.from_buffers(
+        pa.string(), m, [None, pa.py_buffer(headers.key_offsets), pa.py_buffer(headers.key_data)]
+    )
+    pairs = pa.StructArray.from_arrays(
+        [keys, _binary(pa.binary(), m, headers.values)], fields=list(HEADERS_TYPE.value_type)
+    )
+    return pa.Array.from_buffers(
+        HEADERS_TYPE, n, [None, pa.py_buffer(headers.lists)], null_count=0, children=[pairs]
+    )
+
+
+def arrow_batch(schema: pa.Schema, topic: str, partition: int, columns: Columns) -> pa.RecordBatch:
+    """One record batch of Spark's Kafka schema from decoded columns: Arrow
+    takes the buffers as they are."""
+    n = columns.length
+    arrays = [
+        _binary(pa.binary(), n, columns.keys),
+        _binary(pa.binary(), n, columns.values),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        _fixed(pa.int64(), n, columns.offsets),
+        _fixed(TIMESTAMP_TYPE, n, columns.timestamps_us),
+        _fixed(pa.int32(), n, columns.timestamp_types),
+    ]
+    if columns.headers is not None:
+        arrays.append(_headers(n, columns.headers))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
