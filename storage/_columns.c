@@ -23,38 +23,59 @@
 #include "_readers.h"
 #include <string.h>
 
+/* A bytes object filled in place: made at its expected size, grown if it
+ * must be, cut to what was written at the end (no copy on the way out). */
 typedef struct {
+    PyObject *bytes;
     char *data;
     Py_ssize_t len;
     Py_ssize_t cap;
 } growable;
 
-static int grow(growable *g, Py_ssize_t extra)
+static int reserve(growable *g, Py_ssize_t cap)
 {
-    if (g->len + extra <= g->cap) return 0;
-    Py_ssize_t cap = g->cap ? g->cap : 4096;
-    while (cap < g->len + extra) cap *= 2;
-    char *data = PyMem_Realloc(g->data, (size_t)cap);
-    if (data == NULL) {
-        PyErr_NoMemory();
-        return -1;
+    if (cap < 64) cap = 64;
+    if (g->bytes == NULL) {
+        g->bytes = PyBytes_FromStringAndSize(NULL, cap);
+    } else if (_PyBytes_Resize(&g->bytes, cap) < 0) {
+        g->bytes = NULL;
     }
-    g->data = data;
+    if (g->bytes == NULL) return -1;
+    g->data = PyBytes_AS_STRING(g->bytes);
     g->cap = cap;
     return 0;
 }
 
-static int put(growable *g, const void *src, Py_ssize_t n)
+static inline int put(growable *g, const void *src, Py_ssize_t n)
 {
-    if (grow(g, n) < 0) return -1;
+    if (g->len + n > g->cap) {
+        Py_ssize_t cap = g->cap * 2;
+        while (cap < g->len + n) cap *= 2;
+        if (reserve(g, cap) < 0) return -1;
+    }
     if (n) memcpy(g->data + g->len, src, (size_t)n);
     g->len += n;
     return 0;
 }
 
+/* The bytes written, handed over (the growable is empty after). */
 static PyObject *to_bytes(growable *g)
 {
-    return PyBytes_FromStringAndSize(g->data ? g->data : "", g->len);
+    if (g->bytes == NULL && reserve(g, 64) < 0) return NULL;
+    if (_PyBytes_Resize(&g->bytes, g->len) < 0) {
+        g->bytes = NULL;
+        return NULL;
+    }
+    PyObject *out = g->bytes;
+    g->bytes = NULL;
+    g->data = NULL;
+    g->len = g->cap = 0;
+    return out;
+}
+
+static void release(growable *g)
+{
+    Py_CLEAR(g->bytes);
 }
 
 /* A variable-length column: validity bits, int32 offsets and the bytes. */
@@ -66,10 +87,15 @@ typedef struct {
     Py_ssize_t nulls;
 } binary_column;
 
-static int binary_init(binary_column *b)
+/* An empty column sized for ``count`` values of ``bytes`` bytes in all. */
+static int binary_init(binary_column *b, Py_ssize_t count, Py_ssize_t bytes)
 {
     memset(b, 0, sizeof(*b));
     int32_t zero = 0;
+    if (reserve(&b->validity, count / 8 + 1) < 0 || reserve(&b->offsets, (count + 1) * 4) < 0
+        || reserve(&b->data, bytes) < 0) {
+        return -1;
+    }
     return put(&b->offsets, &zero, 4);
 }
 
@@ -97,9 +123,9 @@ static int binary_append(binary_column *b, const unsigned char *src, int64_t len
 
 static void binary_free(binary_column *b)
 {
-    PyMem_Free(b->validity.data);
-    PyMem_Free(b->offsets.data);
-    PyMem_Free(b->data.data);
+    release(&b->validity);
+    release(&b->offsets);
+    release(&b->data);
 }
 
 /* (validity or None, null count, offsets, data) */
@@ -130,13 +156,18 @@ typedef struct {
     int with_headers;
 } columns;
 
-static int columns_init(columns *cs, int with_headers)
+/* Columns sized for at most ``count`` records in ``bytes`` bytes of sections;
+ * the headers' columns start small and grow. */
+static int columns_init(columns *cs, int with_headers, Py_ssize_t count, Py_ssize_t bytes)
 {
     memset(cs, 0, sizeof(*cs));
     cs->with_headers = with_headers;
     int32_t zero = 0;
-    if (binary_init(&cs->keys) < 0 || binary_init(&cs->values) < 0
-        || binary_init(&cs->header_keys) < 0 || binary_init(&cs->header_values) < 0) {
+    if (reserve(&cs->offsets, count * 8) < 0 || reserve(&cs->timestamps, count * 8) < 0
+        || reserve(&cs->types, count * 4) < 0 || binary_init(&cs->keys, count, bytes) < 0
+        || binary_init(&cs->values, count, bytes) < 0
+        || binary_init(&cs->header_keys, 0, 0) < 0 || binary_init(&cs->header_values, 0, 0) < 0
+        || reserve(&cs->header_lists, with_headers ? (count + 1) * 4 : 4) < 0) {
         return -1;
     }
     return put(&cs->header_lists, &zero, 4);
@@ -144,10 +175,10 @@ static int columns_init(columns *cs, int with_headers)
 
 static void columns_free(columns *cs)
 {
-    PyMem_Free(cs->offsets.data);
-    PyMem_Free(cs->timestamps.data);
-    PyMem_Free(cs->types.data);
-    PyMem_Free(cs->header_lists.data);
+    release(&cs->offsets);
+    release(&cs->timestamps);
+    release(&cs->types);
+    release(&cs->header_lists);
     binary_free(&cs->keys);
     binary_free(&cs->values);
     binary_free(&cs->header_keys);
@@ -293,18 +324,36 @@ static PyObject *decode(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OLLp", &sections, &start, &end, &with_headers)) return NULL;
     PyObject *seq = PySequence_Fast(sections, "sections must be a sequence");
     if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t total_count = 0, total_bytes = 0;
+    for (Py_ssize_t b = 0; b < n; b++) { /* sizes, for buffers made once */
+        PyObject *section = PySequence_Fast_GET_ITEM(seq, b);
+        if (!PyTuple_Check(section) || PyTuple_GET_SIZE(section) != 6) {
+            PyErr_SetString(PyExc_TypeError,
+                            "a section is (bytes, count, base_offset, first_timestamp, "
+                            "timestamp_type, max_timestamp)");
+            Py_DECREF(seq);
+            return NULL;
+        }
+        Py_ssize_t size = PyObject_Length(PyTuple_GET_ITEM(section, 0));
+        long long count = PyLong_AsLongLong(PyTuple_GET_ITEM(section, 1));
+        if (size < 0 || (count == -1 && PyErr_Occurred())) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        /* a record takes at least 7 bytes: no more records than that */
+        total_count += count < size / 7 ? (Py_ssize_t)(count > 0 ? count : 0) : size / 7;
+        total_bytes += size;
+    }
     columns cs;
     PyObject *out = NULL;
-    if (columns_init(&cs, with_headers) < 0) goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (columns_init(&cs, with_headers, total_count, total_bytes) < 0) goto done;
     for (Py_ssize_t b = 0; b < n; b++) {
         Py_buffer view;
         long long count, base_offset, first_ts, max_ts;
         int ts_type;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, b), "y*LLLiL;a section is "
-                              "(bytes, count, base_offset, first_timestamp, timestamp_type, "
-                              "max_timestamp)", &view, &count, &base_offset, &first_ts, &ts_type,
-                              &max_ts)) {
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, b), "y*LLLiL", &view, &count,
+                              &base_offset, &first_ts, &ts_type, &max_ts)) {
             goto done;
         }
         int rc = walk_section(&cs, b, view.buf, view.len, count, base_offset, first_ts,

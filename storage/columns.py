@@ -31,8 +31,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from .batch import (
+    COMPRESSION_MASK,
     CURRENT_MAGIC,
     MAGIC_OFFSET,
+    RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     TimestampType,
@@ -67,7 +69,7 @@ class Columns(NamedTuple):
     headers: HeaderColumns | None
 
 
-Section = tuple[bytes, int, int, int, int, int]
+Section = tuple[bytes | memoryview, int, int, int, int, int]
 """One batch: (records section, record count, base offset, first timestamp,
 timestamp type, max timestamp)."""
 
@@ -131,7 +133,7 @@ def _rows(sections: Sequence[Section], start: int, end: int) -> list[_Row]:
         header = BatchHeader(base_offset, 0, 0, CURRENT_MAGIC, 0, attributes, 0, first_ts,
                              max_ts, -1, -1, -1, count)  # fmt: skip
         try:
-            records = _decode_records(body, header)
+            records = _decode_records(bytes(body), header)
         except CorruptRecordError as exc:
             raise ValueError(index, exc.position, exc.reason) from None
         for r in records:
@@ -177,6 +179,13 @@ decode_sections, IMPLEMENTATION = _choose()
 """The walk in use, and which one it is: ``"c"`` or ``"python"``."""
 
 
+def _section(buf: bytes, header: BatchHeader) -> bytes | memoryview:
+    """A batch's records, inflated; uncompressed ones are not copied."""
+    if header.attributes & COMPRESSION_MASK:
+        return _records_section(buf, header)
+    return memoryview(buf)[header.position + RECORD_BATCH_OVERHEAD : header.position + header.size]
+
+
 def decode_fetched(
     buf: bytes, start: int, end: int, with_headers: bool, decode: Decode | None = None
 ) -> tuple[Columns, int]:
@@ -202,7 +211,7 @@ def decode_fetched(
             positions.append(position)
             sections.append(
                 (
-                    _records_section(buf, header),
+                    _section(buf, header),
                     header.record_count,
                     header.base_offset,
                     header.first_timestamp,
