@@ -153,6 +153,38 @@ class FetchResult:
     next_offset: int  # where the next fetch should start
 
 
+class RawFetchAhead:
+    """A ``fetch_raw`` already sent (``SimpleConsumer.fetch_raw_ahead``)."""
+
+    def __init__(
+        self,
+        consumer: SimpleConsumer,
+        key: TopicPartition,
+        offset: int,
+        max_bytes: int,
+        call: grpc.Future | None,
+    ) -> None:
+        self.offset = offset
+        self._consumer, self._key, self._max_bytes, self._call = consumer, key, max_bytes, call
+
+    def result(self) -> RawFetch:
+        if self._call is not None:
+            try:
+                response = self._call.result()
+            except grpc.RpcError:
+                pass  # fetched again below, with retries
+            else:
+                p = response.topics[0].partitions[0]
+                if p.error == 0:
+                    return RawFetch(p.records, p.high_watermark, p.log_start_offset)
+        key = self._key
+        return self._consumer.fetch_raw(key.topic, key.partition, self.offset, self._max_bytes)
+
+    def cancel(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+
+
 class SimpleConsumer:
     """See the module docstring.
 
@@ -199,8 +231,7 @@ class SimpleConsumer:
         leaderless = self.leaderless(topic)
         if leaderless:
             logger.warning(
-                "%s: partition%s %s %s no leader now; %s records are not read until one is "
-                "elected",
+                "%s: partition%s %s %s no leader now; %s records are not read until one is elected",
                 topic,
                 "s" if len(leaderless) > 1 else "",
                 ", ".join(map(str, leaderless)),
@@ -357,6 +388,22 @@ class SimpleConsumer:
                     raise ConsumerError(error, p.error_message or f"fetch {topic}-{partition}")
             self.cluster.forget()
             retry.backoff()
+
+    def fetch_raw_ahead(
+        self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20
+    ) -> RawFetchAhead:
+        """``fetch_raw``, sent now and answered by ``result()``: the request is on
+        its way while the caller works on the answer before.  Anything but a
+        clean answer is fetched again by ``fetch_raw``, with its retries."""
+        key = TopicPartition(topic, partition)
+        try:
+            leader = self.leader(topic, partition)
+        except ConsumerError:
+            return RawFetchAhead(self, key, offset, max_bytes, None)
+        call = self.cluster.stub(leader).Fetch.future(
+            self._fetch_request({key: offset}, max_bytes), timeout=self.timeout_s
+        )
+        return RawFetchAhead(self, key, offset, max_bytes, call)
 
     def stream(
         self, offsets: Mapping[TopicPartition, int], max_bytes: int = 1 << 20

@@ -26,7 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from annal.consumer.simple import OffsetOutOfRangeError, SimpleConsumer
+from annal.consumer.simple import OffsetOutOfRangeError, RawFetchAhead, SimpleConsumer
+from annal.storage.batch import last_header
 from annal.storage.columns import BinaryColumn, Columns, HeaderColumns, decode_fetched
 from pyspark.sql.datasource import InputPartition
 
@@ -74,33 +75,52 @@ def data_loss_message(part: OffsetRange, offset: int, earliest: int) -> str:
 
 
 def read_arrow(part: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The records of ``part``, one record batch per fetch."""
+    """The records of ``part``, one record batch per fetch; the next fetch is
+    on its way while this one is decoded."""
     schema = arrow_schema(part.include_headers)
     with SimpleConsumer(part.bootstrap, timeout_s=part.timeout_s) as consumer:
         offset = part.start
-        while offset < part.end:
-            try:
-                fetched = consumer.fetch_raw(part.topic, part.partition, offset, part.max_bytes)
-            except OffsetOutOfRangeError as exc:
-                earliest = exc.log_start_offset
-                if earliest <= offset:
-                    raise
-                if part.fail_on_data_loss:
-                    message = data_loss_message(part, offset, earliest)
-                    raise OffsetOutOfRangeError(exc.code, message) from exc
-                logger.warning(
-                    "%s; going on from %d", data_loss_message(part, offset, earliest), earliest
+        ahead: RawFetchAhead | None = None
+        try:
+            while offset < part.end:
+                try:
+                    if ahead is not None and ahead.offset == offset:
+                        fetched = ahead.result()
+                    else:
+                        fetched = consumer.fetch_raw(
+                            part.topic, part.partition, offset, part.max_bytes
+                        )
+                except OffsetOutOfRangeError as exc:
+                    offset = _after_data_loss(part, offset, exc)
+                    continue
+                last = last_header(fetched.records)
+                if last is not None and offset < last.next_offset < part.end:
+                    ahead = consumer.fetch_raw_ahead(
+                        part.topic, part.partition, last.next_offset, part.max_bytes
+                    )
+                columns, next_offset = decode_fetched(
+                    fetched.records, offset, part.end, part.include_headers
                 )
-                offset = earliest
-                continue
-            columns, next_offset = decode_fetched(
-                fetched.records, offset, part.end, part.include_headers
-            )
-            if columns.length:
-                yield arrow_batch(schema, part.topic, part.partition, columns)
-            if next_offset <= offset:
-                return  # nothing more below the high watermark
-            offset = next_offset
+                if columns.length:
+                    yield arrow_batch(schema, part.topic, part.partition, columns)
+                if next_offset <= offset:
+                    return  # nothing more below the high watermark
+                offset = next_offset
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+
+
+def _after_data_loss(part: OffsetRange, offset: int, exc: OffsetOutOfRangeError) -> int:
+    """Where to go on after records were removed before they were read: the
+    earliest offset left, unless ``failOnDataLoss`` (then this raises)."""
+    earliest = exc.log_start_offset
+    if earliest <= offset:
+        raise exc
+    if part.fail_on_data_loss:
+        raise OffsetOutOfRangeError(exc.code, data_loss_message(part, offset, earliest)) from exc
+    logger.warning("%s; going on from %d", data_loss_message(part, offset, earliest), earliest)
+    return earliest
 
 
 def _binary(kind: pa.DataType, n: int, column: BinaryColumn) -> pa.Array:
