@@ -50,10 +50,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import accumulate
+from operator import add
 
 import grpc
 from annal.client.bootstrap import resolve_bootstrap
@@ -367,6 +370,69 @@ class Producer:
                 self._close_batch(batch)
                 self._changed.notify_all()
         return _new_tuple(RecordFuture, (batch, index, timestamp_ms))
+
+    def send_many(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> list[RecordFuture]:
+        """Queue many records of bytes, with one timestamp and no headers, batch
+        by batch rather than record by record: to ``partition``, or where
+        ``send`` would put them one at a time (per key; null keys stick to one
+        partition per batch).  Returns one future per run of records that went
+        into one batch, for the last record of the run (the run succeeds or
+        fails as one)."""
+        if keys is not None and len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values")
+        if (keys is not None and any(k is not None for k in keys)) and partition is None:
+            return [self.send(topic, v, k) for v, k in zip(values, keys, strict=True)]
+        if self._closing:
+            raise RuntimeError("send_many() after close()")
+        partitions = self.cluster.partition_counts.get(topic) or self.partitions_for(topic)
+        if partition is not None and not 0 <= partition < partitions:
+            raise ProduceError(
+                errors.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has partitions 0..{partitions - 1}"
+            )
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        n = len(values)
+        sizes = [14 if v is None else 14 + len(v) for v in values]
+        if keys is not None:
+            sizes = list(map(add, sizes, [0 if k is None else len(k) for k in keys]))
+        ends = list(accumulate(sizes))  # ends[j]: bytes of records 0..j
+        futures: list[RecordFuture] = []
+        with self._mutex:
+            start = 0
+            while start < n:
+                chosen = partition
+                if chosen is None:
+                    chosen = self._sticky.get(topic) if self._sticky is not None else None
+                    if chosen is None or chosen >= partitions:
+                        chosen = self._partitioner.partition(
+                            topic, None, partitions, self.cluster.available.get(topic, ())
+                        )
+                batch = self._open.get(TopicPartition(topic, chosen))
+                if batch is None:
+                    batch = self._open_batch(topic, chosen)
+                before = ends[start - 1] if start else 0
+                # up to and with the record that fills the batch, as send() closes it
+                last = min(bisect_left(ends, before + self.batch_size - batch.size, start), n - 1)
+                batch.builder.extend(
+                    values[start : last + 1],
+                    None if keys is None else keys[start : last + 1],
+                    timestamp_ms,
+                )
+                batch.count += last + 1 - start
+                batch.size += ends[last] - before
+                futures.append(_new_tuple(RecordFuture, (batch, batch.count - 1, timestamp_ms)))
+                if batch.size >= self.batch_size:
+                    self._close_batch(batch)
+                    self._changed.notify_all()
+                start = last + 1
+        return futures
 
     def _open_batch(self, topic: str, partition: int) -> _Batch:
         """A new open batch (callers hold the mutex)."""

@@ -76,6 +76,35 @@ def test_acks_zero_null_keys_and_errors(broker: BrokerProcess) -> None:
 
 
 @pytest.mark.timeout(180)
+def test_send_many_queues_batch_by_batch_as_send_would(broker: BrokerProcess) -> None:
+    values = [None if i % 97 == 0 else b"%d" % i * 7 for i in range(6000)]
+    with Producer(broker.endpoint, batch_size=4096, linger_ms=5) as producer:
+        to_one = producer.send_many("orders", values, partition=1, timestamp_ms=5)
+        spread = producer.send_many("orders", [b"n%d" % i for i in range(3000)])
+        keyed = producer.send_many("orders", [b"k"] * 50, [b"user-%d" % i for i in range(50)])
+        producer.flush(60)
+    # one future per run into a batch: the runs end where send() would close it
+    ones = [f.result() for f in to_one]
+    assert len(ones) > 10 and ones[-1].offset == 5999 and ones[-1].partition == 1
+    # null keys stick to a partition for a batch, then move on, as send() does
+    assert len({f.result().partition for f in spread}) > 1
+    for i, f in enumerate(keyed):
+        assert f.result().partition == to_positive(murmur2(b"user-%d" % i)) % 3
+    with SimpleConsumer(broker.endpoint) as consumer:
+        one = [r for r in consumer.iterate("orders", 1, 0) if r.timestamp == 5]
+        every = [r.value for p in range(3) for r in consumer.iterate("orders", p, 0)]
+    assert [r.value for r in one] == values and [r.offset for r in one] == list(range(6000))
+    assert sorted(v for v in every if v and v.startswith(b"n")) == sorted(
+        b"n%d" % i for i in range(3000)
+    )
+    with Producer(broker.endpoint) as producer:
+        with pytest.raises(ProduceError, match=r"partitions 0\.\.2"):
+            producer.send_many("orders", [b"x"], partition=3)
+        with pytest.raises(ValueError, match="2 keys for 1 values"):
+            producer.send_many("orders", [b"x"], [b"a", b"b"])
+
+
+@pytest.mark.timeout(180)
 def test_many_requests_in_flight_keep_each_partition_in_order(broker: BrokerProcess) -> None:
     with AdminClient(broker.endpoint) as admin:
         admin.create_topic("wide", partitions=8)
