@@ -303,6 +303,9 @@ class GroupMembership:
         group.pending[member_id] = asyncio.get_running_loop().call_later(
             session_timeout_ms / 1000, self._pending_expired, group, member_id, session_timeout_ms
         )
+        logger.info(
+            "group %s: member id %s handed out, pending its next join", group.name, member_id
+        )
         return JoinResult(errors.MEMBER_ID_REQUIRED, member_id=member_id)
 
     def _pending_expired(self, group: Group, member_id: str, session_timeout_ms: int) -> None:

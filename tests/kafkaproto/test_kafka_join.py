@@ -2,10 +2,12 @@
 member is answered MEMBER_ID_REQUIRED with a member id, and only a join that
 comes back with that id is admitted; older versions and static members are
 admitted at once; a pending id that never comes back expires after its
-session timeout, and no rebalance waits for it."""
+session timeout, and no rebalance waits for it.  aiokafka's group members (JoinGroup
+v5) go through the two steps on their own."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import itertools
 import socket
@@ -15,7 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import aiokafka
 import pytest
+from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, wait_until
 from annal.kafkaproto.wire import build, request_type, response_type
 from kio.serial import entity_reader, entity_writer
@@ -208,3 +212,54 @@ def test_a_pending_id_holds_up_no_rebalance_and_expires(broker: BrokerProcess) -
         60, "the pending member id forgotten",
     )  # fmt: skip
     assert join(broker, group, expiring.member_id).error_code.value == UNKNOWN_MEMBER_ID
+
+
+def test_aiokafka_members_join_in_two_steps(broker: BrokerProcess) -> None:
+    topic, group = f"two-steps-{next(_names)}", f"aiokafka-{next(_names)}"
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic(topic, 2, 1)
+    servers = f"127.0.0.1:{broker.kafka_port}"
+
+    async def run() -> tuple[list[set[int]], set[bytes], list[str]]:
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=servers)
+        await producer.start()
+        try:
+            for i in range(20):
+                await producer.send_and_wait(topic, b"%d" % i, partition=i % 2)
+        finally:
+            await producer.stop()
+        members = [
+            aiokafka.AIOKafkaConsumer(
+                topic,
+                bootstrap_servers=servers,
+                group_id=group,
+                auto_offset_reset="earliest",
+                session_timeout_ms=10_000,
+                heartbeat_interval_ms=500,
+            )
+            for _ in range(2)
+        ]
+        seen: set[bytes] = set()
+        for member in members:
+            await member.start()
+        try:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and not (
+                len(seen) == 20 and all(len(m.assignment()) == 1 for m in members)
+            ):
+                for member in members:
+                    batches = await member.getmany(timeout_ms=200)
+                    seen.update(r.value for rs in batches.values() for r in rs if r.value)
+            owned = [{tp.partition for tp in m.assignment()} for m in members]
+            return owned, seen, described_members(broker, group)
+        finally:
+            for member in members:
+                await member.stop()
+
+    owned, seen, ids = asyncio.run(run())
+    assert sorted(owned, key=min) == [{0}, {1}]
+    assert seen == {b"%d" % i for i in range(20)}
+    assert len(ids) == 2
+    log = broker.log_path.read_text()
+    for member_id in ids:  # each had its id handed out by a MEMBER_ID_REQUIRED answer first
+        assert f"member id {member_id} handed out" in log, member_id
