@@ -11,10 +11,15 @@ through Kafka's states::
       └──── last member gone ◄──── STABLE ◄──────────────────────────┘
 
 * JoinGroup gives a new member its id (``<client.id>-<uuid>``) and waits
-  until the rebalance completes; then the group's generation is one higher,
-  the protocol is the first of the leader's that every member supports, and
-  the leader (the first member to join) gets every member's metadata to
-  assign partitions with (client-side assignment).
+  until the rebalance completes.  From JoinGroup v4 on (KIP-394) a dynamic
+  member (no ``group.instance.id``) that joins with no member id gets its
+  new id in a MEMBER_ID_REQUIRED answer instead; the id is *pending*, not
+  yet a member (no rebalance waits for it), until the member joins again
+  with it, and forgotten if it has not within its session timeout.  Once
+  the rebalance completes the group's generation is one higher, the
+  protocol is the first of the leader's that every member supports, and the
+  leader (the first member to join) gets every member's metadata to assign
+  partitions with (client-side assignment).
 * SyncGroup from the leader carries the assignment of every member; it is
   stored in ``__consumer_offsets`` (Kafka's group metadata record, key v2
   and value v3, with acks=all) before any member gets its part.
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -47,6 +53,8 @@ from annal.broker.offsets_schema import GroupMetadataValue, MemberMetadata
 
 from annal import errors
 from annal.errors import ErrorCode
+
+logger = logging.getLogger(__name__)
 
 MIN_SESSION_TIMEOUT_MS = 6_000  # Kafka's group.min.session.timeout.ms
 MAX_SESSION_TIMEOUT_MS = 1_800_000  # Kafka's group.max.session.timeout.ms
@@ -109,6 +117,7 @@ class Group:
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
     instances: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    pending: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # id -> its expiry
     rebalance: asyncio.TimerHandle | None = None
 
 
@@ -170,6 +179,8 @@ class GroupMembership:
             return
         if group.rebalance is not None:
             group.rebalance.cancel()
+        for expiry in group.pending.values():
+            expiry.cancel()
         for member in group.members.values():
             if member.expiry is not None:
                 member.expiry.cancel()
@@ -189,7 +200,10 @@ class GroupMembership:
         rebalance_timeout_ms: int,
         protocol_type: str,
         protocols: Sequence[tuple[str, bytes]],
+        member_id_required: bool = False,
     ) -> JoinResult:
+        """A member's JoinGroup; ``member_id_required`` (JoinGroup v4+) has a new
+        dynamic member sent back for its id first (MEMBER_ID_REQUIRED)."""
         error, group = self._group(name)
         if group is None:
             return JoinResult(error, member_id=member_id)
@@ -204,7 +218,8 @@ class GroupMembership:
         if rebalance_timeout_ms <= 0:
             rebalance_timeout_ms = session_timeout_ms
         member = group.members.get(member_id) if member_id else None
-        if member_id and member is None:
+        pending = member is None and not instance_id and member_id in group.pending
+        if member_id and member is None and not pending:
             return JoinResult(errors.UNKNOWN_MEMBER_ID, member_id=member_id)
         if member is not None and instance_id and group.instances.get(instance_id) != member_id:
             return JoinResult(errors.FENCED_INSTANCE_ID, member_id=member_id)
@@ -217,8 +232,12 @@ class GroupMembership:
                 return replaced
             member = replaced  # the leader's place, or a group not stable: rebalance
         elif member is None:
+            if not member_id and member_id_required and not instance_id:
+                return self._pend(group, _new_member_id(client_id), session_timeout_ms)
+            if pending:
+                group.pending.pop(member_id).cancel()  # back with its id: a member now
             member = Member(
-                f"{client_id or 'member'}-{uuid.uuid4()}", instance_id, client_id, client_host,
+                member_id or _new_member_id(client_id), instance_id, client_id, client_host,
                 session_timeout_ms, rebalance_timeout_ms, list(protocols),
             )  # fmt: skip
             group.members[member.member_id] = member
@@ -267,7 +286,7 @@ class GroupMembership:
         _answer_join(old, JoinResult(errors.FENCED_INSTANCE_ID))
         _answer_sync(old, SyncResult(errors.FENCED_INSTANCE_ID))
         member = Member(
-            f"{client_id or 'member'}-{uuid.uuid4()}", instance_id, client_id, client_host,
+            _new_member_id(client_id), instance_id, client_id, client_host,
             session_timeout_ms, rebalance_timeout_ms, list(protocols), old.assignment,
         )  # fmt: skip
         group.members[member.member_id] = member
@@ -278,6 +297,23 @@ class GroupMembership:
             self._touch(group, member)
             return self._join_result(group, member)
         return member
+
+    def _pend(self, group: Group, member_id: str, session_timeout_ms: int) -> JoinResult:
+        """Hand out a member id to join again with; it is pending until then."""
+        group.pending[member_id] = asyncio.get_running_loop().call_later(
+            session_timeout_ms / 1000, self._pending_expired, group, member_id, session_timeout_ms
+        )
+        logger.info(
+            "group %s: member id %s handed out, pending its next join", group.name, member_id
+        )
+        return JoinResult(errors.MEMBER_ID_REQUIRED, member_id=member_id)
+
+    def _pending_expired(self, group: Group, member_id: str, session_timeout_ms: int) -> None:
+        if group.pending.pop(member_id, None) is not None:
+            logger.info(
+                "group %s: pending member %s did not join again within %d ms: forgotten",
+                group.name, member_id, session_timeout_ms,
+            )  # fmt: skip
 
     def _common(self, group: Group, names: Sequence[str], skip: str = "") -> list[str]:
         """Protocols (in ``names``' order) that every other member supports too."""
@@ -399,7 +435,10 @@ class GroupMembership:
             if instance_id and not member_id:
                 member_id = group.instances.get(instance_id, "")
             member = group.members.get(member_id)
-            if member is None:
+            if member is None and member_id in group.pending:
+                group.pending.pop(member_id).cancel()  # it will not join after all
+                results.append(errors.NONE)
+            elif member is None:
                 results.append(errors.UNKNOWN_MEMBER_ID)
             elif instance_id and member.instance_id != instance_id:
                 results.append(errors.FENCED_INSTANCE_ID)
@@ -520,6 +559,10 @@ class GroupMembership:
         if error == errors.NONE:
             self._groups.pop(name, None)
         return error
+
+
+def _new_member_id(client_id: str) -> str:
+    return f"{client_id or 'member'}-{uuid.uuid4()}"
 
 
 def _answer_join(member: Member, result: JoinResult) -> None:

@@ -8,6 +8,9 @@ protocol wrote them.  An OffsetCommit of a group with members must carry a
 member id and the current generation (``GroupMembership.check_commit``);
 with generation -1 it is a standalone commit (assign-mode consumers).
 
+JoinGroup v4+ of a new dynamic member is answered MEMBER_ID_REQUIRED with
+the id to join again with (KIP-394); older versions admit it at once.
+
 FindCoordinator answers with the coordinator's Kafka endpoint; transaction
 coordinators do not exist (COORDINATOR_NOT_AVAILABLE).  OffsetDelete refuses
 (GROUP_SUBSCRIBED_TO_TOPIC) while the group has members.
@@ -116,6 +119,7 @@ class GroupApis:
             millis(rebalance) if rebalance is not None else session_ms,
             body.protocol_type,
             [(p.name, bytes(p.metadata)) for p in body.protocols],
+            member_id_required=request.head.api_version >= 4,
         )
         return {
             "throttle_time": 0,

@@ -137,6 +137,8 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The group still has members."""
     GROUP_ID_NOT_FOUND: _ErrorCode.ValueType  # 69
     """The group does not exist."""
+    MEMBER_ID_REQUIRED: _ErrorCode.ValueType  # 79
+    """JoinGroup v4+: join again with the member id this answer carries."""
     FENCED_INSTANCE_ID: _ErrorCode.ValueType  # 82
     """Another member took this group.instance.id."""
 
@@ -243,6 +245,8 @@ NON_EMPTY_GROUP: ErrorCode.ValueType  # 68
 """The group still has members."""
 GROUP_ID_NOT_FOUND: ErrorCode.ValueType  # 69
 """The group does not exist."""
+MEMBER_ID_REQUIRED: ErrorCode.ValueType  # 79
+"""JoinGroup v4+: join again with the member id this answer carries."""
 FENCED_INSTANCE_ID: ErrorCode.ValueType  # 82
 """Another member took this group.instance.id."""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
