@@ -1,6 +1,7 @@
-"""Spark queries on three real brokers through a leader crash: the driver's
-offset lookups and the executors' fetches wait for the new leader (up to the
-request timeout) instead of failing the query."""
+"""Spark queries on three real brokers through a leader crash, a controlled
+shutdown and a ZooKeeper session expiry: the driver's offset lookups and the
+executors' fetches wait for the new leader (up to the request timeout)
+instead of failing the query."""
 
 from __future__ import annotations
 
@@ -29,9 +30,22 @@ def leader_of(endpoints: str, topic: str, partition: int) -> int:
     return next(p.leader for p in info.partitions if p.partition == partition)
 
 
+def disrupt(broker: BrokerProcess, how: str) -> Callable[[], None]:
+    """Take the leader away as ``how`` says; returns what brings it back, if anything."""
+    if how == "SIGKILL":
+        broker.kill()
+    elif how == "controlled shutdown":
+        assert broker.stop() == 0  # leaderships move first
+    else:  # session expiry: frozen past zookeeper.session.timeout.ms, then thawed
+        broker.freeze()
+        return broker.thaw
+    return lambda: None
+
+
 @pytest.mark.timeout(300)
-def test_a_streaming_query_rides_through_a_leader_crash(
-    spark: Any, broker_factory: Callable[..., BrokerProcess], tmp_path: Path
+@pytest.mark.parametrize("how", ["SIGKILL", "controlled shutdown", "session expiry"])
+def test_a_streaming_query_rides_through_a_leader_going_away(
+    spark: Any, broker_factory: Callable[..., BrokerProcess], tmp_path: Path, how: str
 ) -> None:
     brokers = {i: broker_factory(i, FAST_FAILOVER) for i in (1, 2, 3)}
     endpoints = ",".join(b.endpoint for b in brokers.values())
@@ -58,8 +72,10 @@ def test_a_streaming_query_rides_through_a_leader_crash(
     try:
         wait_until(lambda: len(seen) >= 40, 120, "the first micro-batch")
         victim = leader_of(endpoints, "fo", 0)
-        brokers[victim].kill()
+        back = disrupt(brokers[victim], how)
         produce(endpoints, "fo", 300, 300)  # waits for the new leader
+        wait_until(lambda: leader_of(endpoints, "fo", 0) != victim, 60, "a new leader")
+        back()
         wait_until(
             lambda: len(seen) >= 600 or query.exception() is not None, 180, "600 records streamed"
         )
