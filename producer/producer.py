@@ -359,7 +359,9 @@ class Producer:
             timestamp_ms = time.time_ns() // 1_000_000
         size = 14 + (len(key_bytes) if key_bytes else 0) + (len(value_bytes) if value_bytes else 0)
         with self._mutex:
-            batch = self._open.get(TopicPartition(topic, partition))
+            # a plain tuple finds the TopicPartition key (equal, same hash)
+            # without building a named tuple per record
+            batch = self._open.get((topic, partition))  # type: ignore[call-overload]
             if batch is None:
                 batch = self._open_batch(topic, partition)
             index = batch.count
