@@ -75,6 +75,7 @@ def parse_pairs(pairs: list[str]) -> dict[str, str]:
 
 
 def run_start(args: argparse.Namespace) -> int:
+    from annal.broker.allocator import keep_large_buffers
     from annal.broker.config import BrokerConfig, ConfigError
     from annal.broker.server import BrokerServer, BrokerStartupError
 
@@ -93,6 +94,7 @@ def run_start(args: argparse.Namespace) -> int:
         logging.getLogger(__name__).warning(
             "ignoring Kafka settings annal does not use: %s", ", ".join(config.ignored)
         )
+    keep_large_buffers()
     broker = BrokerServer(config)
     stop = threading.Event()
 
