@@ -22,6 +22,7 @@ import gc
 import logging
 import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -154,35 +155,18 @@ class FetchResult:
 
 
 class RawFetchAhead:
-    """A ``fetch_raw`` already sent (``SimpleConsumer.fetch_raw_ahead``)."""
+    """A ``fetch_raw`` already on its way (``SimpleConsumer.fetch_raw_ahead``)."""
 
-    def __init__(
-        self,
-        consumer: SimpleConsumer,
-        key: TopicPartition,
-        offset: int,
-        max_bytes: int,
-        call: grpc.Future | None,
-    ) -> None:
+    def __init__(self, offset: int, future: Future[RawFetch]) -> None:
         self.offset = offset
-        self._consumer, self._key, self._max_bytes, self._call = consumer, key, max_bytes, call
+        self._future = future
 
     def result(self) -> RawFetch:
-        if self._call is not None:
-            try:
-                response = self._call.result()
-            except grpc.RpcError:
-                pass  # fetched again below, with retries
-            else:
-                p = response.topics[0].partitions[0]
-                if p.error == 0:
-                    return RawFetch(p.records, p.high_watermark, p.log_start_offset)
-        key = self._key
-        return self._consumer.fetch_raw(key.topic, key.partition, self.offset, self._max_bytes)
+        return self._future.result()
 
     def cancel(self) -> None:
-        if self._call is not None:
-            self._call.cancel()
+        """Drop it: a call not yet started is not made; one under way finishes unread."""
+        self._future.cancel()
 
 
 class SimpleConsumer:
@@ -210,6 +194,7 @@ class SimpleConsumer:
         bootstrap = resolve_bootstrap(bootstrap_servers, zookeeper_connect, timeout_s)
         security = client_security(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
         self.cluster = ClusterConnection(bootstrap, timeout_s, security)
+        self._ahead: ThreadPoolExecutor | None = None  # fetch_raw_ahead's thread
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.timeout_s = timeout_s
@@ -392,18 +377,14 @@ class SimpleConsumer:
     def fetch_raw_ahead(
         self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20
     ) -> RawFetchAhead:
-        """``fetch_raw``, sent now and answered by ``result()``: the request is on
-        its way while the caller works on the answer before.  Anything but a
-        clean answer is fetched again by ``fetch_raw``, with its retries."""
-        key = TopicPartition(topic, partition)
-        try:
-            leader = self.leader(topic, partition)
-        except ConsumerError:
-            return RawFetchAhead(self, key, offset, max_bytes, None)
-        call = self.cluster.stub(leader).Fetch.future(
-            self._fetch_request({key: offset}, max_bytes), timeout=self.timeout_s
-        )
-        return RawFetchAhead(self, key, offset, max_bytes, call)
+        """``fetch_raw`` on the consumer's I/O thread, answered by ``result()``:
+        the request is on its way while the caller works on the answer before.
+        (A blocking call on a thread of its own costs less CPU than grpcio's
+        ``future()``, whose polling thread spins while the call is out.)"""
+        if self._ahead is None:
+            self._ahead = ThreadPoolExecutor(1, thread_name_prefix="consumer-fetch-ahead")
+        future = self._ahead.submit(self.fetch_raw, topic, partition, offset, max_bytes)
+        return RawFetchAhead(offset, future)
 
     def stream(
         self, offsets: Mapping[TopicPartition, int], max_bytes: int = 1 << 20
@@ -523,6 +504,8 @@ class SimpleConsumer:
             offset = result.next_offset
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.shutdown(wait=False, cancel_futures=True)
         self.cluster.close()
 
     def __enter__(self) -> SimpleConsumer:
