@@ -19,7 +19,7 @@ setup: $(STAMP) os-deps
 os-deps:
 	@sh deploy/os-deps.sh
 
-$(STAMP): pyproject.toml setup.py storage/_walker.c storage/_columns.c storage/_readers.h
+$(STAMP): pyproject.toml setup.py storage/_walker.c storage/_columns.c storage/_encoder.c storage/_readers.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,spark]'

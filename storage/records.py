@@ -31,6 +31,7 @@ All functions here are pure and thread-safe; a ``BatchBuilder`` is not.
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -243,6 +244,24 @@ def _encode_common(
     return b"".join(parts)
 
 
+def _compiled_encoder() -> Callable[..., object] | None:
+    """``annal.storage._encoder.encode_section`` (C, built by ``pip install``):
+    the section of records with offsets 0..n-1 and no headers, which is what
+    producers send, in one call.  None where it is missing or the
+    environment sets ``ANNAL_PURE_PYTHON=1``; ``_encode_common`` and the
+    column-wise path below give the same bytes."""
+    if os.environ.get("ANNAL_PURE_PYTHON") == "1":
+        return None
+    try:
+        from ._encoder import encode_section
+    except ImportError:
+        return None
+    return encode_section
+
+
+_encode_section = _compiled_encoder()
+
+
 def _encode_records(
     keys: Sequence[bytes | None],
     values: Sequence[bytes | None],
@@ -259,6 +278,10 @@ def _encode_records(
     one by one.
     """
     if offset_deltas is None and headers is None:
+        if _encode_section is not None:
+            section = _encode_section(keys, values, timestamp_deltas)
+            if section is not NotImplemented:
+                return cast(bytes, section)
         common = _encode_common(keys, values, timestamp_deltas)
         if common is not None:
             return common
