@@ -336,10 +336,9 @@ class SimpleConsumer:
                         raise _out_of_range(topic.name, p, offset)
                     if error is not errors.NONE:
                         raise ConsumerError(error, p.error_message)
-                    records = decode_located(
-                        p.records, ConsumerRecord, topic.name, p.partition, offset
-                    )
-                    header = last_header(p.records)
+                    data = p.records  # each read of the field copies it
+                    records = decode_located(data, ConsumerRecord, topic.name, p.partition, offset)
+                    header = last_header(data)
                     next_offset = header.next_offset if header is not None else offset
                     results[key] = FetchResult(records, p.high_watermark, next_offset)
         return retry
