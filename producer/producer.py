@@ -386,7 +386,8 @@ class Producer:
         ``send`` would put them one at a time (per key; null keys stick to one
         partition per batch).  Returns one future per run of records that went
         into one batch, for the last record of the run (the run succeeds or
-        fails as one)."""
+        fails as one); keys that spread the records are sent one by one, with
+        a future each."""
         if keys is not None and len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys for {len(values)} values")
         if (keys is not None and any(k is not None for k in keys)) and partition is None:
