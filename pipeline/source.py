@@ -407,29 +407,21 @@ def write_arrow(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> Wri
                 if "headers" in table.column_names
                 else None
             )
-            watched: set[int] = set()  # one callback per producer batch, not per record
             if headers is None and len(set(topics)) == 1 and len(set(partitions)) == 1:
                 # one topic and partition (or none): queued batch by batch
-                many = producer.send_many(
+                futures = producer.send_many(
                     topics[0], values, None if keys.count(None) == len(keys) else keys,
                     partitions[0],
                 )  # fmt: skip
-                for future in many:
-                    if id(future[0]) not in watched:
-                        watched.add(id(future[0]))
-                        future.add_done_callback(check)
-                count += table.num_rows
-                continue
-            send = producer.send
-            for i in range(table.num_rows):
-                future = send(
-                    topics[i],
-                    values[i],
-                    keys[i],
-                    partitions[i],
-                    None,
-                    headers[i] if headers is not None else (),
-                )
+            else:
+                send = producer.send
+                futures = [
+                    send(topics[i], values[i], keys[i], partitions[i], None,
+                         headers[i] if headers is not None else ())
+                    for i in range(table.num_rows)
+                ]  # fmt: skip
+            watched: set[int] = set()  # one callback per producer batch, not per record
+            for future in futures:
                 batch_id = id(future[0])  # RecordFuture is (batch, index, timestamp)
                 if batch_id not in watched:
                     watched.add(batch_id)
