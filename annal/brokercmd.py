@@ -75,7 +75,7 @@ def parse_pairs(pairs: list[str]) -> dict[str, str]:
 
 
 def run_start(args: argparse.Namespace) -> int:
-    from annal.broker.allocator import keep_large_buffers
+    from annal.allocator import keep_large_buffers
     from annal.broker.config import BrokerConfig, ConfigError
     from annal.broker.server import BrokerServer, BrokerStartupError
 

@@ -23,6 +23,7 @@ from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 
 from annal import errors
+from annal.allocator import keep_large_buffers
 from annal.errors import AnnalError, ErrorCode
 from annal.topic_partition import TopicPartition
 
@@ -79,6 +80,7 @@ class ClusterConnection:
         self.partition_counts: dict[str, int] = {}
         self.leaders: dict[TopicPartition, str] = {}
         self.available: dict[str, tuple[int, ...]] = {}  # partitions with a known leader
+        keep_large_buffers()  # megabyte answers reuse their pages (annal/allocator.py)
 
     def stub(self, endpoint: str) -> annal_pb2_grpc.AnnalStub:
         with self._lock:

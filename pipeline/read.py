@@ -78,6 +78,7 @@ def read_arrow(part: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The records of ``part``, one record batch per fetch; the next fetch is
     on its way while this one is decoded."""
     schema = arrow_schema(part.include_headers)
+    repeated = Repeated(part.topic, part.partition)
     with SimpleConsumer(part.bootstrap, timeout_s=part.timeout_s) as consumer:
         offset = part.start
         ahead: RawFetchAhead | None = None
@@ -102,7 +103,7 @@ def read_arrow(part: OffsetRange) -> Iterator[pa.RecordBatch]:
                     fetched.records, offset, part.end, part.include_headers
                 )
                 if columns.length:
-                    yield arrow_batch(schema, part.topic, part.partition, columns)
+                    yield arrow_batch(schema, repeated, columns)
                 if next_offset <= offset:
                     return  # nothing more below the high watermark
                 offset = next_offset
@@ -146,15 +147,35 @@ def _headers(n: int, headers: HeaderColumns) -> pa.Array:
     )
 
 
-def arrow_batch(schema: pa.Schema, topic: str, partition: int, columns: Columns) -> pa.RecordBatch:
+class Repeated:
+    """The topic and partition columns of one partition's batches: made once
+    at the largest length asked for so far, and sliced (no copy) to each."""
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self._columns: tuple[pa.Array, pa.Array] | None = None
+
+    def columns(self, n: int) -> tuple[pa.Array, pa.Array]:
+        if self._columns is None or len(self._columns[0]) < n:
+            self._columns = (
+                pa.repeat(pa.scalar(self.topic, pa.string()), n),
+                pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            )
+        topic, partition = self._columns
+        return topic.slice(0, n), partition.slice(0, n)
+
+
+def arrow_batch(schema: pa.Schema, repeated: Repeated, columns: Columns) -> pa.RecordBatch:
     """One record batch of Spark's Kafka schema from decoded columns: Arrow
     takes the buffers as they are."""
     n = columns.length
+    topic, partition = repeated.columns(n)
     arrays = [
         _binary(pa.binary(), n, columns.keys),
         _binary(pa.binary(), n, columns.values),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        topic,
+        partition,
         _fixed(pa.int64(), n, columns.offsets),
         _fixed(TIMESTAMP_TYPE, n, columns.timestamps_us),
         _fixed(pa.int32(), n, columns.timestamp_types),

@@ -1,5 +1,5 @@
-"""The broker keeps large buffers mapped between requests instead of faulting
-their pages in afresh each time (broker/allocator.py)."""
+"""Brokers and clients keep large buffers mapped between requests instead of
+faulting their pages in afresh each time (annal/allocator.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ import pytest
 CHURN = """
 import resource, sys, threading
 if sys.argv[1] == "raised":
-    from annal.broker.allocator import keep_large_buffers
+    from annal.allocator import keep_large_buffers
     assert keep_large_buffers()
+elif sys.argv[1] == "client":  # any client's first connection raises them
+    from annal.client.cluster import ClusterConnection
+    ClusterConnection("127.0.0.1:1")
 
 def requests():  # what a fetch does with its megabyte: read, serialize, copy
     for _ in range(100):
@@ -45,3 +48,9 @@ def test_megabyte_buffers_reuse_their_pages_once_the_thresholds_are_raised() -> 
     # 100 rounds of three 1 MiB buffers: 256 pages each when they are mapped afresh
     assert page_faults("default") > 10_000
     assert page_faults("raised") < 1_000
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_a_client_process_raises_the_thresholds_with_its_first_connection() -> None:
+    assert page_faults("client") < 1_000
