@@ -668,17 +668,18 @@ class Producer:
 
     def _send_to(self, leader: str, group: list[_Batch], inline: bool = False) -> None:
         """Start one Produce request; its answer is queued for the sender thread."""
-        topics: dict[str, list[pb.PartitionProduceData]] = {}
-        for batch in group:
-            topics.setdefault(batch.topic, []).append(
-                pb.PartitionProduceData(partition=batch.partition, records=batch.builder.build())
-            )
         request = pb.ProduceRequest(
             acks=self.acks,
             # the broker's REQUEST_TIMED_OUT (acks=all) comes before our own deadline
             timeout_ms=int(self.request_timeout_s * 900),
-            topics=[pb.TopicProduceData(name=t, partitions=ps) for t, ps in topics.items()],
         )
+        # built in place: a sub-message passed to a constructor is copied whole
+        topics: dict[str, pb.TopicProduceData] = {}
+        for batch in group:
+            topic = topics.get(batch.topic)
+            if topic is None:
+                topic = topics[batch.topic] = request.topics.add(name=batch.topic)
+            topic.partitions.add(partition=batch.partition, records=batch.builder.build())
         if inline:
             self._call(leader, group, request)
         else:
