@@ -81,7 +81,14 @@ class AdminManager:
         cache = self._metadata.snapshot()
         response = pb.MetadataResponse(
             brokers=[
-                pb.Broker(id=b.broker_id, host=b.host, port=b.port, rack=b.rack or "")
+                pb.Broker(
+                    id=b.broker_id,
+                    host=b.host,
+                    port=b.port,
+                    rack=b.rack or "",
+                    kafka_host=b.kafka_host,
+                    kafka_port=b.kafka_port,
+                )
                 for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
             ],
             cluster_id=self._cluster_id() or "",

@@ -80,6 +80,8 @@ class ClusterConnection:
         self.partition_counts: dict[str, int] = {}
         self.leaders: dict[TopicPartition, str] = {}
         self.available: dict[str, tuple[int, ...]] = {}  # partitions with a known leader
+        # gRPC endpoint -> the same broker's PLAINTEXT Kafka listener, where it has one
+        self.kafka_listeners: dict[str, str] = {}
         keep_large_buffers()  # megabyte answers reuse their pages (annal/allocator.py)
 
     def stub(self, endpoint: str) -> annal_pb2_grpc.AnnalStub:
@@ -135,6 +137,13 @@ class ClusterConnection:
             time.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, 1.0)
         brokers = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers}
+        listeners = dict(self.kafka_listeners)
+        for b in metadata.brokers:
+            if b.kafka_host and b.kafka_port:
+                listeners[brokers[b.id]] = f"{b.kafka_host}:{b.kafka_port}"
+            else:
+                listeners.pop(brokers[b.id], None)
+        self.kafka_listeners = listeners
         counts = dict(self.partition_counts)
         leaders = dict(self.leaders)
         for topic in metadata.topics:

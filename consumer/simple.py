@@ -30,7 +30,13 @@ from typing import NamedTuple
 import grpc
 from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
-from annal.client.security import client_security
+from annal.client.security import PLAINTEXT, client_security
+from annal.consumer.kafka_fetch import (
+    FetchConnectionError,
+    KafkaFetchConnection,
+    ListenerUnreachable,
+    PartitionAnswer,
+)
 from annal.storage.batch import last_header
 from annal.storage.records import Header, decode_located
 from annal.v1 import annal_pb2 as pb
@@ -127,13 +133,14 @@ class ConsumerRecord(NamedTuple):
     headers: tuple[Header, ...]
 
 
-def _out_of_range(topic: str, p: pb.PartitionFetchResponse, offset: int) -> OffsetOutOfRangeError:
+def _out_of_range(
+    topic: str, partition: int, offset: int, log_start_offset: int, high_watermark: int
+) -> OffsetOutOfRangeError:
     exc = OffsetOutOfRangeError(
         errors.OFFSET_OUT_OF_RANGE,
-        f"offset {offset} of {topic}-{p.partition} is outside "
-        f"[{p.log_start_offset}, {p.high_watermark}]",
+        f"offset {offset} of {topic}-{partition} is outside [{log_start_offset}, {high_watermark}]",
     )
-    exc.log_start_offset, exc.high_watermark = p.log_start_offset, p.high_watermark
+    exc.log_start_offset, exc.high_watermark = log_start_offset, high_watermark
     return exc
 
 
@@ -190,11 +197,16 @@ class SimpleConsumer:
         ssl_cafile: str | None = None,
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
+        kafka_listener_fetch: bool = False,
     ) -> None:
         bootstrap = resolve_bootstrap(bootstrap_servers, zookeeper_connect, timeout_s)
         security = client_security(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
         self.cluster = ClusterConnection(bootstrap, timeout_s, security)
         self._ahead: ThreadPoolExecutor | None = None  # fetch_raw_ahead's thread
+        # fetch_raw over Kafka listeners: PLAINTEXT ones only, for a PLAINTEXT client
+        self._kafka_fetch = kafka_listener_fetch and security.protocol == PLAINTEXT
+        self._kafka: dict[str, KafkaFetchConnection] = {}  # by listener endpoint
+        self._unreachable: set[str] = set()  # listeners that refused: gRPC to those brokers
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.timeout_s = timeout_s
@@ -333,7 +345,9 @@ class SimpleConsumer:
                         retry[key] = offset
                         continue
                     if error is errors.OFFSET_OUT_OF_RANGE:
-                        raise _out_of_range(topic.name, p, offset)
+                        raise _out_of_range(
+                            topic.name, p.partition, offset, p.log_start_offset, p.high_watermark
+                        )
                     if error is not errors.NONE:
                         raise ConsumerError(error, p.error_message)
                     data = p.records  # each read of the field copies it
@@ -347,31 +361,64 @@ class SimpleConsumer:
         self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20
     ) -> RawFetch:
         """One partition's batches from ``offset``, undecoded, for readers that
-        decode them their own way; retries as ``multi_fetch``."""
-        key = TopicPartition(topic, partition)
-        request = self._fetch_request({key: offset}, max_bytes)
+        decode them their own way; retries as ``multi_fetch``.  With
+        ``kafka_listener_fetch`` the request goes to the leader's PLAINTEXT
+        Kafka listener where it has one (consumer/kafka_fetch.py: about half
+        gRPC's CPU per megabyte at both ends), and over gRPC otherwise."""
         retry = _Retry(self.retries, self.timeout_s)
         while True:
             try:
                 leader = self.leader(topic, partition)
-                response = self.cluster.stub(leader).Fetch(request, timeout=self.timeout_s)
-            except grpc.RpcError as exc:
-                if not errors.transport_error(exc).retriable or retry.exhausted():
-                    raise ConsumerError.from_rpc(exc, f"fetch {topic}-{partition}") from exc
+                answer = self._fetch_one(leader, topic, partition, offset, max_bytes)
             except ConsumerError:
                 if retry.exhausted():
                     raise
             else:
-                p = response.topics[0].partitions[0]
-                error = errors.from_wire(p.error)
+                error = errors.from_wire(answer.error)
                 if error is errors.NONE:
-                    return RawFetch(p.records, p.high_watermark, p.log_start_offset)
+                    return RawFetch(answer.records, answer.high_watermark, answer.log_start_offset)
                 if error is errors.OFFSET_OUT_OF_RANGE:
-                    raise _out_of_range(topic, p, offset)
+                    raise _out_of_range(
+                        topic, partition, offset, answer.log_start_offset, answer.high_watermark
+                    )
                 if not error.retriable or retry.exhausted():
-                    raise ConsumerError(error, p.error_message or f"fetch {topic}-{partition}")
+                    raise ConsumerError(error, answer.message or f"fetch {topic}-{partition}")
             self.cluster.forget()
             retry.backoff()
+
+    def _fetch_one(
+        self, leader: str, topic: str, partition: int, offset: int, max_bytes: int
+    ) -> PartitionAnswer:
+        """One partition's answer from ``leader``.  A transport failure that can
+        pass is an answer with a retriable error; the others raise."""
+        listener = self.cluster.kafka_listeners.get(leader) if self._kafka_fetch else None
+        if listener is not None and listener not in self._unreachable:
+            connection = self._kafka.get(listener)
+            if connection is None:  # setdefault: the fetch-ahead thread may race this one
+                connection = self._kafka.setdefault(
+                    listener, KafkaFetchConnection(listener, self.timeout_s, "annal-consumer")
+                )
+            try:
+                return connection.fetch(
+                    topic, partition, offset, max_bytes, self.max_wait_ms, self.min_bytes
+                )
+            except ListenerUnreachable as exc:
+                logger.warning("%s; fetching from %s over gRPC from now on", exc, leader)
+                self._unreachable.add(listener)
+            except FetchConnectionError as exc:
+                return PartitionAnswer(errors.BROKER_NOT_AVAILABLE.number, -1, -1, b"", str(exc))
+        request = self._fetch_request({TopicPartition(topic, partition): offset}, max_bytes)
+        try:
+            response = self.cluster.stub(leader).Fetch(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            code = errors.transport_error(exc)
+            if not code.retriable:
+                raise ConsumerError.from_rpc(exc, f"fetch {topic}-{partition}") from exc
+            return PartitionAnswer(code.number, -1, -1, b"", f"fetch {topic}-{partition}")
+        p = response.topics[0].partitions[0]
+        return PartitionAnswer(
+            p.error, p.high_watermark, p.log_start_offset, p.records, p.error_message
+        )
 
     def fetch_raw_ahead(
         self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20
@@ -505,6 +552,8 @@ class SimpleConsumer:
     def close(self) -> None:
         if self._ahead is not None:
             self._ahead.shutdown(wait=False, cancel_futures=True)
+        for connection in list(self._kafka.values()):
+            connection.close()
         self.cluster.close()
 
     def __enter__(self) -> SimpleConsumer:

@@ -42,7 +42,7 @@ from kio.serial._introspect import (
 )
 from kio.serial.readers import read_int16, read_int32
 from kio.serial.writers import write_int32
-from kio.static.primitive import i32
+from kio.static.primitive import i16, i32
 
 API_VERSIONS_KEY = 18
 
@@ -125,6 +125,45 @@ def encode_response(head: RequestHead, body: Any) -> bytes:
     write_int32(size, i32(len(frame) - 4))
     frame[:4] = size.getvalue()
     return bytes(frame)
+
+
+def encode_request(
+    api_key: int, api_version: int, correlation_id: int, client_id: str, values: Mapping[str, Any]
+) -> bytes:
+    """A whole request frame as a client sends it: size, header (v1, or v2 for
+    flexible versions) and the body built from ``values`` (see ``build``)."""
+    body = build(request_type(api_key, api_version), values)
+    header_type = RequestHeaderV2 if body.__flexible__ else RequestHeaderV1
+    header = header_type(
+        request_api_key=i16(api_key),
+        request_api_version=i16(api_version),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    buffer = io.BytesIO()
+    write_int32(buffer, i32(0))  # the size, filled in below
+    entity_writer(header_type)(buffer, header)
+    entity_writer(type(body))(buffer, body)
+    frame = buffer.getbuffer()
+    frame[:4] = (len(frame) - 4).to_bytes(4, "big")
+    return bytes(frame)
+
+
+def decode_response(frame: bytes | memoryview, api_key: int, api_version: int) -> tuple[int, Any]:
+    """The correlation id and body of a response frame (without its size), as
+    ``encode_response`` wrote it; MalformedRequest when it does not parse."""
+    body_type = response_type(api_key, api_version)
+    flexible = body_type.__flexible__ and api_key != API_VERSIONS_KEY
+    header_type = ResponseHeaderV1 if flexible else ResponseHeaderV0
+    try:
+        header: Any
+        header, header_size = entity_reader(header_type)(frame, 0)
+        body, _ = entity_reader(body_type)(frame, header_size)
+    except Exception as exc:  # kio's readers raise several types on bad bytes
+        raise MalformedRequest(
+            f"{body_type.__name__} v{api_version} answer does not parse: {exc}"
+        ) from exc
+    return int(header.correlation_id), body
 
 
 def build(entity_type: Any, values: Mapping[str, Any]) -> Any:

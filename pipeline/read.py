@@ -11,7 +11,9 @@ records into buffers laid out as Arrow's arrays are (offsets, microsecond
 timestamps, key and value bytes with their end offsets and validity bits,
 the headers' lists), Arrow takes those buffers without a copy, the topic and
 partition columns are repeated scalars, and Spark takes the batch as it is,
-with no Python object per record and no row conversion.
+with no Python object per record and no row conversion.  Fetches go to the
+leader's Kafka listener where it has a PLAINTEXT one (half the CPU per
+megabyte of gRPC at both ends; ``consumer/kafka_fetch.py``), else over gRPC.
 
 Records before the range's start (the front of the first batch) and from
 its end on are dropped.  Records removed before they were read (retention,
@@ -79,7 +81,9 @@ def read_arrow(part: OffsetRange) -> Iterator[pa.RecordBatch]:
     on its way while this one is decoded."""
     schema = arrow_schema(part.include_headers)
     repeated = Repeated(part.topic, part.partition)
-    with SimpleConsumer(part.bootstrap, timeout_s=part.timeout_s) as consumer:
+    with SimpleConsumer(
+        part.bootstrap, timeout_s=part.timeout_s, kafka_listener_fetch=True
+    ) as consumer:
         offset = part.start
         ahead: RawFetchAhead | None = None
         try:
