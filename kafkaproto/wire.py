@@ -169,31 +169,69 @@ def decode_response(frame: bytes | memoryview, api_key: int, api_version: int) -
 def build(entity_type: Any, values: Mapping[str, Any]) -> Any:
     """An instance of the kio type ``entity_type`` from ``values`` (see the module docstring)."""
     kwargs: dict[str, Any] = {}
-    for field in fields(entity_type):
-        if field.name in values:
-            kwargs[field.name] = _convert(field, values[field.name])
-        elif field.default is MISSING and classify_field(field).is_array:
-            kwargs[field.name] = ()  # a list with no schema default: empty
-        elif field.default is MISSING and is_optional(field):
-            kwargs[field.name] = None  # a nullable field with no schema default: null
+    for plan in _plan(entity_type):
+        name = plan.name
+        if name in values:
+            value = values[name]
+            if value is None:
+                kwargs[name] = None
+            elif plan.entity is not None:
+                entity = plan.entity
+                kwargs[name] = (
+                    tuple(build(entity, v) for v in value) if plan.many else build(entity, value)
+                )
+            elif isinstance(value, Sequence) and not isinstance(value, str | bytes):
+                kwargs[name] = tuple(_primitive(plan.kafka_type, v) for v in value)
+            else:
+                kwargs[name] = _primitive(plan.kafka_type, value)
+        elif plan.absent is not _LEAVE_OUT:
+            kwargs[name] = plan.absent
     return entity_type(**kwargs)
 
 
-def _convert(field: Any, value: Any) -> Any:
-    kind = classify_field(field)
-    if isinstance(kind, EntityField):
-        return None if value is None else build(kind.type_, value)
-    if isinstance(kind, EntityTupleField):
-        return None if value is None else tuple(build(kind.type_, v) for v in value)
-    kafka_type = get_schema_field_type(field)
-    if value is None:
-        return None
-    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
-        return tuple(_primitive(kafka_type, v) for v in value)
-    return _primitive(kafka_type, value)
+_LEAVE_OUT = object()  # a field not given that takes its schema default
+
+
+@dataclass(frozen=True, slots=True)
+class _FieldPlan:
+    """How ``build`` fills one field of a kio type, worked out once per type."""
+
+    name: str
+    entity: Any  # the kio type of a nested entity (or of each of a list's), else None
+    many: bool  # a list of entities
+    kafka_type: str  # the schema type of a primitive field ("" for entities)
+    absent: Any  # the value when not given: () for a list, None if nullable, else _LEAVE_OUT
+
+
+@functools.cache
+def _plan(entity_type: Any) -> tuple[_FieldPlan, ...]:
+    plans = []
+    for field in fields(entity_type):
+        kind = classify_field(field)
+        entity = kind.type_ if isinstance(kind, EntityField | EntityTupleField) else None
+        absent: Any = _LEAVE_OUT
+        if field.default is MISSING and kind.is_array:
+            absent = ()  # a list with no schema default: empty
+        elif field.default is MISSING and is_optional(field):
+            absent = None  # a nullable field with no schema default: null
+        plans.append(
+            _FieldPlan(
+                field.name,
+                entity,
+                isinstance(kind, EntityTupleField),
+                "" if entity is not None else get_schema_field_type(field),
+                absent,
+            )
+        )
+    return tuple(plans)
+
+
+_CONVERTED = frozenset(("error_code", "timedelta_i32", "timedelta_i64", "datetime_i64"))
 
 
 def _primitive(kafka_type: str, value: Any) -> Any:
+    if kafka_type not in _CONVERTED:
+        return value
     if kafka_type == "error_code":
         return KioErrorCode(int(value))
     if kafka_type in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
