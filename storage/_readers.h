@@ -23,6 +23,24 @@ typedef struct {
  * c->reason and returns 0. */
 static inline int64_t read_varint(cursor *c, Py_ssize_t end, int max_bytes)
 {
+    /* One and two bytes, the common lengths and deltas, read with the position
+     * in a local (stores through c may alias the buffer, so the general loop
+     * reloads it every byte). */
+    const unsigned char *buf = c->buf;
+    Py_ssize_t at = c->pos;
+    if (at + 1 < end) {
+        unsigned char b0 = buf[at];
+        if (b0 < 0x80) {
+            c->pos = at + 1;
+            return (int64_t)(b0 >> 1) ^ -(int64_t)(b0 & 1);
+        }
+        unsigned char b1 = buf[at + 1];
+        if (b1 < 0x80) {
+            uint64_t two = (uint64_t)(b0 & 0x7f) | ((uint64_t)b1 << 7);
+            c->pos = at + 2;
+            return (int64_t)(two >> 1) ^ -(int64_t)(two & 1);
+        }
+    }
     uint64_t raw = 0;
     int shift = 0;
     Py_ssize_t start = c->pos;
