@@ -93,14 +93,9 @@ def decode_request(frame: bytes, head: RequestHead, client_host: str = "") -> Re
     """The header and body of a supported (key, version); MalformedRequest otherwise."""
     body_type = request_type(head.api_key, head.api_version)
     header_type = RequestHeaderV2 if body_type.__flexible__ else RequestHeaderV1
-    try:
-        header: Any
-        header, header_size = entity_reader(header_type)(frame, 0)
-        body, _ = entity_reader(body_type)(frame, header_size)
-    except Exception as exc:  # kio's readers raise several types on bad bytes
-        raise MalformedRequest(
-            f"{body_type.__name__} v{head.api_version} does not parse: {exc}"
-        ) from exc
+    header, body = _read_framed(
+        frame, header_type, body_type, f"{body_type.__name__} v{head.api_version}"
+    )
     # Bytes after the body are ignored, as Kafka's broker ignores them: some
     # clients write fields a version no longer has (librdkafka's Metadata v12
     # carries v8-v10's include_cluster_authorized_operations).
@@ -155,15 +150,22 @@ def decode_response(frame: bytes | memoryview, api_key: int, api_version: int) -
     body_type = response_type(api_key, api_version)
     flexible = body_type.__flexible__ and api_key != API_VERSIONS_KEY
     header_type = ResponseHeaderV1 if flexible else ResponseHeaderV0
+    header, body = _read_framed(
+        frame, header_type, body_type, f"{body_type.__name__} v{api_version} answer"
+    )
+    return int(header.correlation_id), body
+
+
+def _read_framed(
+    frame: bytes | memoryview, header_type: Any, body_type: Any, what: str
+) -> tuple[Any, Any]:
+    """A header and the body after it; MalformedRequest naming ``what`` otherwise."""
     try:
-        header: Any
         header, header_size = entity_reader(header_type)(frame, 0)
         body, _ = entity_reader(body_type)(frame, header_size)
     except Exception as exc:  # kio's readers raise several types on bad bytes
-        raise MalformedRequest(
-            f"{body_type.__name__} v{api_version} answer does not parse: {exc}"
-        ) from exc
-    return int(header.correlation_id), body
+        raise MalformedRequest(f"{what} does not parse: {exc}") from exc
+    return header, body
 
 
 def build(entity_type: Any, values: Mapping[str, Any]) -> Any:
