@@ -12,6 +12,7 @@ Thread safety: a ``ZooKeeperServer`` is driven by one thread.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -75,11 +76,42 @@ def find_zookeeper() -> ZooKeeperInstall:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
+    """A TCP port nobody listens on right now, for a server started soon after.
+
+    It is picked at random below the kernel's ephemeral range: a port the
+    kernel handed out (bind to port 0) is one it may also give any outgoing
+    connection as its local port before the server binds it, which made a
+    broker fail to start with "address already in use".  A process never gets
+    the same port twice."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(FREE_PORTS_FROM, low)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # all taken: the kernel's pick
+        s.bind((host, 0))
+        picked: int = s.getsockname()[1]
+        return picked
+
+
+FREE_PORTS_FROM = 10_000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default 32768)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+    return low if low > FREE_PORTS_FROM + 1000 else 32768
 
 
 def four_letter_word(host: str, port: int, word: str, timeout_s: float = 1.0) -> str:

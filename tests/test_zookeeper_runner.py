@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
 import pytest
-from annal.deploy.zookeeper import ZooKeeperError, ZooKeeperServer, find_zookeeper, four_letter_word
+from annal.deploy.zookeeper import (
+    ZooKeeperError,
+    ZooKeeperServer,
+    find_zookeeper,
+    four_letter_word,
+    free_port,
+)
 
 
 def test_runs_a_real_server(zookeeper: ZooKeeperServer) -> None:
@@ -39,3 +46,17 @@ def test_the_server_log_is_rotated_by_size(tmp_path: Path, monkeypatch: pytest.M
         assert rotated.exists() and (tmp_path / "zookeeper.log.3").exists()
         assert not (tmp_path / "zookeeper.log.4").exists()
         assert all(p.stat().st_size < 8000 for p in tmp_path.glob("zookeeper.log*"))
+
+
+@pytest.mark.timeout(30)
+def test_free_ports_are_outside_the_ephemeral_range_and_never_handed_out_twice() -> None:
+    """Outgoing connections take their local ports from the ephemeral range: a
+    port from there could be taken before the server it was picked for binds."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = [free_port() for _ in range(100)]
+    assert len(set(ports)) == 100
+    if low > 11_000:
+        assert all(10_000 <= port < low for port in ports)
+    for port in ports[:5]:  # each can be bound right away
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
