@@ -414,7 +414,10 @@ class SimpleConsumer:
             code = errors.transport_error(exc)
             if not code.retriable:
                 raise ConsumerError.from_rpc(exc, f"fetch {topic}-{partition}") from exc
-            return PartitionAnswer(code.number, -1, -1, b"", f"fetch {topic}-{partition}")
+            details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+            return PartitionAnswer(
+                code.number, -1, -1, b"", f"fetch {topic}-{partition} from {leader}: {details}"
+            )
         p = response.topics[0].partitions[0]
         return PartitionAnswer(
             p.error, p.high_watermark, p.log_start_offset, p.records, p.error_message
