@@ -25,7 +25,6 @@ record.
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
@@ -40,6 +39,7 @@ from .batch import (
     TimestampType,
     check_batch,
 )
+from .compiled import compiled
 from .errors import CorruptRecordError
 from .records import Header, _decode_records, _records_section, iter_records
 
@@ -150,14 +150,11 @@ def decode_sections_py(
 
 
 def _choose() -> tuple[Decode, str]:
-    if os.environ.get("ANNAL_PURE_PYTHON") == "1":
-        return decode_sections_py, "python"
-    try:
-        from ._columns import decode
-    except ImportError:
+    decode = compiled("_columns", "decode")
+    if decode is None:
         return decode_sections_py, "python"
 
-    def compiled(sections: list[Section], start: int, end: int, with_headers: bool) -> Columns:
+    def in_c(sections: list[Section], start: int, end: int, with_headers: bool) -> Columns:
         count, offsets, timestamps, types, keys, values, headers = decode(
             sections, start, end, with_headers
         )
@@ -172,7 +169,7 @@ def _choose() -> tuple[Decode, str]:
             header_columns,
         )  # fmt: skip
 
-    return compiled, "c"
+    return in_c, "c"
 
 
 decode_sections, IMPLEMENTATION = _choose()

@@ -31,7 +31,6 @@ All functions here are pure and thread-safe; a ``BatchBuilder`` is not.
 
 from __future__ import annotations
 
-import os
 import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -57,6 +56,7 @@ from .batch import (
     TimestampType,
     check_batch,
 )
+from .compiled import compiled
 from .compression import compress, decompress
 from .errors import CorruptRecordError
 from .varint import FIELD_SIZES, LENGTHS, TABLE_SIZE, VARINTS, decode_varint, encode_varint, varint
@@ -244,22 +244,11 @@ def _encode_common(
     return b"".join(parts)
 
 
-def _compiled_encoder() -> Callable[..., object] | None:
-    """``annal.storage._encoder.encode_section`` (C, built by ``pip install``):
-    the section of records with offsets 0..n-1 and no headers, which is what
-    producers send, in one call.  None where it is missing or the
-    environment sets ``ANNAL_PURE_PYTHON=1``; ``_encode_common`` and the
-    column-wise path below give the same bytes."""
-    if os.environ.get("ANNAL_PURE_PYTHON") == "1":
-        return None
-    try:
-        from ._encoder import encode_section
-    except ImportError:
-        return None
-    return encode_section
-
-
-_encode_section = _compiled_encoder()
+# ``annal.storage._encoder.encode_section``: the section of records with
+# offsets 0..n-1 and no headers, which is what producers send, in one call;
+# None without it (``compiled``), and ``_encode_common`` and the column-wise
+# path below give the same bytes.
+_encode_section: Callable[..., object] | None = compiled("_encoder", "encode_section")
 
 
 def _encode_records(

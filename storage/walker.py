@@ -34,8 +34,9 @@ sets ``ANNAL_PURE_PYTHON=1``.  Both are pure functions, safe from any thread.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
+
+from .compiled import compiled
 
 Walk = Callable[[bytes | bytearray | memoryview, int, int, int, int, bool], tuple[int, ...]]
 
@@ -195,13 +196,8 @@ def walk_records_py(
 
 
 def _choose() -> tuple[Walk, str]:
-    if os.environ.get("ANNAL_PURE_PYTHON") == "1":
-        return walk_records_py, "python"
-    try:
-        from ._walker import walk_records as compiled
-    except ImportError:
-        return walk_records_py, "python"
-    return compiled, "c"
+    walk: Walk | None = compiled("_walker", "walk_records")
+    return (walk_records_py, "python") if walk is None else (walk, "c")
 
 
 walk_records, IMPLEMENTATION = _choose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def test_compiled_walker_is_built() -> None:
     """pip install builds the C walker on a machine with a compiler (every one here)."""
     from annal.storage import _walker  # noqa: F401
 
-    assert walker.IMPLEMENTATION == "c" or walker.os.environ.get("ANNAL_PURE_PYTHON") == "1"
+    assert walker.IMPLEMENTATION == "c" or os.environ.get("ANNAL_PURE_PYTHON") == "1"
 
 
 def validate(
