@@ -143,6 +143,13 @@ def _ssl_client_auth(name: str, text: str) -> str:
     return text.strip()
 
 
+def _listener_name(name: str, text: str) -> str:
+    found = text.strip().upper()
+    if found not in (GRPC, GRPCS, PLAINTEXT):
+        raise ConfigError(f"{name}={text!r}: expected PLAINTEXT, GRPC or GRPCS")
+    return found
+
+
 def _pem_type(name: str, text: str) -> str:
     if text.strip().upper() != "PEM":
         raise ConfigError(f"{name}={text!r}: annal reads PEM files only (set it to PEM)")
@@ -214,6 +221,10 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "num.replica.fetchers": (_int(1), "1"),
     "replica.fetch.backoff.ms": (_int(0), "1000"),
     "replica.fetch.response.max.bytes": (_int(1), "10485760"),
+    # which listener followers fetch over: PLAINTEXT (a leader's Kafka listener,
+    # gRPC for a leader without one) or the gRPC listener's name; by default
+    # PLAINTEXT unless gRPC is served over TLS (then GRPCS)
+    "inter.broker.listener.name": (_listener_name, None),
     "controlled.shutdown.enable": (_bool, "true"),
     "controlled.shutdown.max.retries": (_int(0), "3"),
     "controlled.shutdown.retry.backoff.ms": (_int(0), "5000"),
@@ -274,6 +285,7 @@ class BrokerConfig:
     num_replica_fetchers: int
     replica_fetch_backoff_ms: int
     replica_fetch_response_max_bytes: int
+    replica_fetch_over_kafka: bool  # inter.broker.listener.name=PLAINTEXT
     controlled_shutdown_enable: bool
     controlled_shutdown_max_retries: int
     controlled_shutdown_retry_backoff_ms: int
@@ -380,6 +392,10 @@ class BrokerConfig:
             num_replica_fetchers=values["num.replica.fetchers"],
             replica_fetch_backoff_ms=values["replica.fetch.backoff.ms"],
             replica_fetch_response_max_bytes=values["replica.fetch.response.max.bytes"],
+            replica_fetch_over_kafka=_inter_broker_listener(
+                values.get("inter.broker.listener.name"), listener, PLAINTEXT in listeners
+            )
+            == PLAINTEXT,
             controlled_shutdown_enable=values["controlled.shutdown.enable"],
             controlled_shutdown_max_retries=values["controlled.shutdown.max.retries"],
             controlled_shutdown_retry_backoff_ms=values["controlled.shutdown.retry.backoff.ms"],
@@ -515,6 +531,23 @@ def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
     except (ValueError, ParseError) as exc:
         raise ConfigError(f"{source}: not a properties file: {exc}") from None
     return {str(key): str(value) for key, value in props.properties.items()}
+
+
+def _inter_broker_listener(named: str | None, listener: Listener, kafka: bool) -> str:
+    """The listener followers fetch over (checked against the broker's own)."""
+    where = f"inter.broker.listener.name={named}"
+    if named is None:
+        return GRPCS if listener.protocol == GRPCS else PLAINTEXT
+    if named == PLAINTEXT and listener.protocol == GRPCS:
+        raise ConfigError(
+            f"{where} with {listener}: replicas would copy records unencrypted; "
+            "use GRPCS, or serve gRPC without TLS"
+        )
+    if named == PLAINTEXT and not kafka:
+        raise ConfigError(f"{where}: listeners has no PLAINTEXT:// listener")
+    if named in (GRPC, GRPCS) and named != listener.protocol:
+        raise ConfigError(f"{where}: the gRPC listener is {listener}")
+    return named
 
 
 def _tls(values: Mapping[str, Any], listener: Listener) -> TlsSettings | None:

@@ -135,7 +135,10 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
                 )
             )
         leaders = {b.id: f"{b.host}:{b.port}" for b in request.live_leaders}
-        results = self._replicas.become_leader_or_follower(states, leaders)
+        kafka_leaders = {
+            b.id: f"{b.kafka_host}:{b.kafka_port}" for b in request.live_leaders if b.kafka_port
+        }
+        results = self._replicas.become_leader_or_follower(states, leaders, kafka_leaders)
         return pb.LeaderAndIsrResponse(
             partition_errors=refused
             + [_partition_error(tp.topic, tp.partition, error) for tp, error in results.items()]
@@ -297,7 +300,16 @@ class ControllerChannel:
             controller_id=self.controller_id,
             controller_epoch=controller_epoch,
             partition_states=[_partition_state(u) for u in updates],
-            live_leaders=[pb.Broker(id=b.broker_id, host=b.host, port=b.port) for b in live],
+            live_leaders=[
+                pb.Broker(
+                    id=b.broker_id,
+                    host=b.host,
+                    port=b.port,
+                    kafka_host=b.kafka_host or "",
+                    kafka_port=b.kafka_port,
+                )
+                for b in live
+            ],
         )
         self._enqueue(
             broker,

@@ -26,6 +26,16 @@ may not have had its own LeaderAndIsr yet), then every
 replaces it first); a leader that cannot be reached holds up its whole thread
 for that backoff.
 
+Transport.  A fetch goes to the leader's Kafka listener when it has one
+and the fetcher is set to use it (``inter.broker.listener.name`` PLAINTEXT,
+the default with a plaintext gRPC listener): one frame on one TCP
+connection costs both brokers a fraction of a gRPC call
+(``broker/replica_transport.py``).  A listener that refuses the connection
+is logged and that leader is fetched from over gRPC for ``KAFKA_RETRY_S``
+(a firewall that lets only gRPC through) — unless gRPC fails too, which
+means the leader is down, and the next try is over its Kafka listener again.
+OffsetsForLeaderEpoch always goes over gRPC.
+
 Thread safety: ``self._cond`` guards each fetcher's partition map, and
 fetched data is stored while holding it, so ``remove`` returns only once no
 append to a removed partition is under way: a broker that becomes a
@@ -38,10 +48,19 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import grpc
-from annal.client.security import Security
+from annal.broker.replica_transport import (
+    Answer,
+    FetchLimits,
+    GrpcReplicaFetch,
+    KafkaReplicaFetch,
+    Wanted,
+    by_topic,
+)
+from annal.client.security import PLAINTEXT, Security
+from annal.kafkaproto.client import ConnectionFailed, ListenerUnreachable
 from annal.storage.batch import read_header
 from annal.storage.errors import NonMonotonicOffsetError, StorageError
 from annal.storage.files import TopicPartition
@@ -56,6 +75,7 @@ logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 REQUEST_TIMEOUT_S = 30.0
+KAFKA_RETRY_S = 60  # a leader's Kafka listener refused a connection: tried again after this
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +89,13 @@ class FetcherSettings:
     backoff_ms: int = 1000
     fetchers_per_leader: int = 1
     security: Security = field(default_factory=Security)  # TLS with a GRPCS:// listener
+    kafka_listener: bool = True  # fetch over a leader's PLAINTEXT:// listener when it has one
+
+    @property
+    def limits(self) -> FetchLimits:
+        return FetchLimits(
+            self.max_bytes, self.response_max_bytes, self.wait_max_ms, self.min_bytes
+        )
 
 
 @dataclass(eq=False, slots=True)
@@ -94,9 +121,16 @@ class ReplicaFetcherManager:
         self._closed = False
 
     def follow(
-        self, tp: TopicPartition, leader: int, endpoint: str, log: Log, leader_epoch: int
+        self,
+        tp: TopicPartition,
+        leader: int,
+        endpoint: str,
+        log: Log,
+        leader_epoch: int,
+        kafka_endpoint: str | None = None,
     ) -> None:
-        """Copy ``tp`` from ``leader`` at ``endpoint`` from now on (truncating first)."""
+        """Copy ``tp`` from ``leader`` at ``endpoint`` (its gRPC listener; and
+        ``kafka_endpoint``, its Kafka listener, if any) from now on (truncating first)."""
         key = (leader, hash(tp) % self.settings.fetchers_per_leader)
         with self._lock:
             if self._closed:
@@ -106,11 +140,16 @@ class ReplicaFetcherManager:
                 self._fetchers[previous].remove([tp])
             fetcher = self._fetchers.get(key)
             moved: dict[TopicPartition, _Follow] = {}
-            if fetcher is not None and fetcher.endpoint != endpoint:
+            if fetcher is not None and (fetcher.endpoint, fetcher.kafka_endpoint) != (
+                endpoint,
+                kafka_endpoint,
+            ):
                 moved = fetcher.stop()  # the leader came back at another address
                 fetcher = None
             if fetcher is None:
-                fetcher = _FetcherThread(self.broker_id, leader, key[1], endpoint, self.settings)
+                fetcher = _FetcherThread(
+                    self.broker_id, leader, key[1], endpoint, kafka_endpoint, self.settings
+                )
                 self._fetchers[key] = fetcher
             for other, follow in moved.items():
                 fetcher.add(other, follow)
@@ -144,11 +183,18 @@ class _FetcherThread:
     """Copies partitions from one leader; see the module docstring."""
 
     def __init__(
-        self, broker_id: int, leader: int, index: int, endpoint: str, settings: FetcherSettings
+        self,
+        broker_id: int,
+        leader: int,
+        index: int,
+        endpoint: str,
+        kafka_endpoint: str | None,
+        settings: FetcherSettings,
     ) -> None:
         self.broker_id = broker_id
         self.leader = leader
         self.endpoint = endpoint
+        self.kafka_endpoint = kafka_endpoint
         self.settings = settings
         self._cond = threading.Condition()
         self._partitions: dict[TopicPartition, _Follow] = {}
@@ -161,7 +207,12 @@ class _FetcherThread:
             ],
         )
         self._stub = annal_pb2_grpc.AnnalStub(self._channel)
+        self._grpc = GrpcReplicaFetch(self._stub, broker_id)
+        self._kafka: KafkaReplicaFetch | None = None
+        if kafka_endpoint and settings.kafka_listener and settings.security.protocol == PLAINTEXT:
+            self._kafka = KafkaReplicaFetch(kafka_endpoint, broker_id, settings.wait_max_ms)
         self._unreachable_since: float | None = None
+        self._kafka_retry_at = 0.0  # Kafka listener refused: gRPC until then
         self._thread = threading.Thread(
             target=self._run,
             name=f"replica-fetcher-{broker_id}-from-{leader}-{index}",
@@ -187,6 +238,9 @@ class _FetcherThread:
             partitions = dict(self._partitions)
             self._partitions.clear()
         self._channel.close()  # ends a long poll in flight
+        kafka = self._kafka
+        if kafka is not None:
+            kafka.abort()  # likewise
         if threading.current_thread() is not self._thread:
             self._thread.join(REQUEST_TIMEOUT_S)
         return partitions
@@ -210,9 +264,23 @@ class _FetcherThread:
             try:
                 self._truncate({tp: f for tp, f in due.items() if not f.truncated})
                 self._fetch({tp: f for tp, f in due.items() if f.truncated})
-            except grpc.RpcError as exc:
+            except ListenerUnreachable as exc:
                 if self._stopped:
                     return
+                if self._unreachable_since is None:
+                    logger.warning(
+                        "cannot connect to leader %d's Kafka listener (%s): fetching over "
+                        "gRPC for %d s",
+                        self.leader,
+                        exc,
+                        KAFKA_RETRY_S,
+                    )
+                self._kafka_retry_at = time.monotonic() + KAFKA_RETRY_S
+            except (grpc.RpcError, ConnectionFailed) as exc:
+                if self._stopped:
+                    return
+                if isinstance(exc, grpc.RpcError):
+                    self._kafka_retry_at = 0.0  # the leader is down, not its Kafka listener
                 self._unreachable(exc)
                 with self._cond:
                     self._cond.wait(self.settings.backoff_ms / 1000)
@@ -221,7 +289,7 @@ class _FetcherThread:
                 with self._cond:
                     self._cond.wait(self.settings.backoff_ms / 1000)
 
-    def _unreachable(self, exc: grpc.RpcError) -> None:
+    def _unreachable(self, exc: grpc.RpcError | ConnectionFailed) -> None:
         now = time.monotonic()
         if self._unreachable_since is None:
             self._unreachable_since = now
@@ -229,7 +297,7 @@ class _FetcherThread:
             logger.warning(
                 "cannot fetch from leader %d at %s: %s; retrying every %d ms",
                 self.leader,
-                self.endpoint,
+                self.endpoint if isinstance(exc, grpc.RpcError) else self.kafka_endpoint,
                 detail,
                 self.settings.backoff_ms,
             )
@@ -264,7 +332,7 @@ class _FetcherThread:
         if not asked:
             return
         request = pb.OffsetsForLeaderEpochRequest(replica_id=self.broker_id)
-        for topic, tps in _by_topic(asked).items():
+        for topic, tps in by_topic(asked).items():
             request.topics.append(
                 pb.TopicEpochs(
                     name=topic,
@@ -318,52 +386,39 @@ class _FetcherThread:
     def _fetch(self, due: dict[TopicPartition, _Follow]) -> None:
         if not due:
             return
-        settings = self.settings
-        request = pb.FetchRequest(
-            replica_id=self.broker_id,
-            max_wait_ms=settings.wait_max_ms,
-            min_bytes=settings.min_bytes,
-            max_bytes=settings.response_max_bytes,
-        )
-        for topic, tps in _by_topic(due).items():
-            request.topics.append(
-                pb.TopicFetchData(
-                    name=topic,
-                    partitions=[
-                        pb.PartitionFetchData(
-                            partition=tp.partition,
-                            fetch_offset=due[tp].log.log_end_offset,
-                            partition_max_bytes=settings.max_bytes,
-                            current_leader_epoch=due[tp].leader_epoch,
-                            log_start_offset=due[tp].log.log_start_offset,
-                        )
-                        for tp in tps
-                    ],
-                )
-            )
-        response = self._stub.Fetch(
-            request, timeout=settings.wait_max_ms / 1000 + REQUEST_TIMEOUT_S
-        )
+        wanted = [
+            Wanted(tp, f.log.log_end_offset, f.leader_epoch, f.log.log_start_offset)
+            for tp, f in due.items()
+        ]
+        limits = self.settings.limits
+        kafka = self._kafka if time.monotonic() >= self._kafka_retry_at else None
+        answers = (kafka or self._grpc).fetch(wanted, limits)
         self._unreachable_since = None
+        if kafka is not None:
+            # Kafka's answer does not say where the leader's log ends: ask again
+            # over gRPC for a partition whose fetch offset was out of range
+            again = [
+                w
+                for w in wanted
+                if answers.get(w.tp, _NO_ANSWER).error == errors.OFFSET_OUT_OF_RANGE
+            ]
+            if again:
+                answers.update(self._grpc.fetch(again, replace(limits, wait_max_ms=0)))
         with self._cond:
-            for topic_result in response.topics:
-                for result in topic_result.partitions:
-                    tp = TopicPartition(topic_result.name, result.partition)
-                    follow = due.get(tp)
-                    if follow is not None and self._current(tp, follow):
-                        self._store(tp, follow, result)
+            for tp, answer in answers.items():
+                follow = due.get(tp)
+                if follow is not None and self._current(tp, follow):
+                    self._store(tp, follow, answer)
 
-    def _store(
-        self, tp: TopicPartition, follow: _Follow, result: pb.PartitionFetchResponse
-    ) -> None:
+    def _store(self, tp: TopicPartition, follow: _Follow, result: Answer) -> None:
         """Apply one partition's answer (the caller holds ``self._cond``)."""
         log = follow.log
-        error = errors.from_wire(result.error)
+        error = result.error
         if error == errors.OFFSET_OUT_OF_RANGE:
             self._out_of_range(tp, log, result)
             return
         if error != errors.NONE:
-            self._delay(tp, follow, error, result.error_message)
+            self._delay(tp, follow, error, result.message)
             return
         if result.records:
             try:
@@ -384,9 +439,7 @@ class _FetcherThread:
         log.update_high_watermark(min(result.high_watermark, log.log_end_offset))
         follow.errors.clear()
 
-    def _out_of_range(
-        self, tp: TopicPartition, log: Log, result: pb.PartitionFetchResponse
-    ) -> None:
+    def _out_of_range(self, tp: TopicPartition, log: Log, result: Answer) -> None:
         ours = log.log_end_offset
         if result.log_end_offset >= 0 and ours > result.log_end_offset:
             logger.warning(
@@ -406,9 +459,4 @@ class _FetcherThread:
             log.truncate_fully_and_start_at(result.log_start_offset)
 
 
-def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[TopicPartition]]:
-    """Partitions grouped by topic, topics sorted (requests carry them that way)."""
-    grouped: dict[str, list[TopicPartition]] = {}
-    for tp in sorted(partitions):
-        grouped.setdefault(tp.topic, []).append(tp)
-    return grouped
+_NO_ANSWER = Answer(errors.NONE, "", -1, -1, -1, b"")

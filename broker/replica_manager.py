@@ -115,12 +115,16 @@ class ReplicaManager:
             return True
 
     def become_leader_or_follower(
-        self, states: Sequence[LeaderAndIsrState], leaders: Mapping[int, str] | None = None
+        self,
+        states: Sequence[LeaderAndIsrState],
+        leaders: Mapping[int, str] | None = None,
+        kafka_leaders: Mapping[int, str] | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         """Apply each partition's new state; a result (error name) per partition.
 
-        ``leaders`` maps the leaders' broker ids to their endpoints: a follower
-        starts copying from its leader, a new leader stops copying."""
+        ``leaders`` maps the leaders' broker ids to their gRPC endpoints and
+        ``kafka_leaders`` to their Kafka listeners (those that have one): a
+        follower starts copying from its leader, a new leader stops copying."""
         results: dict[TopicPartition, ErrorCode] = {}
         for state in states:
             tp = TopicPartition(state.topic, state.partition)
@@ -145,7 +149,7 @@ class ReplicaManager:
                 )
                 self._on_leadership(tp, partition.log)
             else:
-                self._follow(tp, partition, state, leaders or {})
+                self._follow(tp, partition, state, leaders or {}, kafka_leaders or {})
                 self._on_leadership(tp, None)
             results[tp] = errors.NONE
         return results
@@ -156,6 +160,7 @@ class ReplicaManager:
         partition: Partition,
         state: LeaderAndIsrState,
         leaders: Mapping[int, str],
+        kafka_leaders: Mapping[int, str],
     ) -> None:
         endpoint = leaders.get(state.leader)
         if self.fetchers is None:
@@ -164,7 +169,14 @@ class ReplicaManager:
             self.fetchers.unfollow([tp])  # offline, or a leader we cannot reach yet
             logger.info("replica of %s with no reachable leader (epoch %d)", tp, state.leader_epoch)
             return
-        self.fetchers.follow(tp, state.leader, endpoint, partition.log, state.leader_epoch)
+        self.fetchers.follow(
+            tp,
+            state.leader,
+            endpoint,
+            partition.log,
+            state.leader_epoch,
+            kafka_leaders.get(state.leader),
+        )
         logger.info(
             "follower of %s (leader %d at %s, epoch %d)",
             tp,

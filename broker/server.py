@@ -175,6 +175,7 @@ class BrokerServer:
                 backoff_ms=config.replica_fetch_backoff_ms,
                 fetchers_per_leader=config.num_replica_fetchers,
                 security=config.inter_broker_security(),
+                kafka_listener=config.replica_fetch_over_kafka,
             ),
         )
         self.coordinator = OffsetsCoordinator(

@@ -199,3 +199,27 @@ def test_tls_settings_are_checked(tmp_path: Path) -> None:
         BrokerConfig.from_properties({**tls, "ssl.keystore.type": "JKS"})
     with pytest.raises(ConfigError, match="expected none, requested or required"):
         BrokerConfig.from_properties({**tls, "ssl.client.auth": "maybe"})
+
+
+def test_followers_fetch_over_the_kafka_listener_unless_told_or_tls(tmp_path: Path) -> None:
+    both = {**BASE, "listeners": "GRPC://h:1,PLAINTEXT://h:2"}
+    assert BrokerConfig.from_properties(both).replica_fetch_over_kafka
+    assert BrokerConfig.from_properties(BASE).replica_fetch_over_kafka  # the leaders' listeners
+    told = {**both, "inter.broker.listener.name": "grpc"}
+    assert not BrokerConfig.from_properties(told).replica_fetch_over_kafka
+    keystore = tmp_path / "broker.pem"
+    keystore.write_text("-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n")
+    tls = {
+        **both,
+        "listeners": "GRPCS://h:1,PLAINTEXT://h:2",
+        "ssl.keystore.location": str(keystore),
+    }
+    assert not BrokerConfig.from_properties(tls).replica_fetch_over_kafka
+    for props, message in [
+        ({**tls, "inter.broker.listener.name": "PLAINTEXT"}, "would copy records unencrypted"),
+        ({**tls, "inter.broker.listener.name": "GRPC"}, "the gRPC listener is GRPCS://h:1"),
+        ({**BASE, "inter.broker.listener.name": "PLAINTEXT"}, "has no PLAINTEXT:// listener"),
+        ({**both, "inter.broker.listener.name": "SSL"}, "expected PLAINTEXT, GRPC or GRPCS"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            BrokerConfig.from_properties(props)

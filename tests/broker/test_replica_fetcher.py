@@ -1,18 +1,26 @@
 """The follower's fetcher against a stand-in leader serving a real log: truncation by
-leader epoch (KIP-101/279) and a restart at the leader's log start."""
+leader epoch (KIP-101/279) and a restart at the leader's log start, with fetches
+over gRPC and over the leader's Kafka listener (its answers made by the broker's
+own Kafka-protocol code)."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import grpc
 import pytest
 from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from annal.deploy.runner import wait_until
+from annal.kafkaproto.data import DataApis
+from annal.kafkaproto.wire import decode_request, encode_response, peek_head, response
 from annal.storage.errors import OffsetOutOfRangeError
 from annal.storage.files import TopicPartition
 from annal.storage.log import Log
@@ -77,21 +85,85 @@ class StandInLeader(annal_pb2_grpc.AnnalServicer):
         return response
 
 
-@pytest.fixture
-def serve() -> Iterator[Callable[[StandInLeader], str]]:
-    servers: list[grpc.Server] = []
+class KafkaStandIn:
+    """The stand-in leader's Fetch over Kafka's protocol, a thread per connection;
+    requests and answers go through the broker's own ``DataApis.fetch``."""
 
-    def start(leader: StandInLeader) -> str:
+    def __init__(self, leader: StandInLeader) -> None:
+        self.leader = leader
+        self.fetches = 0
+        self._apis = DataApis(self, None)  # type: ignore[arg-type]
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"127.0.0.1:{self._server.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    async def fetch(self, request: pb.FetchRequest, deadline: Any) -> pb.FetchResponse:
+        return self.leader.Fetch(request, None)  # type: ignore[arg-type]
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        with connection:
+            while (size := _read(connection, 4)) is not None:
+                frame = _read(connection, int.from_bytes(size, "big"))
+                assert frame is not None
+                head = peek_head(frame)
+                request = decode_request(frame, head)
+                self.fetches += 1
+                values = asyncio.run(self._apis.fetch(request))
+                connection.sendall(encode_response(head, response(head, values)))
+
+    def close(self) -> None:
+        self._server.close()
+
+
+def _read(connection: socket.socket, size: int) -> bytes | None:
+    got = b""
+    while len(got) < size:
+        try:
+            chunk = connection.recv(size - len(got))
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        got += chunk
+    return got
+
+
+class Served(NamedTuple):
+    endpoint: str  # gRPC
+    kafka_endpoint: str | None
+
+
+@pytest.fixture(params=["grpc", "kafka"])
+def serve(request: pytest.FixtureRequest) -> Iterator[Callable[[StandInLeader], Served]]:
+    servers: list[grpc.Server] = []
+    listeners: list[KafkaStandIn] = []
+
+    def start(leader: StandInLeader) -> Served:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         annal_pb2_grpc.add_AnnalServicer_to_server(leader, server)
         port = server.add_insecure_port("127.0.0.1:0")
         server.start()
         servers.append(server)
-        return f"127.0.0.1:{port}"
+        if request.param == "grpc":
+            return Served(f"127.0.0.1:{port}", None)
+        listeners.append(KafkaStandIn(leader))
+        return Served(f"127.0.0.1:{port}", listeners[-1].endpoint)
 
     yield start
     for server in servers:
         server.stop(None)
+    for listener in listeners:
+        listener.close()
+    if request.param == "kafka":
+        assert sum(listener.fetches for listener in listeners) > 0  # the path was taken
 
 
 @pytest.fixture
@@ -107,7 +179,7 @@ def log_bytes(log: Log) -> bytes:
 
 @pytest.mark.timeout(60)
 def test_a_follower_cuts_what_the_new_leader_never_had(
-    tmp_path: Path, serve: Callable[[StandInLeader], str], fetchers: ReplicaFetcherManager
+    tmp_path: Path, serve: Callable[[StandInLeader], Served], fetchers: ReplicaFetcherManager
 ) -> None:
     """The follower wrote offsets 5..9 under epoch 1, which the new leader (epoch 2)
     never saw: the leader's largest epoch at or below 1 is 0, ending at 5, so the
@@ -121,7 +193,8 @@ def test_a_follower_cuts_what_the_new_leader_never_had(
     follower.append_as_leader(batch([b"lost%d" % i for i in range(5)]), 1)
     assert follower.log_end_offset == 10
 
-    fetchers.follow(TP, 1, serve(StandInLeader(leader, 2)), follower, 2)
+    served = serve(StandInLeader(leader, 2))
+    fetchers.follow(TP, 1, served.endpoint, follower, 2, served.kafka_endpoint)
     wait_until(lambda: log_bytes(follower) == log_bytes(leader), 30, "the follower in line")
     assert follower.leader_epoch_cache.epoch_entries() == leader.leader_epoch_cache.epoch_entries()
     assert [r.value for r in iter_records(log_bytes(follower))][5:] == [b"new0", b"new1", b"new2"]
@@ -136,7 +209,7 @@ def test_a_follower_cuts_what_the_new_leader_never_had(
 
 @pytest.mark.timeout(60)
 def test_a_follower_behind_the_leaders_log_start_starts_over_there(
-    tmp_path: Path, serve: Callable[[StandInLeader], str], fetchers: ReplicaFetcherManager
+    tmp_path: Path, serve: Callable[[StandInLeader], Served], fetchers: ReplicaFetcherManager
 ) -> None:
     leader = open_log(tmp_path / "leader" / "t-0")
     for i in range(10):
@@ -144,7 +217,8 @@ def test_a_follower_behind_the_leaders_log_start_starts_over_there(
     leader.delete_records_before(6)
     follower = open_log(tmp_path / "follower" / "t-0")
 
-    fetchers.follow(TP, 1, serve(StandInLeader(leader, 0)), follower, 0)
+    served = serve(StandInLeader(leader, 0))  # over Kafka, the log end is asked over gRPC
+    fetchers.follow(TP, 1, served.endpoint, follower, 0, served.kafka_endpoint)
     wait_until(lambda: follower.log_end_offset == 10, 30, "the follower caught up")
     assert follower.log_start_offset == 6
     assert [r.value for r in iter_records(follower.read(6, 1 << 20))] == [
@@ -154,7 +228,7 @@ def test_a_follower_behind_the_leaders_log_start_starts_over_there(
 
 @pytest.mark.timeout(60)
 def test_a_fenced_follower_waits_and_keeps_its_log(
-    tmp_path: Path, serve: Callable[[StandInLeader], str], fetchers: ReplicaFetcherManager
+    tmp_path: Path, serve: Callable[[StandInLeader], Served], fetchers: ReplicaFetcherManager
 ) -> None:
     """A follower with a stale epoch is refused (FENCED_LEADER_EPOCH): it changes
     nothing and asks again after the backoff, until the controller's next word."""
@@ -173,9 +247,94 @@ def test_a_fenced_follower_waits_and_keeps_its_log(
         return answer(request, context)
 
     stand_in.OffsetsForLeaderEpoch = counting  # type: ignore[method-assign]
-    endpoint = serve(stand_in)
-    fetchers.follow(TP, 1, endpoint, follower, 2)
+    endpoint, kafka_endpoint = serve(stand_in)
+    fetchers.follow(TP, 1, endpoint, follower, 2, kafka_endpoint)
     wait_until(lambda: len(asked) >= 2, 30, "a second try after the backoff")
     assert follower.log_end_offset == 2  # nothing cut while fenced
-    fetchers.follow(TP, 1, endpoint, follower, 3)  # the controller's next LeaderAndIsr
+    fetchers.follow(TP, 1, endpoint, follower, 3, kafka_endpoint)  # the next LeaderAndIsr
     wait_until(lambda: log_bytes(follower) == log_bytes(leader), 30, "the follower in line")
+
+
+@pytest.mark.timeout(60)
+def test_a_kafka_listener_that_refuses_connections_is_passed_over_for_grpc(
+    tmp_path: Path, fetchers: ReplicaFetcherManager
+) -> None:
+    """A firewall lets only the leader's gRPC port through: the follower copies
+    over gRPC."""
+    leader = open_log(tmp_path / "leader" / "t-0")
+    leader.append_as_leader(batch([b"a", b"b"]), 0)
+    follower = open_log(tmp_path / "follower" / "t-0")
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    annal_pb2_grpc.add_AnnalServicer_to_server(StandInLeader(leader, 0), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    walled = socket.socket()  # bound, never listening: connections are refused
+    walled.bind(("127.0.0.1", 0))
+    try:
+        kafka_endpoint = f"127.0.0.1:{walled.getsockname()[1]}"
+        fetchers.follow(TP, 1, f"127.0.0.1:{port}", follower, 0, kafka_endpoint)
+        wait_until(lambda: log_bytes(follower) == log_bytes(leader), 30, "copied over gRPC")
+    finally:
+        walled.close()
+        server.stop(None)
+
+
+@pytest.mark.timeout(60)
+def test_stopping_ends_a_long_poll_over_the_kafka_listener(tmp_path: Path) -> None:
+    leader = open_log(tmp_path / "leader" / "t-0")
+    follower = open_log(tmp_path / "follower" / "t-0")
+    stand_in = StandInLeader(leader, 0)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    annal_pb2_grpc.add_AnnalServicer_to_server(stand_in, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    listener = KafkaStandIn(stand_in)  # nothing to read: it holds each fetch 20 s
+    manager = ReplicaFetcherManager(2, FetcherSettings(wait_max_ms=20_000))
+    try:
+        manager.follow(TP, 1, f"127.0.0.1:{port}", follower, 0, listener.endpoint)
+        wait_until(lambda: listener.fetches > 0, 30, "a long poll under way")
+        started = time.monotonic()
+        manager.shutdown()
+        assert time.monotonic() - started < 5
+    finally:
+        manager.shutdown()
+        listener.close()
+        server.stop(None)
+
+
+@pytest.mark.timeout(60)
+def test_a_follower_ahead_of_the_leaders_log_end_cuts_back_to_it(
+    tmp_path: Path,
+    serve: Callable[[StandInLeader], Served],
+    fetchers: ReplicaFetcherManager,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The leader's epoch answer leaves the follower's 10 records whole, but the
+    leader's log ends at 3 (it lost the rest): the fetch is out of range, and the
+    follower cuts back to the leader's end rather than starting over.  Over the
+    Kafka listener, whose answer does not say where the leader's log ends, the
+    follower asks that over gRPC."""
+    leader = open_log(tmp_path / "leader" / "t-0")
+    follower = open_log(tmp_path / "follower" / "t-0")
+    shared = batch([b"s%d" % i for i in range(3)])
+    for log in (leader, follower):
+        log.append_as_leader(shared, 0)
+    follower.append_as_leader(batch([b"x%d" % i for i in range(7)]), 0)
+    stand_in = StandInLeader(leader, 0)
+
+    def unclean(
+        request: pb.OffsetsForLeaderEpochRequest, context: grpc.ServicerContext
+    ) -> pb.OffsetsForLeaderEpochResponse:
+        end = pb.PartitionEpochEnd(partition=0, leader_epoch=0, end_offset=10)
+        return pb.OffsetsForLeaderEpochResponse(
+            topics=[pb.TopicEpochEnds(name="t", partitions=[end])]
+        )
+
+    stand_in.OffsetsForLeaderEpoch = unclean  # type: ignore[method-assign]
+    served = serve(stand_in)
+    with caplog.at_level("WARNING", logger="annal.broker.replica_fetcher"):
+        fetchers.follow(TP, 1, served.endpoint, follower, 0, served.kafka_endpoint)
+        wait_until(lambda: follower.log_end_offset == 3, 30, "the follower cut back")
+    assert log_bytes(follower) == log_bytes(leader)
+    assert "truncating t-0 from 10 to the leader's log end 3" in caplog.text
+    assert "fell behind" not in caplog.text

@@ -3,6 +3,7 @@ the ISR and high watermark follow them."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -30,6 +31,26 @@ def segment_bytes(broker: BrokerProcess, topic: str, partition: int) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
 
 
+def connected_ports(pid: int | None) -> set[int]:
+    """The remote ports of a process's established TCP connections."""
+    assert pid is not None
+    sockets = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            sockets.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("tcp", "tcp6"):  # gRPC connects over IPv6 sockets, v4-mapped
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "01" and fields[9] in sockets:  # ESTABLISHED, this process's
+                ports.add(int(fields[2].rpartition(":")[2], 16))
+    return ports
+
+
 def produce(endpoint: str, topic: str, partitions: int, count: int, tag: bytes) -> None:
     with Producer(endpoint, linger_ms=5) as producer:
         for i in range(count):
@@ -41,7 +62,12 @@ def produce(endpoint: str, topic: str, partitions: int, count: int, tag: bytes) 
 def test_followers_copy_the_leaders_log_byte_for_byte(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
-    brokers = {b.broker_id: b for b in (broker_factory(1), broker_factory(2))}
+    """Broker 1 fetches over broker 2's Kafka listener (the default); broker 2,
+    told ``inter.broker.listener.name=GRPC``, over broker 1's gRPC listener."""
+    brokers = {
+        b.broker_id: b
+        for b in (broker_factory(1), broker_factory(2, {"inter.broker.listener.name": "GRPC"}))
+    }
     with AdminClient(brokers[1].endpoint) as admin:
         admin.create_topic(
             "copied", partitions=2, replication_factor=2, config={"segment.bytes": "16384"}
@@ -60,6 +86,9 @@ def test_followers_copy_the_leaders_log_byte_for_byte(
     produce(brokers[1].endpoint, "copied", 2, 4000, b"first")
     wait_until(copied, 60, "followers holding the leaders' bytes")
     assert len(list((brokers[1].log_dir / "copied-0").glob("*.log"))) > 1  # several segments
+    assert brokers[2].kafka_port in connected_ports(brokers[1].pid)
+    assert brokers[1].port in connected_ports(brokers[2].pid)
+    assert brokers[1].kafka_port not in connected_ports(brokers[2].pid)
 
     # A follower that was down catches up from where it stopped.
     follower_of_0 = brokers[3 - leaders[0]]

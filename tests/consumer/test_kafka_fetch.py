@@ -68,7 +68,7 @@ def test_a_broken_connection_is_made_again(broker: BrokerProcess) -> None:
     fill(broker.endpoint, "broken", 100)
     with SimpleConsumer(broker.endpoint, max_wait_ms=10, kafka_listener_fetch=True) as consumer:
         first = consumer.fetch_raw("broken", 0, 0)
-        connection = consumer._kafka[broker.kafka_endpoint]
+        connection = consumer._kafka[broker.kafka_endpoint]._connection
         assert connection._socket is not None
         connection._socket.shutdown(socket.SHUT_RDWR)  # as a reset or a restarted broker does
         assert consumer.fetch_raw("broken", 0, 0) == first

@@ -1,0 +1,123 @@
+"""One blocking Kafka-protocol connection to one listener: the client side of the wire.
+
+Used where annal itself speaks Kafka's protocol to a broker in bulk: the
+Spark reader's raw fetches (``consumer/kafka_fetch.py``) and the followers'
+replica fetches (``broker/replica_fetcher.py``).  A request is encoded with
+``wire.encode_request`` (kio's schemas), sent as one frame, and its answer
+read and decoded before the next request goes: one request at a time, a
+lock serializes callers.
+
+Failures of the connection itself (reset, closed, timed out, a frame that
+does not parse or answers another request) close it and raise
+``ConnectionFailed``; the next ``exchange`` connects again.  A listener
+that cannot be connected to at all raises ``ListenerUnreachable`` (within
+``CONNECT_TIMEOUT_S``), so that a caller can tell a firewalled or absent
+listener from a broker that went away mid-answer.
+
+Thread safety: every method may be called from any thread.  ``abort`` does
+not wait for the lock: it shuts the socket down under a waiting
+``exchange`` (a long poll), which then fails with ``ConnectionFailed``.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+from annal.kafkaproto.wire import MalformedRequest, decode_response, encode_request
+
+CONNECT_TIMEOUT_S = 5.0
+MAX_FRAME_BYTES = 256 << 20  # far above any answer annal asks for
+
+
+class ConnectionFailed(Exception):
+    """The connection failed (the message says how); it is closed."""
+
+
+class ListenerUnreachable(ConnectionFailed):
+    """No connection could be made to the listener."""
+
+
+class KafkaConnection:
+    """See the module docstring; ``endpoint`` is the listener's ``host:port``."""
+
+    def __init__(self, endpoint: str, timeout_s: float, client_id: str = "annal") -> None:
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self.client_id = client_id
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self._correlation = 0
+
+    def exchange(self, api_key: int, version: int, values: dict[str, Any]) -> Any:
+        """Send one request (``values`` as ``wire.build`` takes them) and return
+        the decoded answer's body."""
+        with self._lock:
+            self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+            frame = encode_request(api_key, version, self._correlation, self.client_id, values)
+            try:
+                sock = self._connected()
+                sock.sendall(frame)
+                size = int.from_bytes(self._read(sock, 4), "big")
+                if not 0 < size <= MAX_FRAME_BYTES:
+                    raise ConnectionFailed(f"a {size}-byte answer frame from {self.endpoint}")
+                correlation, body = decode_response(self._read(sock, size), api_key, version)
+            except (OSError, MalformedRequest, ConnectionFailed) as exc:
+                self._close_locked()
+                if isinstance(exc, ConnectionFailed):
+                    raise
+                raise ConnectionFailed(f"Kafka listener {self.endpoint}: {exc}") from exc
+            if correlation != self._correlation:
+                self._close_locked()
+                raise ConnectionFailed(
+                    f"answer {correlation} from {self.endpoint} to request {self._correlation}"
+                )
+            return body
+
+    def _connected(self) -> socket.socket:
+        if self._socket is None:
+            host, _, port = self.endpoint.rpartition(":")
+            try:
+                sock = socket.create_connection(
+                    (host, int(port)), timeout=min(self.timeout_s, CONNECT_TIMEOUT_S)
+                )
+            except OSError as exc:
+                raise ListenerUnreachable(f"Kafka listener {self.endpoint}: {exc}") from exc
+            sock.settimeout(self.timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._socket = sock
+        return self._socket
+
+    def _read(self, sock: socket.socket, size: int) -> memoryview:
+        """Exactly ``size`` bytes, read-only (kio's readers take them without a
+        copy); ConnectionFailed when the broker closes first."""
+        frame = bytearray(size)
+        view = memoryview(frame)
+        got = 0
+        while got < size:
+            n = sock.recv_into(view[got:])
+            if n == 0:
+                raise ConnectionFailed(f"Kafka listener {self.endpoint} closed the connection")
+            got += n
+        return view.toreadonly()
+
+    def abort(self) -> None:
+        """End an exchange under way (it raises ConnectionFailed) without waiting for it."""
+        sock = self._socket
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # not connected (any more)
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_locked()
+
+    def _close_locked(self) -> None:
+        if self._socket is not None:
+            try:
+                self._socket.close()
+            finally:
+                self._socket = None
