@@ -27,7 +27,7 @@ from annal.broker.config import BrokerConfig
 from annal.broker.coordinator import OFFSETS_TOPIC
 from annal.broker.data_api import Deadline, code, wait_ms
 from annal.broker.delayed import Purgatories
-from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot
+from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot, broker_message
 from annal.broker.request_checks import Refusal
 from annal.storage.config import LogConfig
 from annal.v1 import annal_pb2 as pb
@@ -81,15 +81,7 @@ class AdminManager:
         cache = self._metadata.snapshot()
         response = pb.MetadataResponse(
             brokers=[
-                pb.Broker(
-                    id=b.broker_id,
-                    host=b.host,
-                    port=b.port,
-                    rack=b.rack or "",
-                    kafka_host=b.kafka_host,
-                    kafka_port=b.kafka_port,
-                )
-                for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
+                broker_message(b) for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
             ],
             cluster_id=self._cluster_id() or "",
             controller_id=cache.controller_id,

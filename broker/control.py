@@ -31,7 +31,12 @@ from typing import Any, TypeVar
 import grpc
 from annal.broker import request_checks as checks
 from annal.broker.data_api import code
-from annal.broker.metadata_cache import LiveBroker, MetadataCache, PartitionView
+from annal.broker.metadata_cache import (
+    LiveBroker,
+    MetadataCache,
+    PartitionView,
+    broker_message,
+)
 from annal.broker.partition import LeaderAndIsrState
 from annal.broker.replica_manager import ReplicaManager
 from annal.client.security import Security
@@ -300,16 +305,7 @@ class ControllerChannel:
             controller_id=self.controller_id,
             controller_epoch=controller_epoch,
             partition_states=[_partition_state(u) for u in updates],
-            live_leaders=[
-                pb.Broker(
-                    id=b.broker_id,
-                    host=b.host,
-                    port=b.port,
-                    kafka_host=b.kafka_host or "",
-                    kafka_port=b.kafka_port,
-                )
-                for b in live
-            ],
+            live_leaders=[broker_message(b) for b in live],
         )
         self._enqueue(
             broker,
@@ -324,17 +320,7 @@ class ControllerChannel:
             controller_id=self.controller_id,
             controller_epoch=controller_epoch,
             partition_states=[_partition_state(u) for u in update.partitions],
-            live_brokers=[
-                pb.Broker(
-                    id=b.broker_id,
-                    host=b.host,
-                    port=b.port,
-                    rack=b.rack or "",
-                    kafka_host=b.kafka_host or "",
-                    kafka_port=b.kafka_port,
-                )
-                for b in update.live
-            ],
+            live_brokers=[broker_message(b) for b in update.live],
             deleted_topics=list(update.deleted_topics),
             full=update.full,
         )

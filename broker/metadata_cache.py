@@ -22,6 +22,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from annal.v1 import annal_pb2 as pb
+from annal.zk.layout import BrokerRegistration
+
 
 @dataclass(frozen=True, slots=True)
 class LiveBroker:
@@ -31,6 +34,18 @@ class LiveBroker:
     rack: str | None = None
     kafka_host: str = ""  # the Kafka-protocol listener; "" and 0 when it has none
     kafka_port: int = 0
+
+
+def broker_message(b: LiveBroker | BrokerRegistration) -> pb.Broker:
+    """A live broker as the controller's requests and Metadata answers carry it."""
+    return pb.Broker(
+        id=b.broker_id,
+        host=b.host,
+        port=b.port,
+        rack=b.rack or "",
+        kafka_host=b.kafka_host or "",
+        kafka_port=b.kafka_port,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,9 +28,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from annal.kafkaproto.client import KafkaConnection
+from annal.kafkaproto.client import (
+    FETCH_KEY,
+    FETCH_VERSION,
+    FetchPartition,
+    KafkaConnection,
+    fetch_request,
+)
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
@@ -39,8 +44,6 @@ from annal import errors
 from annal.errors import ErrorCode
 
 REQUEST_TIMEOUT_S = 30.0
-FETCH_KEY = 1
-FETCH_VERSION = 11  # the newest without tagged fields: leader epochs, log start offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,33 +142,22 @@ class KafkaReplicaFetch:
         )
 
     def fetch(self, wanted: Sequence[Wanted], limits: FetchLimits) -> dict[TopicPartition, Answer]:
-        values: dict[str, Any] = {
-            "replica_id": self._broker_id,
-            "max_wait": limits.wait_max_ms,
-            "min_bytes": limits.min_bytes,
-            "max_bytes": limits.response_max_bytes,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": w.tp.partition,
-                            "current_leader_epoch": w.leader_epoch,
-                            "fetch_offset": w.fetch_offset,
-                            "log_start_offset": w.log_start_offset,
-                            "partition_max_bytes": limits.max_bytes,
-                        }
-                        for w in partitions
-                    ],
-                }
-                for topic, partitions in _grouped(wanted).items()
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
+        topics = {
+            topic: [
+                FetchPartition(
+                    w.tp.partition,
+                    w.fetch_offset,
+                    limits.max_bytes,
+                    w.leader_epoch,
+                    w.log_start_offset,
+                )
+                for w in partitions
+            ]
+            for topic, partitions in _grouped(wanted).items()
         }
+        values = fetch_request(
+            self._broker_id, limits.wait_max_ms, limits.min_bytes, limits.response_max_bytes, topics
+        )
         body = self._connection.exchange(FETCH_KEY, FETCH_VERSION, values)
         if body.error_code.value != 0:  # a fetch session error: none is ever opened
             error = errors.from_wire(body.error_code.value)

@@ -28,8 +28,12 @@ from dataclasses import dataclass
 
 from annal.kafkaproto.client import (
     CONNECT_TIMEOUT_S,
+    FETCH_KEY,
+    FETCH_VERSION,
+    FetchPartition,
     KafkaConnection,
     ListenerUnreachable,
+    fetch_request,
 )
 from annal.kafkaproto.client import (
     ConnectionFailed as FetchConnectionError,
@@ -42,9 +46,6 @@ __all__ = [
     "ListenerUnreachable",
     "PartitionAnswer",
 ]
-
-FETCH_KEY = 1
-FETCH_VERSION = 11  # the newest without tagged fields: log start offsets and leader epochs
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,31 +78,13 @@ class KafkaFetchConnection:
     ) -> PartitionAnswer:
         """One Fetch of ``topic``-``partition`` from ``offset``, as a consumer
         (replica id -1, read uncommitted)."""
-        values = {
-            "replica_id": -1,
-            "max_wait": max_wait_ms,
-            "min_bytes": min_bytes,
-            "max_bytes": max_bytes,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": partition,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": offset,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": max_bytes,
-                        }
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        }
+        values = fetch_request(
+            -1,
+            max_wait_ms,
+            min_bytes,
+            max_bytes,
+            {topic: [FetchPartition(partition, offset, max_bytes)]},
+        )
         body = self._connection.exchange(FETCH_KEY, FETCH_VERSION, values)
         if body.error_code.value != 0:
             # a session error; this client never opens sessions

@@ -23,12 +23,63 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from annal.kafkaproto.wire import MalformedRequest, decode_response, encode_request
 
 CONNECT_TIMEOUT_S = 5.0
 MAX_FRAME_BYTES = 256 << 20  # far above any answer annal asks for
+FETCH_KEY = 1
+FETCH_VERSION = 11  # the newest without tagged fields: leader epochs, log start offsets
+
+
+class FetchPartition(NamedTuple):
+    """One partition of a Fetch request (-1: the field is not used)."""
+
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+    log_start_offset: int = -1
+
+
+def fetch_request(
+    replica_id: int,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    topics: Mapping[str, Sequence[FetchPartition]],
+) -> dict[str, Any]:
+    """A Fetch v11 request's values for ``exchange``: read uncommitted, no fetch
+    session, ``replica_id`` -1 for a consumer or a follower's broker id."""
+    return {
+        "replica_id": replica_id,
+        "max_wait": max_wait_ms,
+        "min_bytes": min_bytes,
+        "max_bytes": max_bytes,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": p.partition,
+                        "current_leader_epoch": p.current_leader_epoch,
+                        "fetch_offset": p.fetch_offset,
+                        "log_start_offset": p.log_start_offset,
+                        "partition_max_bytes": p.max_bytes,
+                    }
+                    for p in partitions
+                ],
+            }
+            for topic, partitions in topics.items()
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
 
 
 class ConnectionFailed(Exception):
