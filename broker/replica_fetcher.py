@@ -243,6 +243,8 @@ class _FetcherThread:
             kafka.abort()  # likewise
         if threading.current_thread() is not self._thread:
             self._thread.join(REQUEST_TIMEOUT_S)
+            if kafka is not None and not self._thread.is_alive():
+                kafka.close()
         return partitions
 
     # -- the loop ----------------------------------------------------------
