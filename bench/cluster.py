@@ -335,7 +335,7 @@ def main() -> int:
         finally:
             shutil.rmtree(root, ignore_errors=True)
     print(f"replicated: 3 brokers, acks=all, {records // 2:,} records ...", flush=True)
-    replicated = replicated_produce(records // 2, runs=2)
+    replicated = replicated_produce(records // 2, runs=3)
     record_bytes = len(batch) / 600
     produce_mb_s = plain * record_bytes / 1e6
     result = {
