@@ -3,11 +3,10 @@
 A replica fetch is the same request either way (Fetch with the follower's
 broker id as ``replica_id``, each partition's fetch offset, current leader
 epoch and log start offset), answered by the same broker code.  Over gRPC
-every call costs both brokers far more CPU than the bytes it moves: with
-three brokers and acks=all producers on two cores, the followers' gRPC
-client alone took about two thirds of each broker's busy time.  Over the
-Kafka listener a fetch is one frame on a plain TCP connection, as Kafka's
-followers fetch over the inter-broker listener.
+a fetch of two 64 KiB partitions costs the follower ~330 µs of CPU and the
+leader ~630 µs; over the Kafka listener, one frame on a plain TCP
+connection (as Kafka's followers fetch over the inter-broker listener),
+about half of each.
 
 ``GrpcReplicaFetch`` and ``KafkaReplicaFetch`` both turn a list of
 ``Wanted`` partitions into ``Answer`` per partition.  The one thing a Kafka
