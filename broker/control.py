@@ -222,9 +222,12 @@ class ControllerChannel:
     sends them: one queue and one sender thread per broker, so a broker gets
     its requests in order and a slow or unreachable broker holds up no other
     (and not the controller's event loop).  A request that fails because the
-    broker cannot be reached is tried again, with a growing backoff, for up to
-    ``retry_for_s``; a refusal (a stale controller epoch) is logged and
-    dropped.  ``close`` lets the queues drain for a bounded time.
+    broker cannot be reached is tried again, with a growing backoff, as long
+    as that registration of the broker lasts (or for up to ``retry_for_s``
+    when given): a broker that registers anew (restarted) gets a fresh
+    channel and thread, and the old ones stop.  A refusal (a stale controller
+    epoch) is logged and dropped.  ``close`` lets the queues drain for a
+    bounded time.
 
     It is the controller's ``RequestGate``: ``hold`` (its ZooKeeper session is
     suspended) keeps every sender from sending until ``release``; ``discard``
@@ -237,7 +240,7 @@ class ControllerChannel:
     def __init__(
         self,
         controller_id: int,
-        retry_for_s: float = 30.0,
+        retry_for_s: float | None = None,
         max_backoff_s: float = 1.0,
         security: Security | None = None,
     ) -> None:
@@ -285,10 +288,15 @@ class ControllerChannel:
             if self._closed:
                 return
             sender = self._senders.get(broker.broker_id)
-            if sender is None or sender.endpoint != broker.endpoint:
+            registration = (broker.endpoint, broker.timestamp_ms)
+            if sender is None or sender.registration != registration:
+                # The broker registered anew (restarted, perhaps at another address
+                # behind the same name): a fresh channel, as Kafka's controller
+                # makes one for a broker that starts up.  The old one may still be
+                # retrying its dead address, for as long as a request's timeout.
                 if sender is not None:
-                    sender.stop(0)  # the broker came back elsewhere: a fresh channel
-                sender = _BrokerSender(self, broker.broker_id, broker.endpoint)
+                    sender.stop(0)
+                sender = _BrokerSender(self, broker.broker_id, broker.endpoint, registration)
                 self._senders[broker.broker_id] = sender
             with self._gate:
                 generation = self._generation
@@ -369,14 +377,25 @@ _Call = Callable[[annal_pb2_grpc.BrokerControlStub], "pb.ErrorCode.ValueType"]
 class _BrokerSender:
     """One broker's queue and the thread that sends it in order (see ControllerChannel)."""
 
-    def __init__(self, owner: ControllerChannel, broker_id: int, endpoint: str) -> None:
+    def __init__(
+        self,
+        owner: ControllerChannel,
+        broker_id: int,
+        endpoint: str,
+        registration: tuple[str, int],
+    ) -> None:
         self.owner = owner
         self.broker_id = broker_id
         self.endpoint = endpoint
+        self.registration = registration  # endpoint and registration time
         self.queue: queue.Queue[tuple[str, _Call, int] | None] = queue.Queue()
         self._stopping = threading.Event()
         self._draining = False
-        self._channel = owner.security.channel(endpoint)
+        # its own subchannels: a channel made for a broker that came back must
+        # not pick up the old channel's connection to the process that died
+        self._channel = owner.security.channel(
+            endpoint, options=[("grpc.use_local_subchannel_pool", 1)]
+        )
         self._stub = annal_pb2_grpc.BrokerControlStub(self._channel)
         self._thread = threading.Thread(
             target=self._run, name=f"controller-to-{broker_id}", daemon=True
@@ -391,8 +410,8 @@ class _BrokerSender:
         self._thread.join(drain_s)
         self._stopping.set()
         self.owner._wake()  # a sender held by the gate
+        self._channel.close()  # ends a call still in flight
         self._thread.join(REQUEST_TIMEOUT_S)
-        self._channel.close()
 
     def _run(self) -> None:
         while True:
@@ -402,8 +421,10 @@ class _BrokerSender:
             self._send(*item)
 
     def _send(self, what: str, call: _Call, generation: int) -> None:
-        deadline = time.monotonic() + self.owner.retry_for_s
+        retry_for_s = self.owner.retry_for_s
+        deadline = None if retry_for_s is None else time.monotonic() + retry_for_s
         backoff_s = 0.05
+        failing = False
         while True:
             if not self.owner._may_send(generation, self._stopping):
                 logger.info("%s to broker %d dropped (resigned or stopping)", what, self.broker_id)
@@ -415,7 +436,7 @@ class _BrokerSender:
                 if (
                     not failed.retriable
                     or self._draining
-                    or time.monotonic() + backoff_s > deadline
+                    or (deadline is not None and time.monotonic() + backoff_s > deadline)
                 ):
                     logger.warning(
                         "%s to broker %d at %s failed: %s",
@@ -425,6 +446,15 @@ class _BrokerSender:
                         failed,
                     )
                     return
+                if not failing:
+                    failing = True
+                    logger.warning(
+                        "%s to broker %d at %s: %s; trying again until it answers",
+                        what,
+                        self.broker_id,
+                        self.endpoint,
+                        failed,
+                    )
                 if self._stopping.wait(backoff_s):
                     return
                 backoff_s = min(backoff_s * 2, self.owner.max_backoff_s)
