@@ -288,15 +288,17 @@ class ControllerChannel:
             if self._closed:
                 return
             sender = self._senders.get(broker.broker_id)
-            registration = (broker.endpoint, broker.timestamp_ms)
-            if sender is None or sender.registration != registration:
+            if sender is None or (sender.endpoint, sender.registered_ms) != (
+                broker.endpoint,
+                broker.timestamp_ms,
+            ):
                 # The broker registered anew (restarted, perhaps at another address
                 # behind the same name): a fresh channel, as Kafka's controller
                 # makes one for a broker that starts up.  The old one may still be
                 # retrying its dead address, for as long as a request's timeout.
                 if sender is not None:
                     sender.stop(0)
-                sender = _BrokerSender(self, broker.broker_id, broker.endpoint, registration)
+                sender = _BrokerSender(self, broker.broker_id, broker.endpoint, broker.timestamp_ms)
                 self._senders[broker.broker_id] = sender
             with self._gate:
                 generation = self._generation
@@ -382,12 +384,12 @@ class _BrokerSender:
         owner: ControllerChannel,
         broker_id: int,
         endpoint: str,
-        registration: tuple[str, int],
+        registered_ms: int,
     ) -> None:
         self.owner = owner
         self.broker_id = broker_id
         self.endpoint = endpoint
-        self.registration = registration  # endpoint and registration time
+        self.registered_ms = registered_ms  # when the broker registered (its znode's timestamp)
         self.queue: queue.Queue[tuple[str, _Call, int] | None] = queue.Queue()
         self._stopping = threading.Event()
         self._draining = False
