@@ -294,8 +294,8 @@ class ControllerChannel:
             ):
                 # The broker registered anew (restarted, perhaps at another address
                 # behind the same name): a fresh channel, as Kafka's controller
-                # makes one for a broker that starts up.  The old one may still be
-                # retrying its dead address, for as long as a request's timeout.
+                # makes one for a broker that starts up.  The old sender may still
+                # be retrying the dead process: stopping it ends that.
                 if sender is not None:
                     sender.stop(0)
                 sender = _BrokerSender(self, broker.broker_id, broker.endpoint, broker.timestamp_ms)
