@@ -338,7 +338,9 @@ class BrokerServer:
                 return
             except BrokerIdTakenError:
                 holder = self.zk.get_broker(self.config.broker_id)
-                ours = holder is not None and holder.endpoint == self.registration.endpoint
+                if holder is None:
+                    continue  # the old session expired just now: register again
+                ours = holder.endpoint == self.registration.endpoint
                 if not ours or time.monotonic() > deadline:
                     raise
                 logger.info("waiting for the session of this broker's previous process to expire")
