@@ -82,10 +82,12 @@ def free_port(host: str = "127.0.0.1") -> int:
     kernel handed out (bind to port 0) is one it may also give any outgoing
     connection as its local port before the server binds it, which made a
     broker fail to start with "address already in use".  A process never gets
-    the same port twice."""
-    low = _ephemeral_low()
+    the same port twice.  ``ANNAL_FREE_PORTS=FIRST-LAST`` narrows the choice,
+    so that processes started side by side (parallel test workers, with the
+    brokers and clusters each starts) never pick each other's ports."""
+    first, end = free_port_range()
     for _ in range(200):
-        port = random.randrange(FREE_PORTS_FROM, low)
+        port = random.randrange(first, end)
         if port in _handed_out:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -101,8 +103,24 @@ def free_port(host: str = "127.0.0.1") -> int:
         return picked
 
 
-FREE_PORTS_FROM = 10_000
+# Above the host ports docker-compose.yml publishes (9092-9094, 19092-19094).
+FREE_PORTS_FROM = 20_000
 _handed_out: set[int] = set()
+
+
+def free_port_range() -> tuple[int, int]:
+    """The ports ``free_port`` picks from, as ``range``'s bounds: ``ANNAL_FREE_PORTS``
+    where it is set, else from ``FREE_PORTS_FROM`` up to the ephemeral range."""
+    setting = os.environ.get("ANNAL_FREE_PORTS")
+    if not setting:
+        return FREE_PORTS_FROM, _ephemeral_low()
+    try:
+        first, last = (int(part) for part in setting.split("-"))
+    except ValueError:
+        first, last = 0, -1
+    if not 0 < first <= last < 65536:
+        raise ValueError(f"ANNAL_FREE_PORTS={setting!r}: expected FIRST-LAST, e.g. 20000-25999")
+    return first, last + 1
 
 
 def _ephemeral_low() -> int:

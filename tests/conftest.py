@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
-from annal.deploy.zookeeper import ZooKeeperServer
+from annal.deploy.zookeeper import ZooKeeperServer, free_port_range
 from annal.zk.client import ZkClient
 
 _chroots = itertools.count()
+
+
+def _ports_of_this_worker() -> None:
+    """Parallel workers (pytest-xdist: ``gw0``, ``gw1``, ...) each start their own
+    ZooKeeper and brokers; each picks ports from a slice of its own, which the
+    processes it starts inherit through ``ANNAL_FREE_PORTS``."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2:
+        return
+    index = int(worker.removeprefix("gw"))
+    first, end = free_port_range()
+    size = (end - first) // count
+    os.environ["ANNAL_FREE_PORTS"] = f"{first + index * size}-{first + (index + 1) * size - 1}"
+
+
+_ports_of_this_worker()
 
 
 @pytest.fixture(scope="session")

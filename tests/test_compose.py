@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 from annal.broker.config import BrokerConfig
 from annal.deploy.cluster import SETTINGS
+from environment import require_command
 
 from annal.cli import build_parser
 
@@ -20,8 +19,8 @@ def compose() -> dict:  # type: ignore[type-arg]
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
-@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="make setup installs it")
 def test_compose_file_is_valid_for_docker_compose() -> None:
+    require_command("docker-compose")
     result = subprocess.run(
         ["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
         capture_output=True,

@@ -14,6 +14,7 @@ from annal.deploy.zookeeper import (
     four_letter_word,
     free_port,
 )
+from environment import unavailable
 
 
 def test_runs_a_real_server(zookeeper: ZooKeeperServer) -> None:
@@ -36,7 +37,7 @@ def test_missing_installation_names_the_fix(
 @pytest.mark.timeout(90)
 def test_the_server_log_is_rotated_by_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if not find_zookeeper().log4j:
-        pytest.skip("no log4j jars here: ZooKeeper logs to its output, unrotated")
+        unavailable("no log4j jars here: ZooKeeper logs to its output, unrotated")
     monkeypatch.setattr("annal.deploy.zookeeper.LOG_MAX_BYTES", 4000)
     with ZooKeeperServer(tmp_path) as server:
         rotated = tmp_path / "zookeeper.log.1"
@@ -55,8 +56,20 @@ def test_free_ports_are_outside_the_ephemeral_range_and_never_handed_out_twice()
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     ports = [free_port() for _ in range(100)]
     assert len(set(ports)) == 100
-    if low > 11_000:
-        assert all(10_000 <= port < low for port in ports)
+    if low > 21_000:
+        assert all(20_000 <= port < low for port in ports)
     for port in ports[:5]:  # each can be bound right away
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
+
+
+def test_free_ports_stay_in_the_range_annal_free_ports_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ANNAL_FREE_PORTS", "23000-23049")
+    ports = [free_port() for _ in range(30)]
+    assert all(23_000 <= port <= 23_049 for port in ports) and len(set(ports)) == 30
+    for bad in ("23000", "23050-23000", "a-b", "0-10", "60000-70000"):
+        monkeypatch.setenv("ANNAL_FREE_PORTS", bad)
+        with pytest.raises(ValueError, match=r"ANNAL_FREE_PORTS=.*expected FIRST-LAST"):
+            free_port()

@@ -10,6 +10,7 @@ from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, wait_until
 from annal.deploy.zookeeper import free_port
 from annal.producer.producer import Producer
+from environment import require_module
 from prometheus_client.parser import text_string_to_metric_families
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -142,7 +143,7 @@ def test_metrics_are_off_unless_asked_for(broker: BrokerProcess) -> None:
 def test_kafka_listener_requests_are_counted_by_api(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
-    kafka = pytest.importorskip("kafka")
+    kafka = require_module("kafka")
     broker = broker_factory(1, settings={"metrics.port": str(free_port())})
     with AdminClient(broker.endpoint) as admin:
         admin.create_topic("spoken", 1)

@@ -36,7 +36,7 @@ TOOLS = ("podman", "docker-compose", "debootstrap")
 
 
 class ComposeUnavailable(Exception):
-    """Containers cannot run on this machine; the message says why (a skip, not a failure)."""
+    """Containers cannot run here; the message says why (a skip, or under CI a failure)."""
 
 
 def run(args: list[str], timeout_s: float, check: bool = True, **kwargs: object) -> str:

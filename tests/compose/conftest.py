@@ -22,6 +22,7 @@ from compose_on_podman import (
     remove_leftover_projects,
     smoke_test,
 )
+from environment import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES_WITH_HEALTH = ("zookeeper", "broker-1", "broker-2", "broker-3")
@@ -29,17 +30,17 @@ SERVICES_WITH_HEALTH = ("zookeeper", "broker-1", "broker-2", "broker-3")
 
 @pytest.fixture(scope="session")
 def podman_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiService]:
-    """podman's Docker-compatible API, with debian:bookworm-slim in its store; a skip,
-    naming the cause, where podman cannot run containers."""
+    """podman's Docker-compatible API, with debian:bookworm-slim in its store; where
+    podman cannot run containers, a skip naming the cause (a failure under CI)."""
     if os.environ.get("ANNAL_SKIP_COMPOSE"):
-        pytest.skip("ANNAL_SKIP_COMPOSE is set")
+        unavailable("ANNAL_SKIP_COMPOSE is set")
     steps: list[str] = []
     try:
         check_machine()
         ensure_base_image(steps)
         smoke_test()
     except ComposeUnavailable as e:
-        pytest.skip(str(e))
+        unavailable(str(e))
     print("\n".join(steps))
     service = ApiService(tmp_path_factory.mktemp("podman"))
     for project in remove_leftover_projects(service.docker_host, ROOT):

@@ -9,6 +9,7 @@ from annal.admin.client import AdminClient
 from annal.consumer.group_offsets import GroupOffsets
 from annal.deploy.runner import BrokerProcess, wait_until
 from annal.producer.producer import Producer
+from environment import require_module
 from runcli import annal
 
 from annal.topic_partition import TopicPartition
@@ -23,7 +24,7 @@ def groups(bootstrap: str, *args: str) -> tuple[int, str, str]:
 
 @pytest.mark.timeout(180)
 def test_reset_offsets_and_delete(broker: BrokerProcess) -> None:
-    kafka = pytest.importorskip("kafka")
+    kafka = require_module("kafka")
     b = broker.endpoint
     with AdminClient(b) as admin:
         admin.create_topic("r", 2)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from annal.admin.client import AdminClient
 from annal.consumer.simple import SimpleConsumer
 from annal.deploy.runner import BrokerProcess, wait_until
 from annal.producer.producer import Producer
+from environment import require_command
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -217,8 +217,8 @@ def test_offsets_earliest_latest_and_by_timestamp(cluster: list[BrokerProcess], 
         client.close()
 
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is installed by make setup")
 def test_kcat_lists_produces_and_consumes(cluster: list[BrokerProcess], topic: str) -> None:
+    require_command("kcat")
     servers = bootstrap(cluster)
 
     def kcat(*args: str, stdin: str = "") -> str:

@@ -18,10 +18,11 @@ from annal.storage.batch import (
 from annal.storage.columns import BinaryColumn, Columns, Section, decode_fetched
 from annal.storage.errors import CorruptRecordError
 from annal.storage.records import Header, Record, decode_batch, encode_batch, encode_values
+from environment import require_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("annal.storage._columns")
+require_module("annal.storage._columns")
 
 NOW = 1_700_000_000_000
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 from annal.storage import records
 from annal.storage.records import BatchBuilder, decode_batch
+from environment import require_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-encoder = pytest.importorskip("annal.storage._encoder")
+encoder = require_module("annal.storage._encoder")
 
 fields = st.none() | st.binary(max_size=40) | st.binary(min_size=100, max_size=20_000)
 

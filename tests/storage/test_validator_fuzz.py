@@ -12,13 +12,14 @@ from annal.storage.config import LogConfig
 from annal.storage.errors import InvalidRecordError
 from annal.storage.log import Log
 from annal.storage.records import Header, Record, encode_batch, iter_records
+from environment import require_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from logutil import FakeClock
 
 NOW = 1_700_000_000_000
 
-compiled = pytest.importorskip("annal.storage._walker")
+compiled = require_module("annal.storage._walker")
 
 records = st.lists(
     st.builds(
