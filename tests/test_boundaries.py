@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["annal", "storage", "zk", "broker", "controller", "producer", "admin",
-            "consumer", "client", "pipeline", "deploy", "kafkaproto"]  # fmt: skip
+            "consumer", "client", "pipeline", "deploy", "kafkaproto", "security"]  # fmt: skip
 
 
 def imported_modules(package: str) -> dict[str, set[str]]:
@@ -43,6 +43,19 @@ def test_storage_imports_nothing_of_the_network_or_zookeeper() -> None:
     offenders = {
         f: sorted(names & forbidden)
         for f, names in imported_modules("storage").items()
+        if names & forbidden
+    }
+    assert offenders == {}
+
+
+def test_security_is_pure_decisions_and_formats() -> None:
+    """The ACL model, the authorizer's decision and SASL's exchanges know nothing of
+    the network, ZooKeeper or the broker; both protocols' edges and zk/ use them."""
+    forbidden = {"grpc", "kazoo", "kio", "annal.broker", "annal.controller", "annal.zk",
+                 "annal.v1", "annal.kafkaproto"}  # fmt: skip
+    offenders = {
+        f: sorted(names & forbidden)
+        for f, names in imported_modules("security").items()
         if names & forbidden
     }
     assert offenders == {}

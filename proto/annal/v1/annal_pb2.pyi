@@ -141,6 +141,30 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """JoinGroup v4+: join again with the member id this answer carries."""
     FENCED_INSTANCE_ID: _ErrorCode.ValueType  # 82
     """Another member took this group.instance.id."""
+    TOPIC_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 29
+    """The principal may not do the operation on the topic (ACLs, docs/security.md)."""
+    GROUP_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 30
+    """The principal may not do the operation on the group."""
+    CLUSTER_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 31
+    """The principal may not do the operation on the cluster (e.g. ClusterAction:
+    requests only brokers and the controller may send).
+    """
+    UNSUPPORTED_SASL_MECHANISM: _ErrorCode.ValueType  # 33
+    """The broker does not enable the SASL mechanism asked for."""
+    ILLEGAL_SASL_STATE: _ErrorCode.ValueType  # 34
+    """A SASL request out of order (e.g. SaslAuthenticate before SaslHandshake)."""
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 53
+    """The principal may not use the transactional id."""
+    SECURITY_DISABLED: _ErrorCode.ValueType  # 54
+    """The request needs an authorizer and the broker runs without one."""
+    SASL_AUTHENTICATION_FAILED: _ErrorCode.ValueType  # 58
+    """SASL authentication failed (unknown user, wrong password, bad exchange)."""
+    DELEGATION_TOKEN_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 65
+    """The principal may not do the operation on the delegation token."""
+    STALE_BROKER_EPOCH: _ErrorCode.ValueType  # 77
+    """A request from a broker whose epoch (registration) is older than the one the
+    controller knows (KIP-380).
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Kafka's error codes, with Kafka's numbers and names."""
@@ -249,6 +273,30 @@ MEMBER_ID_REQUIRED: ErrorCode.ValueType  # 79
 """JoinGroup v4+: join again with the member id this answer carries."""
 FENCED_INSTANCE_ID: ErrorCode.ValueType  # 82
 """Another member took this group.instance.id."""
+TOPIC_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 29
+"""The principal may not do the operation on the topic (ACLs, docs/security.md)."""
+GROUP_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 30
+"""The principal may not do the operation on the group."""
+CLUSTER_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 31
+"""The principal may not do the operation on the cluster (e.g. ClusterAction:
+requests only brokers and the controller may send).
+"""
+UNSUPPORTED_SASL_MECHANISM: ErrorCode.ValueType  # 33
+"""The broker does not enable the SASL mechanism asked for."""
+ILLEGAL_SASL_STATE: ErrorCode.ValueType  # 34
+"""A SASL request out of order (e.g. SaslAuthenticate before SaslHandshake)."""
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 53
+"""The principal may not use the transactional id."""
+SECURITY_DISABLED: ErrorCode.ValueType  # 54
+"""The request needs an authorizer and the broker runs without one."""
+SASL_AUTHENTICATION_FAILED: ErrorCode.ValueType  # 58
+"""SASL authentication failed (unknown user, wrong password, bad exchange)."""
+DELEGATION_TOKEN_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 65
+"""The principal may not do the operation on the delegation token."""
+STALE_BROKER_EPOCH: ErrorCode.ValueType  # 77
+"""A request from a broker whose epoch (registration) is older than the one the
+controller knows (KIP-380).
+"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 @_typing.final
