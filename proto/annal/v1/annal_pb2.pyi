@@ -311,6 +311,7 @@ class Broker(_message.Message):
     RACK_FIELD_NUMBER: _builtins.int
     KAFKA_HOST_FIELD_NUMBER: _builtins.int
     KAFKA_PORT_FIELD_NUMBER: _builtins.int
+    KAFKA_ENDPOINTS_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     """broker.id"""
     host: _builtins.str
@@ -323,6 +324,12 @@ class Broker(_message.Message):
     """Advertised host of the Kafka-protocol (PLAINTEXT://) listener, empty when none."""
     kafka_port: _builtins.int
     """Advertised port of the Kafka-protocol listener, 0 when none."""
+    @_builtins.property
+    def kafka_endpoints(self) -> _containers.RepeatedCompositeFieldContainer[Global___Endpoint]:
+        """Every advertised Kafka-protocol listener, by name (Kafka answers a client
+        with the brokers' endpoints of the listener it connected to).
+        """
+
     def __init__(
         self,
         *,
@@ -332,14 +339,49 @@ class Broker(_message.Message):
         rack: _builtins.str = ...,
         kafka_host: _builtins.str = ...,
         kafka_port: _builtins.int = ...,
+        kafka_endpoints: _abc.Iterable[Global___Endpoint] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "id", b"id", "kafka_host", b"kafka_host", "kafka_port", b"kafka_port", "port", b"port", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "id", b"id", "kafka_endpoints", b"kafka_endpoints", "kafka_host", b"kafka_host", "kafka_port", b"kafka_port", "port", b"port", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Broker: _TypeAlias = Broker  # noqa: Y015
+
+@_typing.final
+class Endpoint(_message.Message):
+    """One advertised listener of a broker."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LISTENER_NAME_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    SECURITY_PROTOCOL_FIELD_NUMBER: _builtins.int
+    listener_name: _builtins.str
+    """The listener's name (PLAINTEXT, SASL_SSL, or one of listener.security.protocol.map)."""
+    host: _builtins.str
+    """Advertised host."""
+    port: _builtins.int
+    """Advertised port."""
+    security_protocol: _builtins.str
+    """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
+    def __init__(
+        self,
+        *,
+        listener_name: _builtins.str = ...,
+        host: _builtins.str = ...,
+        port: _builtins.int = ...,
+        security_protocol: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "listener_name", b"listener_name", "port", b"port", "security_protocol", b"security_protocol"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Endpoint: _TypeAlias = Endpoint  # noqa: Y015
 
 @_typing.final
 class MetadataRequest(_message.Message):
@@ -2662,10 +2704,16 @@ class LeaderAndIsrRequest(_message.Message):
     CONTROLLER_EPOCH_FIELD_NUMBER: _builtins.int
     PARTITION_STATES_FIELD_NUMBER: _builtins.int
     LIVE_LEADERS_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
     controller_id: _builtins.int
     """The sending controller's broker id."""
     controller_epoch: _builtins.int
     """The sending controller's epoch; older than the newest seen → STALE_CONTROLLER_EPOCH."""
+    broker_epoch: _builtins.int
+    """The receiving broker's epoch as the controller knows it (the zxid that created
+    its registration, KIP-380); a request for an older registration is refused
+    with STALE_BROKER_EPOCH. 0 (or -1): not checked.
+    """
     @_builtins.property
     def partition_states(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionState]:
         """Partition states for the receiving broker."""
@@ -2681,10 +2729,11 @@ class LeaderAndIsrRequest(_message.Message):
         controller_epoch: _builtins.int = ...,
         partition_states: _abc.Iterable[Global___PartitionState] | None = ...,
         live_leaders: _abc.Iterable[Global___Broker] | None = ...,
+        broker_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "live_leaders", b"live_leaders", "partition_states", b"partition_states"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "live_leaders", b"live_leaders", "partition_states", b"partition_states"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2756,12 +2805,15 @@ class UpdateMetadataRequest(_message.Message):
     LIVE_BROKERS_FIELD_NUMBER: _builtins.int
     DELETED_TOPICS_FIELD_NUMBER: _builtins.int
     FULL_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
     controller_id: _builtins.int
     """The sending controller's broker id."""
     controller_epoch: _builtins.int
     """The sending controller's epoch."""
     full: _builtins.bool
     """True when partition_states lists every partition: replace the cache."""
+    broker_epoch: _builtins.int
+    """The receiving broker's epoch (KIP-380), as in LeaderAndIsrRequest."""
     @_builtins.property
     def partition_states(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionState]:
         """States of the partitions that changed (all of them on a full update)."""
@@ -2783,10 +2835,11 @@ class UpdateMetadataRequest(_message.Message):
         live_brokers: _abc.Iterable[Global___Broker] | None = ...,
         deleted_topics: _abc.Iterable[_builtins.str] | None = ...,
         full: _builtins.bool = ...,
+        broker_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "deleted_topics", b"deleted_topics", "full", b"full", "live_brokers", b"live_brokers", "partition_states", b"partition_states"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "deleted_topics", b"deleted_topics", "full", b"full", "live_brokers", b"live_brokers", "partition_states", b"partition_states"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2821,10 +2874,13 @@ class StopReplicaRequest(_message.Message):
     CONTROLLER_ID_FIELD_NUMBER: _builtins.int
     CONTROLLER_EPOCH_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
     controller_id: _builtins.int
     """The sending controller's broker id."""
     controller_epoch: _builtins.int
     """The sending controller's epoch."""
+    broker_epoch: _builtins.int
+    """The receiving broker's epoch (KIP-380), as in LeaderAndIsrRequest."""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___StopReplicaPartition]:
         """Partitions to stop."""
@@ -2835,10 +2891,11 @@ class StopReplicaRequest(_message.Message):
         controller_id: _builtins.int = ...,
         controller_epoch: _builtins.int = ...,
         partitions: _abc.Iterable[Global___StopReplicaPartition] | None = ...,
+        broker_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2905,16 +2962,22 @@ class ControlledShutdownRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     BROKER_ID_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     """The broker that wants to stop."""
+    broker_epoch: _builtins.int
+    """Its epoch (the zxid that created its registration, KIP-380): a request from
+    an older registration of the broker is refused with STALE_BROKER_EPOCH.
+    """
     def __init__(
         self,
         *,
         broker_id: _builtins.int = ...,
+        broker_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
