@@ -5,11 +5,18 @@ ElectLeaders write ZooKeeper through the broker that receives them and wait
 for the controller to act.
 Kafka error codes come back as ``AdminError`` carrying the error name.
 
+ACLs and SCRAM credentials go through the first bootstrap server that answers,
+which stores them in ZooKeeper (every broker follows within seconds) and shows
+its own changes at once.  A SCRAM password is salted here (PBKDF2 with the
+mechanism's hash, a fresh random salt each time) and only the salted password
+is sent, as Kafka's admin client does (KIP-554).
+
 Thread safety: as ``ClusterConnection``; gRPC stubs are thread-safe.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +25,20 @@ import grpc
 from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
 from annal.client.security import client_security
+from annal.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from annal.security.scram import ScramCredentialUpsertion
 from annal.v1 import annal_pb2 as pb
+from scramp import ScramMechanism  # type: ignore[import-untyped]
+from scramp.utils import hi as pbkdf2  # type: ignore[import-untyped]
 
 from annal import errors
 from annal.errors import ErrorCode
@@ -94,6 +114,28 @@ class DeletedRecords:
     low_watermark: int  # the log start offset afterwards; -1 on an error
     error: ErrorCode
     message: str
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ScramCredentialInfo:
+    """One of a user's SCRAM credentials, as a broker describes it (never its keys)."""
+
+    mechanism: str
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class UserScramCredentials:
+    """A user's SCRAM credentials (``describe_user_scram_credentials``); ``error`` is
+    RESOURCE_NOT_FOUND for a user named that has none."""
+
+    user: str
+    credentials: tuple[ScramCredentialInfo, ...]
+    error: ErrorCode = errors.NONE
+    message: str = ""
+
+
+SALT_BYTES = 24
 
 
 class AdminClient:
@@ -377,6 +419,81 @@ class AdminClient:
                 found[g.group] = (g.group, g.protocol_type, g.state)
         return sorted(found.values())
 
+    # -- ACLs -------------------------------------------------------------------------
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> None:
+        """Store ACLs (those present already stay); AdminError for the first one
+        refused, naming it (the others are stored)."""
+        request = pb.CreateAclsRequest(creations=[_acl_to_pb(b) for b in bindings])
+        results = self._call("CreateAcls", request).results
+        for binding, result in zip(bindings, results, strict=True):
+            if result.error != pb.NONE:
+                raise AdminError(
+                    errors.from_wire(result.error), f"{binding}: {result.error_message}"
+                )
+
+    def describe_acls(
+        self, binding_filter: AclBindingFilter = AclBindingFilter.ANY
+    ) -> list[AclBinding]:
+        """The ACLs the filter selects (default: all), sorted."""
+        request = pb.DescribeAclsRequest(filter=_filter_to_pb(binding_filter))
+        answer = self._call("DescribeAcls", request)
+        if answer.error != pb.NONE:
+            raise AdminError(errors.from_wire(answer.error), answer.error_message)
+        return sorted(_acl_from_pb(m) for m in answer.acls)
+
+    def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclBinding]:
+        """Remove every ACL some filter selects; the ACLs removed, sorted.  AdminError
+        for a filter refused, or an ACL that could not be removed."""
+        request = pb.DeleteAclsRequest(filters=[_filter_to_pb(f) for f in filters])
+        deleted: list[AclBinding] = []
+        for result in self._call("DeleteAcls", request).results:
+            if result.error != pb.NONE:
+                raise AdminError(errors.from_wire(result.error), result.error_message)
+            for item in result.deleted:
+                if item.error != pb.NONE:
+                    raise AdminError(errors.from_wire(item.error), item.error_message)
+                deleted.append(_acl_from_pb(item.acl))
+        return sorted(deleted)
+
+    # -- SCRAM credentials ------------------------------------------------------------
+
+    def describe_user_scram_credentials(
+        self, users: Sequence[str] = ()
+    ) -> list[UserScramCredentials]:
+        """The SCRAM mechanisms and iterations of ``users`` (default: every user with
+        a credential), one result per user."""
+        request = pb.DescribeUserScramCredentialsRequest(users=list(users))
+        answer = self._call("DescribeUserScramCredentials", request)
+        if answer.error != pb.NONE:
+            raise AdminError(errors.from_wire(answer.error), answer.error_message)
+        return [
+            UserScramCredentials(
+                r.user,
+                tuple(ScramCredentialInfo(c.mechanism, c.iterations) for c in r.credentials),
+                errors.from_wire(r.error),
+                r.error_message,
+            )
+            for r in answer.results
+        ]
+
+    def alter_user_scram_credentials(
+        self,
+        user: str,
+        upsertions: Sequence[ScramCredentialUpsertion] = (),
+        deletions: Sequence[str] = (),
+    ) -> None:
+        """Set (``upsertions``, e.g. from ``security.scram.parse_add_config``) and remove
+        (mechanism names) one user's credentials, together; AdminError with the
+        broker's code when refused (nothing of it is then written)."""
+        request = pb.AlterUserScramCredentialsRequest(
+            deletions=[pb.ScramCredentialDeletion(user=user, mechanism=m) for m in deletions],
+            upsertions=[_salted(user, u) for u in upsertions],
+        )
+        for result in self._call("AlterUserScramCredentials", request).results:
+            if result.error != pb.NONE:
+                raise AdminError(errors.from_wire(result.error), result.error_message)
+
     def close(self) -> None:
         self.cluster.close()
 
@@ -385,3 +502,67 @@ class AdminClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _salted(user: str, upsertion: ScramCredentialUpsertion) -> pb.ScramCredentialUpsertion:
+    """What KIP-554 sends for a password: a fresh salt and PBKDF2 of the password's
+    UTF-8 bytes (as Kafka's clients hash it; the upsertion checked that SASLprep would
+    not change it)."""
+    salt = secrets.token_bytes(SALT_BYTES)
+    hash_function = ScramMechanism(upsertion.mechanism).hf
+    salted: bytes = pbkdf2(
+        hash_function, upsertion.password.encode("utf-8"), salt, upsertion.iterations
+    )
+    return pb.ScramCredentialUpsertion(
+        user=user,
+        mechanism=upsertion.mechanism,
+        iterations=upsertion.iterations,
+        salt=salt,
+        salted_password=salted,
+    )
+
+
+def _acl_to_pb(binding: AclBinding) -> pb.AclBinding:
+    pattern, entry = binding.pattern, binding.entry
+    return pb.AclBinding(
+        resource_type=pattern.resource_type.value,
+        resource_name=pattern.name,
+        pattern_type=pattern.pattern_type.value,
+        principal=entry.principal,
+        host=entry.host,
+        operation=entry.operation.value,
+        permission_type=entry.permission_type.value,
+    )
+
+
+def _acl_from_pb(message: pb.AclBinding) -> AclBinding:
+    return AclBinding(
+        ResourcePattern(
+            ResourceType.from_code(message.resource_type),
+            message.resource_name,
+            PatternType.from_code(message.pattern_type),
+        ),
+        AccessControlEntry(
+            message.principal,
+            message.host,
+            AclOperation.from_code(message.operation),
+            AclPermissionType.from_code(message.permission_type),
+        ),
+    )
+
+
+def _filter_to_pb(binding_filter: AclBindingFilter) -> pb.AclBindingFilter:
+    patterns, entries = binding_filter.pattern_filter, binding_filter.entry_filter
+    message = pb.AclBindingFilter(
+        resource_type=patterns.resource_type.value,
+        pattern_type=patterns.pattern_type.value,
+        operation=entries.operation.value,
+        permission_type=entries.permission_type.value,
+    )
+    if patterns.name is not None:
+        message.resource_name = patterns.name
+    if entries.principal is not None:
+        message.principal = entries.principal
+    if entries.host is not None:
+        message.host = entries.host
+    return message

@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
 
     from annal import (
+        aclscmd,
         brokercmd,
         clustercmd,
         configscmd,
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     getoffsetscmd.add_parser(commands)
     logdirscmd.add_parser(commands)
     configscmd.add_parser(commands)
+    aclscmd.add_parser(commands)
     groupscmd.add_parser(commands)
     consolecmd.add_parsers(commands)
     verifiablecmd.add_parsers(commands)

@@ -1,4 +1,12 @@
-"""``annal configs``: show and change topic configs, as kafka-configs.sh does."""
+"""``annal configs``: show and change topic configs and users' SCRAM credentials, as
+kafka-configs.sh does.
+
+``--entity-type users`` takes kafka-configs.sh's spelling for credentials:
+``--add-config 'SCRAM-SHA-512=[iterations=8192,password=secret]'`` (iterations
+optional), ``--delete-config SCRAM-SHA-512`` and ``--describe``, which shows each
+mechanism with its iterations and never a secret.  The password is salted on this
+side; only the salted password goes to the broker (KIP-554).
+"""
 
 from __future__ import annotations
 
@@ -7,23 +15,27 @@ import json
 import sys
 from typing import Any
 
+from annal import errors
 from annal.clierrors import fail
 
 
 def add_parser(commands: Any) -> None:
     configs = commands.add_parser(
         "configs",
-        help="show and change topic configs",
+        help="show and change topic configs and users' SCRAM credentials",
         description="Show a topic's config overrides (--describe; --all for every setting "
         "with its effective value) or change them (--alter): the brokers hosting the "
-        "topic apply the change at once, as Kafka's dynamic topic configs do.",
+        "topic apply the change at once, as Kafka's dynamic topic configs do. With "
+        "--entity-type users, show (--describe) or set and delete (--alter) a user's SCRAM "
+        "credentials: --add-config 'SCRAM-SHA-512=[iterations=8192,password=SECRET]' "
+        "(iterations optional, 4096 by default), --delete-config SCRAM-SHA-512.",
     )
     configs.add_argument(
         "--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]",
         help="brokers to contact",
     )  # fmt: skip
-    configs.add_argument("--entity-type", choices=["topics"], default="topics")
-    configs.add_argument("--entity-name", required=True, metavar="TOPIC")
+    configs.add_argument("--entity-type", choices=["topics", "users"], default="topics")
+    configs.add_argument("--entity-name", required=True, metavar="TOPIC|USER")
     action = configs.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="show the config")
     action.add_argument("--alter", action="store_true", help="change it")
@@ -31,12 +43,16 @@ def add_parser(commands: Any) -> None:
     configs.add_argument(
         "--add-config", default="", metavar="K=V[,K=V]",
         help="settings to set; a value holding commas goes in brackets: "
-        "cleanup.policy=[compact,delete]",
+        "cleanup.policy=[compact,delete]; for users MECHANISM=[iterations=N,password=P]",
     )  # fmt: skip
-    configs.add_argument("--delete-config", default="", metavar="K[,K]", help="overrides to remove")
+    configs.add_argument(
+        "--delete-config", default="", metavar="K[,K]",
+        help="overrides (for users: SCRAM mechanisms) to remove",
+    )  # fmt: skip
     configs.add_argument(
         "--json", action="store_true",
-        help="with --describe: one JSON object {topic, configs: [{name, value, is_default}]}",
+        help="with --describe: one JSON object {topic, configs: [{name, value, is_default}]} "
+        "(users: {user, credentials: [{mechanism, iterations}]})",
     )  # fmt: skip
     configs.set_defaults(run=run)
 
@@ -71,6 +87,8 @@ def parse_assignments(text: str) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     from annal.admin.client import AdminClient, AdminError
 
+    if args.entity_type == "users":
+        return run_users(args)
     try:
         if args.alter:
             settings = parse_assignments(args.add_config)
@@ -102,4 +120,53 @@ def run(args: argparse.Namespace) -> int:
     print(f"{kind} configs for topic {args.entity_name} are:")
     for name, value, is_default in entries:
         print(f"  {name}={value}" + ("  (default)" if is_default else ""))
+    return 0
+
+
+def run_users(args: argparse.Namespace) -> int:
+    """``--entity-type users``: a user's SCRAM credentials."""
+    from annal.admin.client import AdminClient, AdminError
+    from annal.security.scram import ScramConfigError, parse_add_config, parse_delete_config
+
+    user = args.entity_name
+    try:
+        if not user:
+            raise ValueError("--entity-name must name a user")
+        if args.all:
+            raise ValueError("--all goes with --entity-type topics")
+        if args.json and args.alter:
+            raise ValueError("--json goes with --describe")
+        upsertions = parse_add_config(args.add_config) if args.add_config else []
+        deletions = parse_delete_config(args.delete_config) if args.delete_config else []
+        if args.alter and not (upsertions or deletions):
+            raise ValueError("--alter needs --add-config or --delete-config")
+        if args.describe and (upsertions or deletions):
+            raise ValueError("--add-config and --delete-config go with --alter")
+        client = AdminClient(args.bootstrap_server)
+    except (ValueError, ScramConfigError) as exc:  # never holds the password
+        print(f"annal configs: {exc}", file=sys.stderr)
+        return 2
+    with client:
+        try:
+            if args.alter:
+                client.alter_user_scram_credentials(user, upsertions, deletions)
+                print(f"Completed updating config for user {user}.")
+                return 0
+            (found,) = client.describe_user_scram_credentials([user])
+        except AdminError as exc:
+            return fail("annal configs", exc)
+    if found.error is errors.RESOURCE_NOT_FOUND:
+        credentials = []
+    elif found.error is not errors.NONE:
+        return fail("annal configs", AdminError(found.error, found.message))
+    else:
+        credentials = list(found.credentials)
+    if args.json:
+        shown = [{"mechanism": c.mechanism, "iterations": c.iterations} for c in credentials]
+        print(json.dumps({"user": user, "credentials": shown}))
+    elif credentials:
+        text = ", ".join(f"{c.mechanism}=iterations={c.iterations}" for c in credentials)
+        print(f"SCRAM credential configs for user-principal '{user}' are {text}")
+    else:
+        print(f"User-principal '{user}' has no SCRAM credential.")
     return 0

@@ -18,7 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from annal.broker import listeners
+from annal.broker.listeners import (
+    GRPC,
+    GRPCS,
+    PLAINTEXT,
+    KafkaListenerConfig,
+    Listener,
+    ListenerError,
+    TlsSettings,
+)
 from annal.client.security import SSL, Security, pem_blocks, read_pem
+from annal.security.acl import KafkaPrincipal
+from annal.security.sasl import SUPPORTED_MECHANISMS
 from annal.storage.config import LogConfig
 from jproperties import ParseError, Properties
 
@@ -27,55 +39,18 @@ class ConfigError(ValueError):
     """A broker setting that is unknown, missing or invalid."""
 
 
-GRPC = "GRPC"
-GRPCS = "GRPCS"  # gRPC over TLS (ssl.* settings)
-PLAINTEXT = "PLAINTEXT"  # Kafka's own binary protocol, unencrypted
-
-
-@dataclass(frozen=True, slots=True)
-class Listener:
-    """One endpoint: ``GRPC://host:port`` (annal's protocol, which brokers also
-    speak to each other; ``GRPCS://`` over TLS) or ``PLAINTEXT://host:port``
-    (Kafka's protocol)."""
-
-    host: str
-    port: int
-    protocol: str = GRPC
-
-    def __str__(self) -> str:
-        return f"{self.protocol}://{self.host}:{self.port}"
-
-
 def parse_listener(name: str, text: str) -> Listener:
-    scheme, sep, rest = text.strip().partition("://")
-    if not sep or scheme.upper() not in (GRPC, GRPCS, PLAINTEXT):
-        raise ConfigError(
-            f"{name}={text!r}: expected GRPC://host:port, GRPCS://host:port or "
-            "PLAINTEXT://host:port"
-        )
-    host, colon, port = rest.rpartition(":")
-    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{name}={text!r}: expected {scheme}://host:port with a port 0-65535")
-    return Listener(host, int(port), scheme.upper())
+    try:
+        return listeners.parse_listener(name, text)
+    except ListenerError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def parse_listeners(name: str, text: str) -> dict[str, Listener]:
-    """A comma-separated ``listeners`` list: protocol → listener, one of each at most
-    (GRPC and GRPCS count as one: gRPC is served plain or over TLS, not both)."""
-    found: dict[str, Listener] = {}
-    for item in text.split(","):
-        if not item.strip():
-            continue
-        listener = parse_listener(name, item)
-        protocol = GRPC if listener.protocol == GRPCS else listener.protocol
-        if protocol in found:
-            raise ConfigError(
-                f"{name}={text!r}: names {listener.protocol} and {found[protocol].protocol}"
-                if listener.protocol != found[protocol].protocol
-                else f"{name}={text!r}: names {listener.protocol} twice"
-            )
-        found[protocol] = listener
-    return found
+    try:
+        return listeners.parse_listeners(name, text)
+    except ListenerError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _int(minimum: int | None = None) -> Callable[[str, str], int]:
@@ -145,8 +120,42 @@ def _ssl_client_auth(name: str, text: str) -> str:
 
 def _listener_name(name: str, text: str) -> str:
     found = text.strip().upper()
-    if found not in (GRPC, GRPCS, PLAINTEXT):
-        raise ConfigError(f"{name}={text!r}: expected PLAINTEXT, GRPC or GRPCS")
+    if not found.replace("_", "").isalnum():
+        raise ConfigError(f"{name}={text!r}: expected a listener's name (e.g. PLAINTEXT or GRPC)")
+    return found
+
+
+def _mechanisms(name: str, text: str) -> tuple[str, ...]:
+    found = tuple(m.strip().upper() for m in text.split(",") if m.strip())
+    unknown = [m for m in found if m not in SUPPORTED_MECHANISMS]
+    if unknown:
+        raise ConfigError(
+            f"{name}={text!r}: {', '.join(unknown)} not supported "
+            f"(annal offers {', '.join(SUPPORTED_MECHANISMS)})"
+        )
+    return found
+
+
+def _principals(name: str, text: str) -> str:
+    for item in (p.strip() for p in text.split(";")):
+        if item:
+            try:
+                KafkaPrincipal.parse(item)
+            except ValueError as exc:
+                raise ConfigError(f"{name}={text!r}: {exc}") from None
+    return text.strip()
+
+
+AUTHORIZERS = ("kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer")
+
+
+def _authorizer(name: str, text: str) -> str:
+    found = text.strip()
+    if found and found not in AUTHORIZERS:
+        raise ConfigError(
+            f"{name}={text!r}: annal's authorizer is Kafka's ACL authorizer; name it "
+            f"{AUTHORIZERS[0]} (or {AUTHORIZERS[1]}), or leave it empty for none"
+        )
     return found
 
 
@@ -154,19 +163,6 @@ def _pem_type(name: str, text: str) -> str:
     if text.strip().upper() != "PEM":
         raise ConfigError(f"{name}={text!r}: annal reads PEM files only (set it to PEM)")
     return "PEM"
-
-
-@dataclass(frozen=True, slots=True)
-class TlsSettings:
-    """A ``GRPCS://`` listener's files (Kafka's names): ``ssl.keystore.location``, a
-    PEM file with the broker's private key and certificate chain (its identity to
-    clients and, as a client, to other brokers); ``ssl.truststore.location``, the
-    CA certificates it trusts (for client certificates and other brokers);
-    ``ssl.client.auth``: whether clients must present a certificate."""
-
-    keystore: str
-    truststore: str | None
-    client_auth: str
 
 
 HOUR_MS = 3600 * 1000
@@ -179,6 +175,13 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "zookeeper.connection.timeout.ms": (_int(100), "18000"),
     "listeners": (_str, "GRPC://:9092"),
     "advertised.listeners": (_str, None),
+    # listener name -> PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (broker/listeners.py)
+    "listener.security.protocol.map": (_str, listeners.DEFAULT_PROTOCOL_MAP),
+    "sasl.enabled.mechanisms": (_mechanisms, "SCRAM-SHA-256,SCRAM-SHA-512"),
+    # authorization (docs/security.md): Kafka's ACL authorizer, or none
+    "authorizer.class.name": (_authorizer, ""),
+    "super.users": (_principals, ""),
+    "allow.everyone.if.no.acl.found": (_bool, "false"),
     "broker.rack": (_str, ""),
     "log.dirs": (_dirs, None),
     "log.dir": (_dirs, "/tmp/annal-logs"),
@@ -221,9 +224,9 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "num.replica.fetchers": (_int(1), "1"),
     "replica.fetch.backoff.ms": (_int(0), "1000"),
     "replica.fetch.response.max.bytes": (_int(1), "10485760"),
-    # which listener followers fetch over: PLAINTEXT (a leader's Kafka listener,
-    # gRPC for a leader without one) or the gRPC listener's name; by default
-    # PLAINTEXT unless gRPC is served over TLS (then GRPCS)
+    # which listener followers fetch over: a PLAINTEXT Kafka listener's name (the
+    # leaders' listener of that name, gRPC for a leader without one) or the gRPC
+    # listener's; by default PLAINTEXT unless gRPC is served over TLS (then GRPCS)
     "inter.broker.listener.name": (_listener_name, None),
     "controlled.shutdown.enable": (_bool, "true"),
     "controlled.shutdown.max.retries": (_int(0), "3"),
@@ -264,9 +267,14 @@ class BrokerConfig:
     zookeeper_connection_timeout_ms: int
     listener: Listener  # the gRPC one
     advertised_listener: Listener
-    kafka_listener: Listener | None  # PLAINTEXT://, Kafka's protocol, when configured
+    kafka_listener: Listener | None  # the first Kafka listener with no security, if any
     tls: TlsSettings | None  # with a GRPCS:// listener
     kafka_advertised_listener: Listener | None
+    kafka_listeners: tuple[KafkaListenerConfig, ...]  # every listener of Kafka's protocol
+    inter_broker_listener_name: str  # what followers fetch over
+    authorizer: str  # authorizer.class.name; "" for none
+    super_users: frozenset[str]
+    allow_everyone_if_no_acl_found: bool
     rack: str | None
     log_dirs: tuple[str, ...]
     num_partitions: int
@@ -285,7 +293,7 @@ class BrokerConfig:
     num_replica_fetchers: int
     replica_fetch_backoff_ms: int
     replica_fetch_response_max_bytes: int
-    replica_fetch_over_kafka: bool  # inter.broker.listener.name=PLAINTEXT
+    replica_fetch_over_kafka: bool  # inter.broker.listener.name names a Kafka listener
     controlled_shutdown_enable: bool
     controlled_shutdown_max_retries: int
     controlled_shutdown_retry_backoff_ms: int
@@ -324,7 +332,13 @@ class BrokerConfig:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
-        unknown = [n for n in props if n not in SETTINGS and n not in KAFKA_SETTINGS_UNUSED]
+        unknown = [
+            n
+            for n in props
+            if n not in SETTINGS
+            and n not in KAFKA_SETTINGS_UNUSED
+            and not n.startswith(listeners.LISTENER_PREFIX)
+        ]
         if unknown:
             hints = []
             for name in unknown:
@@ -340,17 +354,17 @@ class BrokerConfig:
         for required in ("broker.id", "zookeeper.connect"):
             if required not in values or values[required] == "":
                 raise ConfigError(f"{required} is required")
-        listeners = parse_listeners("listeners", values["listeners"])
-        if GRPC not in listeners:
+        bound = parse_listeners("listeners", values["listeners"])
+        if GRPC not in bound:
             raise ConfigError(
                 f"listeners={values['listeners']!r}: a GRPC:// or GRPCS:// listener is required "
                 "(brokers and annal's clients speak gRPC); add one, e.g. GRPC://:9092,PLAINTEXT://:9093"
             )
         advertised_listeners = {
-            **listeners,
+            **bound,
             **parse_listeners("advertised.listeners", values.get("advertised.listeners", "")),
         }
-        extra = sorted(set(advertised_listeners) - set(listeners))
+        extra = sorted(set(advertised_listeners) - set(bound))
         if extra:
             raise ConfigError(
                 f"advertised.listeners names {', '.join(extra)}, which listeners "
@@ -361,7 +375,15 @@ class BrokerConfig:
                 advertised_listeners[protocol] = Listener(
                     socket.gethostname(), found.port, protocol
                 )
-        listener, advertised = listeners[GRPC], advertised_listeners[GRPC]
+        listener, advertised = bound[GRPC], advertised_listeners[GRPC]
+        try:
+            kafka_listeners = _kafka_listeners(values, props, bound, advertised_listeners)
+        except ListenerError as exc:
+            raise ConfigError(str(exc)) from None
+        plain = next((k for k in kafka_listeners if k.security_protocol == PLAINTEXT), None)
+        inter_broker = _inter_broker_listener(
+            values.get("inter.broker.listener.name"), listener, kafka_listeners
+        )
         config = cls(
             broker_id=values["broker.id"],
             zookeeper_connect=values["zookeeper.connect"],
@@ -369,9 +391,16 @@ class BrokerConfig:
             zookeeper_connection_timeout_ms=values["zookeeper.connection.timeout.ms"],
             listener=listener,
             advertised_listener=advertised,
-            kafka_listener=listeners.get(PLAINTEXT),
+            kafka_listener=None if plain is None else plain.bind,
             tls=_tls(values, listener),
-            kafka_advertised_listener=advertised_listeners.get(PLAINTEXT),
+            kafka_advertised_listener=None if plain is None else plain.advertised,
+            kafka_listeners=kafka_listeners,
+            inter_broker_listener_name=inter_broker,
+            authorizer=values["authorizer.class.name"],
+            super_users=frozenset(
+                u.strip() for u in values["super.users"].split(";") if u.strip()
+            ),
+            allow_everyone_if_no_acl_found=values["allow.everyone.if.no.acl.found"],
             rack=values["broker.rack"] or None,
             log_dirs=values.get("log.dirs") or values["log.dir"],
             num_partitions=values["num.partitions"],
@@ -392,10 +421,7 @@ class BrokerConfig:
             num_replica_fetchers=values["num.replica.fetchers"],
             replica_fetch_backoff_ms=values["replica.fetch.backoff.ms"],
             replica_fetch_response_max_bytes=values["replica.fetch.response.max.bytes"],
-            replica_fetch_over_kafka=_inter_broker_listener(
-                values.get("inter.broker.listener.name"), listener, PLAINTEXT in listeners
-            )
-            == PLAINTEXT,
+            replica_fetch_over_kafka=inter_broker not in (GRPC, GRPCS),
             controlled_shutdown_enable=values["controlled.shutdown.enable"],
             controlled_shutdown_max_retries=values["controlled.shutdown.max.retries"],
             controlled_shutdown_retry_backoff_ms=values["controlled.shutdown.retry.backoff.ms"],
@@ -533,42 +559,89 @@ def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
     return {str(key): str(value) for key, value in props.properties.items()}
 
 
-def _inter_broker_listener(named: str | None, listener: Listener, kafka: bool) -> str:
-    """The listener followers fetch over (checked against the broker's own)."""
+def _inter_broker_listener(
+    named: str | None, listener: Listener, kafka: tuple[KafkaListenerConfig, ...]
+) -> str:
+    """The listener followers fetch over (checked against the broker's own): the
+    gRPC listener, or a Kafka listener without security (a leader lacking it is
+    fetched from over gRPC)."""
     where = f"inter.broker.listener.name={named}"
     if named is None:
         return GRPCS if listener.protocol == GRPCS else PLAINTEXT
-    if named == PLAINTEXT and listener.protocol == GRPCS:
+    if named in (GRPC, GRPCS):
+        if named != listener.protocol:
+            raise ConfigError(f"{where}: the gRPC listener is {listener}")
+        return named
+    found = next((k for k in kafka if k.name == named), None)
+    if found is None:
+        names = [listener.protocol, *(k.name for k in kafka)]
+        raise ConfigError(f"{where}: listeners has no {named}:// listener (it has {names})")
+    if listener.protocol == GRPCS:
         raise ConfigError(
             f"{where} with {listener}: replicas would copy records unencrypted; "
             "use GRPCS, or serve gRPC without TLS"
         )
-    if named == PLAINTEXT and not kafka:
-        raise ConfigError(f"{where}: listeners has no PLAINTEXT:// listener")
-    if named in (GRPC, GRPCS) and named != listener.protocol:
-        raise ConfigError(f"{where}: the gRPC listener is {listener}")
+    if found.security_protocol != PLAINTEXT:
+        raise ConfigError(
+            f"{where}: its security protocol is {found.security_protocol}; followers fetch "
+            "over a PLAINTEXT Kafka listener or over gRPC (GRPCS for TLS with the brokers' "
+            "certificates)"
+        )
     return named
 
 
 def _tls(values: Mapping[str, Any], listener: Listener) -> TlsSettings | None:
-    keystore, truststore = values["ssl.keystore.location"], values["ssl.truststore.location"]
     if listener.protocol != GRPCS:
         return None
-    if not keystore:
-        raise ConfigError(
-            f"listeners has {listener}: a GRPCS:// listener needs ssl.keystore.location "
-            "(a PEM file with the broker's private key and certificate chain)"
+    try:
+        return listeners.tls_settings(
+            f"listeners has {listener}",
+            values["ssl.keystore.location"],
+            values["ssl.truststore.location"],
+            values["ssl.client.auth"],
         )
-    for name, path in (
-        ("ssl.keystore.location", keystore),
-        ("ssl.truststore.location", truststore),
-    ):
-        if path and not Path(path).is_file():
-            raise ConfigError(f"{name}={path!r}: no such file")
-    client_auth = values["ssl.client.auth"]
-    if client_auth != "none" and not truststore:
-        raise ConfigError(
-            f"ssl.client.auth={client_auth} needs ssl.truststore.location (the CA certificates "
-            "that signed the clients' certificates)"
-        )
-    return TlsSettings(keystore, truststore or None, client_auth)
+    except ListenerError as exc:
+        raise ConfigError(str(exc).replace("a TLS listener", "a GRPCS:// listener")) from None
+
+
+def _kafka_listeners(
+    values: Mapping[str, Any],
+    raw: Mapping[str, str],
+    bound: Mapping[str, Listener],
+    advertised: Mapping[str, Listener],
+) -> tuple[KafkaListenerConfig, ...]:
+    """The listeners of Kafka's protocol, each with its security (broker/listeners.py)."""
+    protocols = listeners.parse_protocol_map(
+        "listener.security.protocol.map", values["listener.security.protocol.map"]
+    )
+    listeners.check_per_listener_keys(raw, set(bound))
+    found = []
+    for name, bind in bound.items():
+        if name == GRPC:
+            continue
+        protocol = protocols.get(name)
+        if protocol is None:
+            raise ListenerError(
+                f"listeners names {name}://, which listener.security.protocol.map "
+                f"({values['listener.security.protocol.map']!r}) does not map to a security "
+                "protocol"
+            )
+
+        def setting(key: str, parse: Any, name: str = name) -> Any:
+            return listeners.listener_setting(values, raw, name, key, parse)
+
+        tls = None
+        if protocol in (listeners.SSL, listeners.SASL_SSL):
+            tls = listeners.tls_settings(
+                f"listeners has {bind}",
+                setting("ssl.keystore.location", _str),
+                setting("ssl.truststore.location", _str),
+                setting("ssl.client.auth", _ssl_client_auth),
+            )
+        mechanisms: tuple[str, ...] = ()
+        if protocol in (listeners.SASL_PLAINTEXT, listeners.SASL_SSL):
+            mechanisms = setting("sasl.enabled.mechanisms", _mechanisms)
+            if not mechanisms:
+                raise ListenerError(f"listeners has {bind}: sasl.enabled.mechanisms is empty")
+        found.append(KafkaListenerConfig(name, bind, advertised[name], protocol, tls, mechanisms))
+    return tuple(found)

@@ -32,10 +32,10 @@ import grpc
 from annal.broker import request_checks as checks
 from annal.broker.data_api import code
 from annal.broker.metadata_cache import (
-    LiveBroker,
     MetadataCache,
     PartitionView,
     broker_message,
+    live_broker,
 )
 from annal.broker.partition import LeaderAndIsrState
 from annal.broker.replica_manager import ReplicaManager
@@ -169,10 +169,7 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
         self._metadata.update(
             request.controller_id,
             request.controller_epoch,
-            [
-                LiveBroker(b.id, b.host, b.port, b.rack or None, b.kafka_host, b.kafka_port)
-                for b in request.live_brokers
-            ],
+            [live_broker(b) for b in request.live_brokers],
             [
                 (
                     s.topic,

@@ -22,15 +22,21 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from annal.broker import request_checks as checks
+from annal.broker.authorization import ALLOW_ALL, TOPIC, RequestAuthorizer
 from annal.broker.delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, Purgatories
 from annal.broker.metrics import BrokerMetrics
 from annal.broker.replica_manager import AppendResult, ReadResult, ReplicaManager
+from annal.security.acl import ANONYMOUS, AclOperation
+from annal.security.session import Session
 from annal.storage.batch import count_records
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 from annal.errors import ErrorCode
+
+# who an in-process caller is (tests, the broker's own work): no authorizer asks
+INTERNAL = Session(ANONYMOUS, "", "")
 
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024
@@ -72,9 +78,11 @@ class DataApi:
         purgatories: Purgatories,
         run_storage: Callable[[Callable[[], AppendResult]], Awaitable[AppendResult]],
         metrics: BrokerMetrics | None = None,
+        authorizer: RequestAuthorizer = ALLOW_ALL,
     ) -> None:
         self._replicas = replicas
         self._metrics = metrics
+        self._authorizer = authorizer
         self._purgatories = purgatories
         self._run_storage = run_storage
         # Partitions with an append on the storage thread: the end of each one's
@@ -83,16 +91,27 @@ class DataApi:
 
     # -- produce -------------------------------------------------------------------
 
-    async def produce(self, request: pb.ProduceRequest, context: Deadline) -> pb.ProduceResponse:
+    async def produce(
+        self, request: pb.ProduceRequest, context: Deadline, session: Session = INTERNAL
+    ) -> pb.ProduceResponse:
+        """Append each partition's records (Write on the topic: Kafka's Produce)."""
         checks.check_timeout_ms(request.timeout_ms)
         refused_acks = checks.acks(request.acks)
         replicas = self._replicas
         response = pb.ProduceResponse()
         waiting: list[_Awaited] = []
+        denied = self._authorizer.denied(
+            session, AclOperation.WRITE, TOPIC, (t.name for t in request.topics)
+        )
         for topic in request.topics:
             out = response.topics.add(name=topic.name)
+            unauthorized = _unauthorized(topic.name) if topic.name in denied else None
             for data in topic.partitions:
-                refusal = refused_acks or checks.produce_partition(topic.name, data.partition)
+                refusal = (
+                    unauthorized
+                    or refused_acks
+                    or checks.produce_partition(topic.name, data.partition)
+                )
                 if refusal is not None:
                     out.partitions.add(
                         partition=data.partition,
@@ -196,10 +215,22 @@ class DataApi:
 
     # -- fetch ---------------------------------------------------------------------
 
-    async def fetch(self, request: pb.FetchRequest, context: Deadline) -> pb.FetchResponse:
+    async def fetch(
+        self, request: pb.FetchRequest, context: Deadline, session: Session = INTERNAL
+    ) -> pb.FetchResponse:
+        """Read each partition (Read on the topic; a follower's fetch, replica_id >= 0,
+        needs ClusterAction on the cluster), waiting for min_bytes up to max_wait_ms."""
         checks.check_replica_id(request.replica_id)
         checks.check_fetch_limits(request.max_wait_ms, request.min_bytes, request.max_bytes)
+        names = [t.name for t in request.topics]
+        if request.replica_id >= 0 and not self._authorizer.cluster_action(session):
+            return _fetch_refused(request, _refused_replica(session, request.replica_id))
+        denied = self._authorizer.denied(session, AclOperation.READ, TOPIC, names)
+        if denied:
+            request = _without_topics(request, denied)
         response = self._fetch_once(request)
+        if denied:
+            _add_refused(response, request_topics=denied, original=names)
         wanted = max(request.min_bytes, 1)
         if request.max_wait_ms <= 0 or _size(response) >= wanted or _has_error(response):
             return response
@@ -216,7 +247,10 @@ class DataApi:
         await self._purgatories.fetch.wait(operation, [s.tp for s in starts], timeout_ms)
         if operation.saw_nothing:
             return response  # expired with nothing new: the first answer still holds
-        return self._fetch_once(request)
+        response = self._fetch_once(request)
+        if denied:
+            _add_refused(response, request_topics=denied, original=names)
+        return response
 
     def _fetch_once(self, request: pb.FetchRequest) -> pb.FetchResponse:
         replicas = self._replicas
@@ -405,3 +439,59 @@ def _size(response: pb.FetchResponse) -> int:
 
 def _has_error(response: pb.FetchResponse) -> bool:
     return any(p.error != pb.NONE for t in response.topics for p in t.partitions)
+
+
+# -- authorization -------------------------------------------------------------------
+
+
+def _unauthorized(topic: str) -> checks.Refusal:
+    return checks.Refusal(
+        errors.TOPIC_AUTHORIZATION_FAILED, f"not authorized to access topic {topic}"
+    )
+
+
+def _refused_replica(session: Session, replica_id: int) -> checks.Refusal:
+    return checks.Refusal(
+        errors.CLUSTER_AUTHORIZATION_FAILED,
+        f"a fetch as replica {replica_id} needs ClusterAction on the cluster, which "
+        f"{session.principal} does not have",
+    )
+
+
+def _fetch_refused(request: pb.FetchRequest, refusal: checks.Refusal) -> pb.FetchResponse:
+    response = pb.FetchResponse()
+    for topic in request.topics:
+        out = response.topics.add(name=topic.name)
+        for p in topic.partitions:
+            out.partitions.add(
+                partition=p.partition,
+                error=code(refusal.error),
+                high_watermark=-1,
+                log_start_offset=-1,
+                log_end_offset=-1,
+                error_message=refusal.message,
+            )
+    return response
+
+
+def _without_topics(request: pb.FetchRequest, denied: set[str]) -> pb.FetchRequest:
+    kept = pb.FetchRequest()
+    kept.CopyFrom(request)
+    del kept.topics[:]
+    kept.topics.extend(t for t in request.topics if t.name not in denied)
+    return kept
+
+
+def _add_refused(response: pb.FetchResponse, request_topics: set[str], original: list[str]) -> None:
+    """The denied topics' partitions, refused, in the order the request named them."""
+    del original  # the answer lists the allowed topics first, then the refused ones
+    for name in sorted(request_topics):
+        out = response.topics.add(name=name)
+        out.partitions.add(
+            partition=-1,
+            error=code(errors.TOPIC_AUTHORIZATION_FAILED),
+            high_watermark=-1,
+            log_start_offset=-1,
+            log_end_offset=-1,
+            error_message=f"not authorized to read topic {name}",
+        )

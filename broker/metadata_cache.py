@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from annal.v1 import annal_pb2 as pb
-from annal.zk.layout import BrokerRegistration
+from annal.zk.layout import BrokerRegistration, Endpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,15 @@ class LiveBroker:
     rack: str | None = None
     kafka_host: str = ""  # the Kafka-protocol listener; "" and 0 when it has none
     kafka_port: int = 0
+    endpoints: tuple[Endpoint, ...] = ()  # every Kafka-protocol listener, by name
+
+    def kafka_endpoint_for(self, listener: str) -> Endpoint | None:
+        """This broker's endpoint of the listener named ``listener`` (Kafka answers a
+        client with the listener it connected to), None when it has none."""
+        found = next((e for e in self.endpoints if e.listener == listener), None)
+        if found is None and not self.endpoints and self.kafka_host and listener == "PLAINTEXT":
+            found = Endpoint("PLAINTEXT", self.kafka_host, self.kafka_port)
+        return found
 
 
 def broker_message(b: LiveBroker | BrokerRegistration) -> pb.Broker:
@@ -45,7 +54,23 @@ def broker_message(b: LiveBroker | BrokerRegistration) -> pb.Broker:
         rack=b.rack or "",
         kafka_host=b.kafka_host or "",
         kafka_port=b.kafka_port,
+        kafka_endpoints=[
+            pb.Endpoint(
+                listener_name=e.listener, host=e.host, port=e.port,
+                security_protocol=e.security_protocol,
+            )
+            for e in (b.kafka_endpoints if isinstance(b, BrokerRegistration) else b.endpoints)
+        ],
     )
+
+
+def live_broker(b: pb.Broker) -> LiveBroker:
+    """The metadata cache's view of a broker the controller's request names."""
+    endpoints = tuple(
+        Endpoint(e.listener_name, e.host, e.port, e.security_protocol or "PLAINTEXT")
+        for e in b.kafka_endpoints
+    )
+    return LiveBroker(b.id, b.host, b.port, b.rack or None, b.kafka_host, b.kafka_port, endpoints)
 
 
 @dataclass(frozen=True, slots=True)

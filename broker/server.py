@@ -32,9 +32,11 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Mapping
 
 import grpc
 from annal.broker.admin_manager import AdminManager
+from annal.broker.authorization import RequestAuthorizer
 from annal.broker.config import BrokerConfig
 from annal.broker.config_changes import ConfigChangeListener
 from annal.broker.control import ControllerChannel, ControlService
@@ -44,6 +46,7 @@ from annal.broker.delayed import Purgatories
 from annal.broker.group_api import GroupApi
 from annal.broker.group_membership import GroupMembership
 from annal.broker.isr_changes import IsrChangeWriter
+from annal.broker.listeners import PLAINTEXT, KafkaListenerConfig
 from annal.broker.metadata_cache import MetadataCache
 from annal.broker.metrics import BrokerMetrics, BrokerState
 from annal.broker.network import NetworkLayer
@@ -51,15 +54,20 @@ from annal.broker.producer_ids import InitProducerIdApi, ProducerIdManager
 from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from annal.broker.replica_manager import ReplicaManager
 from annal.broker.rpc_guard import RequestLimits
+from annal.broker.security_admin import SecurityAdmin
+from annal.broker.security_store import SecurityStore
 from annal.broker.service import AnnalService
 from annal.client.security import SecurityConfigError
 from annal.controller.controller import Controller, RebalanceSettings
 from annal.kafkaproto.admin import AdminApis
 from annal.kafkaproto.apis import KafkaApis
+from annal.kafkaproto.authentication import listener_security, register_sasl_apis
 from annal.kafkaproto.cluster import ClusterApis
 from annal.kafkaproto.data import DataApis
 from annal.kafkaproto.groups import GroupApis
 from annal.kafkaproto.listener import KafkaListener
+from annal.kafkaproto.security_admin import SecurityAdminApis
+from annal.security.scram import ScramCredential
 from annal.storage.errors import LogDirError
 from annal.storage.files import TopicPartition
 from annal.storage.log import Log
@@ -67,7 +75,7 @@ from annal.storage.manager import LogManager, LogManagerConfig
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 from annal.zk.client import BrokerIdTakenError, SessionEvent, ZkClient, ZkError
-from annal.zk.layout import BrokerRegistration, PartitionState
+from annal.zk.layout import BrokerRegistration, Endpoint, PartitionState
 from annal.zk.producer_ids import reserve_producer_id_block
 
 from annal import errors
@@ -95,12 +103,20 @@ class BrokerServer:
         self.cluster_id: str | None = None
         self.logs: LogManager | None = None
         self.port: int | None = None
-        self.kafka_port: int | None = None
-        self.kafka: KafkaListener | None = None
+        self.kafka_port: int | None = None  # the first PLAINTEXT Kafka listener's
+        self.kafka_ports: dict[str, int] = {}  # every Kafka listener's, by name
+        self.kafka_listeners: dict[str, KafkaListener] = {}
         self.network: NetworkLayer | None = None
         self.replicas: ReplicaManager
         self.fetchers: ReplicaFetcherManager | None = None
         self._config_changes: ConfigChangeListener | None = None
+        self.security = SecurityStore(self.zk)
+        self.authorizer = RequestAuthorizer.from_settings(
+            config.authorizer,
+            self.security.acls,
+            config.super_users,
+            config.allow_everyone_if_no_acl_found,
+        )
         self.controller: Controller | None = None
         self.metadata = MetadataCache()
         self._channel: ControllerChannel | None = None
@@ -117,15 +133,22 @@ class BrokerServer:
     def registration(self) -> BrokerRegistration:
         listener = self.config.advertised_listener
         port = listener.port or (self.port or 0)
-        kafka = self.config.kafka_advertised_listener
+        endpoints = tuple(
+            Endpoint(
+                k.name,
+                k.advertised.host,
+                k.advertised.port or self.kafka_ports.get(k.name, 0),
+                k.security_protocol,
+            )
+            for k in self.config.kafka_listeners
+        )
         return BrokerRegistration(
             self.config.broker_id,
             listener.host,
             port,
             self.config.rack,
-            kafka_host=None if kafka is None else kafka.host,
-            kafka_port=0 if kafka is None else (kafka.port or (self.kafka_port or 0)),
             tls=self.config.tls is not None,
+            kafka_endpoints=endpoints,
         )
 
     def start(self) -> None:
@@ -134,6 +157,7 @@ class BrokerServer:
             self.zk.start()
             self.zk.ensure_persistent_paths()
             self.cluster_id = self.zk.get_or_create_cluster_id()
+            self.security.start()
         except ZkError as exc:
             raise BrokerStartupError(str(exc)) from exc
         logs = LogManager(
@@ -201,7 +225,9 @@ class BrokerServer:
         )
         self.zk.add_session_listener(self._isr_writer.session_changed)
         self._isr_writer.start()
-        data = DataApi(self.replicas, purgatories, network.run_storage, self.metrics)
+        data = DataApi(
+            self.replicas, purgatories, network.run_storage, self.metrics, self.authorizer
+        )
         admin = AdminManager(
             config, self.zk, self.metadata, purgatories, network.run_admin, lambda: self.cluster_id
         )
@@ -211,7 +237,10 @@ class BrokerServer:
         membership = GroupMembership(self.coordinator, config.group_initial_rebalance_delay_ms)
         groups = GroupApi(self.coordinator, self.metadata, admin, membership)
         init_producer_id = InitProducerIdApi(producer_ids, network.run_admin)
-        service = AnnalService(data, admin, groups, init_producer_id)
+        security_admin = SecurityAdmin(
+            self.zk, self.security, network.run_admin, acls_enabled=self.authorizer.enabled
+        )
+        service = AnnalService(data, admin, groups, init_producer_id, security_admin)
         control = ControlService(
             self.replicas,
             self.metadata,
@@ -236,7 +265,7 @@ class BrokerServer:
         except RuntimeError as exc:
             self._abort()
             raise BrokerStartupError(f"cannot listen on {address}: {exc}") from exc
-        if config.kafka_listener is not None:
+        if config.kafka_listeners:
             kafka_apis = KafkaApis(self.metrics)
             DataApis(data, init_producer_id).register(kafka_apis)
             ClusterApis(admin, self.metadata, lambda: self.cluster_id).register(kafka_apis)
@@ -244,15 +273,10 @@ class BrokerServer:
                 kafka_apis
             )
             GroupApis(groups, membership, self.coordinator, self.metadata).register(kafka_apis)
-            self.kafka = KafkaListener(kafka_apis, limits, config.socket_request_max_bytes)
-            kafka_address = f"{config.kafka_listener.host}:{config.kafka_listener.port}"
-            try:
-                self.kafka_port = network.call(
-                    self.kafka.start(config.kafka_listener.host, config.kafka_listener.port)
-                )
-            except OSError as exc:
-                self._abort()
-                raise BrokerStartupError(f"cannot listen on {kafka_address}: {exc}") from exc
+            SecurityAdminApis(security_admin).register(kafka_apis)
+            register_sasl_apis(kafka_apis)
+            for kafka_config in config.kafka_listeners:
+                self._start_kafka_listener(kafka_config, kafka_apis, limits)
         if config.metrics_port >= 0:
             self._serve_metrics()
         try:
@@ -287,15 +311,39 @@ class BrokerServer:
         )
         self._session_thread.start()
         self.started.set()
-        kafka_endpoint = self.registration.kafka_endpoint
+        kafka_endpoints = ", ".join(
+            f"{e.listener}://{e.address}" for e in self.registration.kafka_endpoints
+        )
         logger.info(
             "broker %d serving on %s%s (cluster %s, ZooKeeper %s)",
             config.broker_id,
             self.registration.endpoint,
-            "" if kafka_endpoint is None else f" and Kafka's protocol on {kafka_endpoint}",
+            f" and Kafka's protocol on {kafka_endpoints}" if kafka_endpoints else "",
             self.cluster_id,
             config.zookeeper_connect,
         )
+
+    def _start_kafka_listener(
+        self, kafka_config: KafkaListenerConfig, apis: KafkaApis, limits: RequestLimits
+    ) -> None:
+        """Serve Kafka's protocol on one listener, secured as its protocol says."""
+        bind = kafka_config.bind
+        assert self.network is not None
+        try:
+            security = listener_security(kafka_config, self._credentials)
+            listener = KafkaListener(apis, limits, self.config.socket_request_max_bytes, security)
+            port = self.network.call(listener.start(bind.host, bind.port))
+        except (OSError, ValueError) as exc:
+            self._abort()
+            raise BrokerStartupError(f"cannot listen on {bind}: {exc}") from exc
+        self.kafka_listeners[kafka_config.name] = listener
+        self.kafka_ports[kafka_config.name] = port
+        if self.kafka_port is None and kafka_config.security_protocol == PLAINTEXT:
+            self.kafka_port = port
+
+    def _credentials(self, user: str) -> Mapping[str, ScramCredential]:
+        """A user's SCRAM credentials, for SASL on the Kafka listeners."""
+        return self.zk.get_user_scram_credentials(user)
 
     def _controller_state(self) -> tuple[bool, int, int]:
         controller = self.controller
@@ -371,12 +419,13 @@ class BrokerServer:
         return found is not None and tp.partition in found[0].partitions
 
     def _stop_kafka(self) -> None:
-        if self.kafka is not None and self.network is not None:
-            try:
-                self.network.call(self.kafka.stop(), 10)
-            except Exception:  # stopping goes on whatever the listener says
-                logger.exception("stopping the Kafka listener")
-            self.kafka = None
+        for name, listener in list(self.kafka_listeners.items()):
+            if self.network is not None:
+                try:
+                    self.network.call(listener.stop(), 10)
+                except Exception:  # stopping goes on whatever the listener says
+                    logger.exception("stopping the Kafka listener %s", name)
+            del self.kafka_listeners[name]
 
     def _abort(self) -> None:
         self.metrics.stop()
@@ -389,6 +438,7 @@ class BrokerServer:
         if self.logs is not None:
             self.logs.shutdown()
             self.logs = None
+        self.security.stop()
         self.zk.stop()
 
     def _session_changed(self, event: SessionEvent) -> None:
@@ -491,6 +541,7 @@ class BrokerServer:
             self.fetchers.shutdown()
         if self._config_changes is not None:
             self._config_changes.stop()
+        self.security.stop()
         if self.logs is not None:  # replicas exist once the logs do
             self.replicas.shutdown()
             self._isr_writer.initiate_shutdown()

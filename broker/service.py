@@ -7,7 +7,10 @@ A thin edge: each rpc goes to the part of the broker that owns it:
 * cluster metadata and administration (``admin_manager.py``): Metadata,
   topics, partitions, configs, elections, reassignments;
 * groups (``group_api.py``): FindCoordinator, OffsetCommit, OffsetFetch;
-* idempotent producers' ids (``producer_ids.py``): InitProducerId.
+* idempotent producers' ids (``producer_ids.py``): InitProducerId;
+* ACLs and SCRAM credentials (``security_admin.py``): CreateAcls, DescribeAcls,
+  DeleteAcls, DescribeUserScramCredentials, AlterUserScramCredentials (UNIMPLEMENTED
+  on a broker built without a ``SecurityAdmin``).
 
 Request-level problems are gRPC statuses (INVALID_ARGUMENT with a message,
 RESOURCE_EXHAUSTED past the request limits); per-topic and per-partition
@@ -24,6 +27,8 @@ from annal.broker.admin_manager import AdminManager
 from annal.broker.data_api import DataApi
 from annal.broker.group_api import GroupApi
 from annal.broker.producer_ids import InitProducerIdApi
+from annal.broker.security_admin import SecurityAdmin
+from annal.security.session import Session, principal_from_common_name
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 
@@ -39,20 +44,31 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         admin: AdminManager,
         groups: GroupApi,
         producer_ids: InitProducerIdApi,
+        security: SecurityAdmin | None = None,
     ) -> None:
         self._data = data
         self._admin = admin
         self._groups = groups
         self._producer_ids = producer_ids
+        self._security = security
+
+    async def _security_admin(self, context: Context) -> SecurityAdmin:
+        if self._security is None:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "this broker serves no ACL or SCRAM administration (no SecurityAdmin)",
+            )
+        assert self._security is not None
+        return self._security
 
     async def Metadata(self, request: pb.MetadataRequest, context: Context) -> pb.MetadataResponse:
         return await self._admin.metadata(request)
 
     async def Produce(self, request: pb.ProduceRequest, context: Context) -> pb.ProduceResponse:
-        return await self._data.produce(request, context)
+        return await self._data.produce(request, context, grpc_session(context))
 
     async def Fetch(self, request: pb.FetchRequest, context: Context) -> pb.FetchResponse:
-        return await self._data.fetch(request, context)
+        return await self._data.fetch(request, context, grpc_session(context))
 
     async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: Context
@@ -143,3 +159,44 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         self, request: pb.InitProducerIdRequest, context: Context
     ) -> pb.InitProducerIdResponse:
         return await self._producer_ids.init_producer_id(request)
+
+    # ACLs and SCRAM credentials; what a caller will need: security_admin.REQUIRED_ACCESS
+
+    async def CreateAcls(
+        self, request: pb.CreateAclsRequest, context: Context
+    ) -> pb.CreateAclsResponse:
+        return await (await self._security_admin(context)).create_acls(request)
+
+    async def DescribeAcls(
+        self, request: pb.DescribeAclsRequest, context: Context
+    ) -> pb.DescribeAclsResponse:
+        return await (await self._security_admin(context)).describe_acls(request)
+
+    async def DeleteAcls(
+        self, request: pb.DeleteAclsRequest, context: Context
+    ) -> pb.DeleteAclsResponse:
+        return await (await self._security_admin(context)).delete_acls(request)
+
+    async def DescribeUserScramCredentials(
+        self, request: pb.DescribeUserScramCredentialsRequest, context: Context
+    ) -> pb.DescribeUserScramCredentialsResponse:
+        security = await self._security_admin(context)
+        return await security.describe_user_scram_credentials(request)
+
+    async def AlterUserScramCredentials(
+        self, request: pb.AlterUserScramCredentialsRequest, context: Context
+    ) -> pb.AlterUserScramCredentialsResponse:
+        security = await self._security_admin(context)
+        return await security.alter_user_scram_credentials(request)
+
+
+def grpc_session(context: Context) -> Session:
+    """Who a gRPC call is from: ``User:<CN>`` of its TLS client certificate, else
+    ``User:ANONYMOUS`` (docs/security.md); the peer's address; the listener GRPC or
+    GRPCS."""
+    auth = context.auth_context() or {}
+    names = auth.get("x509_common_name") or []
+    peer = context.peer() or ""  # "ipv4:127.0.0.1:53211", "ipv6:[::1]:53211"
+    host = peer.partition(":")[2].rpartition(":")[0].strip("[]")
+    listener = "GRPCS" if auth.get("transport_security_type") == [b"ssl"] else "GRPC"
+    return Session(principal_from_common_name(names[0] if names else None), host, listener)

@@ -67,8 +67,10 @@ class BrokerProcess:
         settings: Mapping[str, str] | None = None,
         metrics_port: int | None = None,
         kafka_port: int = 0,
+        extra_listeners: str = "",
     ) -> None:
-        """``metrics_port``: None serves no metrics, 0 a free port (chosen here)."""
+        """``metrics_port``: None serves no metrics, 0 a free port (chosen here);
+        ``extra_listeners``: more of ``listeners`` (``SASL_SSL://127.0.0.1:PORT``)."""
         self.broker_id = broker_id
         self.zookeeper_connect = zookeeper_connect
         self.directory = Path(directory) / f"broker-{broker_id}"
@@ -76,6 +78,7 @@ class BrokerProcess:
         self.kafka_port = kafka_port or free_port()
         self.settings = dict(settings or {})
         self.metrics_port = None if metrics_port is None else (metrics_port or free_port())
+        self.extra_listeners = extra_listeners
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -103,7 +106,8 @@ class BrokerProcess:
         settings = {
             "broker.id": str(self.broker_id),
             "zookeeper.connect": self.zookeeper_connect,
-            "listeners": f"GRPC://127.0.0.1:{self.port},PLAINTEXT://127.0.0.1:{self.kafka_port}",
+            "listeners": f"GRPC://127.0.0.1:{self.port},PLAINTEXT://127.0.0.1:{self.kafka_port}"
+            + (f",{self.extra_listeners}" if self.extra_listeners else ""),
             "log.dirs": str(self.log_dir),
             **({} if self.metrics_port is None else {"metrics.port": str(self.metrics_port)}),
             **self.settings,

@@ -45,14 +45,19 @@ class ClusterApis:
         apis.add(METADATA, "Metadata", (0, 12), self.metadata)
         apis.add(DESCRIBE_CLUSTER, "DescribeCluster", (0, 1), self.describe_cluster)
 
-    def _brokers(self) -> list[dict[str, Any]]:
+    def _brokers(self, request: Request) -> list[dict[str, Any]]:
+        """The brokers' endpoints of the listener the request came in on (a broker
+        without a listener of that name is left out, as Kafka leaves it out)."""
         cache = self._metadata.snapshot()
-        return [
-            {"node_id": b.broker_id, "broker_id": b.broker_id, "host": b.kafka_host,
-             "port": b.kafka_port, "rack": b.rack}
-            for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
-            if b.kafka_host
-        ]  # fmt: skip
+        found = []
+        for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id):
+            endpoint = b.kafka_endpoint_for(request.session.listener or "PLAINTEXT")
+            if endpoint is not None:
+                found.append(
+                    {"node_id": b.broker_id, "broker_id": b.broker_id, "host": endpoint.host,
+                     "port": endpoint.port, "rack": b.rack}
+                )  # fmt: skip
+        return found
 
     async def metadata(self, request: Request) -> Values:
         body = request.body
@@ -60,7 +65,7 @@ class ClusterApis:
         everything = names is None or (request.head.api_version == 0 and not names)
         values: dict[str, Any] = {
             "throttle_time": 0,
-            "brokers": self._brokers(),
+            "brokers": self._brokers(request),
             "cluster_id": self._cluster_id(),
             "controller_id": self._metadata.snapshot().controller_id,
             "topics": [],
@@ -103,5 +108,5 @@ class ClusterApis:
             "endpoint_type": 1,  # brokers
             "cluster_id": self._cluster_id() or "",
             "controller_id": self._metadata.snapshot().controller_id,
-            "brokers": self._brokers(),
+            "brokers": self._brokers(request),
         }

@@ -71,7 +71,7 @@ class DataApis:
             out = ask.topics.add(name=topic.name)
             for p in topic.partition_data:
                 out.partitions.add(partition=p.index, records=bytes(p.records or b""))
-        answer = await self._data.produce(ask, NO_DEADLINE)
+        answer = await self._data.produce(ask, NO_DEADLINE, request.session)
         if body.acks == 0:
             return None
         return {
@@ -123,7 +123,7 @@ class DataApis:
                 epoch = getattr(p, "current_leader_epoch", -1)
                 if epoch >= 0:
                     wanted.current_leader_epoch = epoch
-        answer = await self._data.fetch(ask, NO_DEADLINE)
+        answer = await self._data.fetch(ask, NO_DEADLINE, request.session)
         return {
             "throttle_time": 0,
             "error_code": errors.NONE.number,

@@ -75,12 +75,14 @@ class GroupApis:
         batched = request.head.api_version >= 4
         if not batched:
             keys = [body.key]
-        found = [await self._coordinator_of(k, getattr(body, "key_type", GROUP_KEY)) for k in keys]
+        key_type = getattr(body, "key_type", GROUP_KEY)
+        listener = request.session.listener or "PLAINTEXT"
+        found = [await self._coordinator_of(k, key_type, listener) for k in keys]
         if batched:
             return {"throttle_time": 0, "coordinators": found}
         return {"throttle_time": 0, **found[0]}
 
-    async def _coordinator_of(self, key: str, key_type: int) -> dict[str, Any]:
+    async def _coordinator_of(self, key: str, key_type: int, listener: str) -> dict[str, Any]:
         if key_type != GROUP_KEY:
             answer = pb.FindCoordinatorResponse(
                 error=pb.COORDINATOR_NOT_AVAILABLE, error_message="annal has no transactions"
@@ -88,19 +90,20 @@ class GroupApis:
         else:
             answer = await self._groups.find_coordinator(pb.FindCoordinatorRequest(group=key))
         broker = self._metadata.snapshot().brokers.get(answer.coordinator.id)
-        if answer.error == pb.NONE and (broker is None or not broker.kafka_host):
+        endpoint = None if broker is None else broker.kafka_endpoint_for(listener)
+        if answer.error == pb.NONE and endpoint is None:
             answer = pb.FindCoordinatorResponse(
                 error=pb.COORDINATOR_NOT_AVAILABLE,
-                error_message="the coordinator has no Kafka listener",
+                error_message=f"the coordinator has no {listener} listener",
             )
-        ok = answer.error == pb.NONE and broker is not None
+        ok = answer.error == pb.NONE and broker is not None and endpoint is not None
         return {
             "key": key,
             "error_code": answer.error,
             "error_message": answer.error_message or None,
             "node_id": broker.broker_id if ok and broker else -1,
-            "host": broker.kafka_host if ok and broker else "",
-            "port": broker.kafka_port if ok and broker else -1,
+            "host": endpoint.host if ok and endpoint else "",
+            "port": endpoint.port if ok and endpoint else -1,
         }
 
     # -- membership --------------------------------------------------------------------

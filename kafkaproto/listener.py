@@ -17,11 +17,16 @@ requests, so:
 4. the writer awaits the queued tasks one by one and writes each answer.
 
 A connection holds at most ``MAX_IN_FLIGHT`` requests; its reader waits
-for room.  A frame larger than ``socket.request.max.bytes``, one that does
-not parse, an api key or version not served, or a request a handler finds
-malformed (``InvalidRequest``) closes the connection after the answers
-already due, with a warning naming the client and the reason — as Kafka's
-broker closes such connections.  A handler's unexpected failure is logged
+for room.  Before step 1, a TLS listener runs the TLS handshake, and a SASL
+listener answers the SASL requests in step 1 itself and refuses every other
+request until the client has authenticated (``authentication``); each
+request carries the connection's ``Session`` (its principal) to the handlers.
+
+A frame larger than ``socket.request.max.bytes``, one that does not parse,
+an api key or version not served, or a request a handler finds malformed
+(``InvalidRequest``) closes the connection after the answers already due,
+with a warning naming the client and the reason — as Kafka's broker closes
+such connections.  A handler's unexpected failure is logged
 with its traceback and closes the connection too; the broker carries on.
 
 Thread safety: ``start`` and ``stop`` are coroutines for the broker's loop
@@ -36,6 +41,14 @@ import logging
 from annal.broker.request_checks import InvalidRequest
 from annal.broker.rpc_guard import RequestLimits, one_line
 from annal.kafkaproto.apis import KafkaApis, UnsupportedRequest
+from annal.kafkaproto.authentication import (
+    AUTHENTICATION_TIMEOUT_S,
+    AuthenticationFailed,
+    ConnectionAuthenticator,
+    ListenerSecurity,
+    plaintext_mistake,
+    start_tls,
+)
 from annal.kafkaproto.wire import (
     MalformedRequest,
     Request,
@@ -51,6 +64,7 @@ logger = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 64
 LIMITS_RECHECK_S = 0.01
 
+
 class ConnectionClosing(Exception):
     """The connection must close: the message says why (it is logged)."""
 
@@ -58,10 +72,17 @@ class ConnectionClosing(Exception):
 class KafkaListener:
     """See the module docstring."""
 
-    def __init__(self, apis: KafkaApis, limits: RequestLimits, max_request_bytes: int) -> None:
+    def __init__(
+        self,
+        apis: KafkaApis,
+        limits: RequestLimits,
+        max_request_bytes: int,
+        security: ListenerSecurity | None = None,
+    ) -> None:
         self._apis = apis
         self._limits = limits
         self._max_request_bytes = max_request_bytes
+        self.security = security or ListenerSecurity()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -86,13 +107,28 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
+        peercert = None
+        if self.security.ssl_context is not None:
+            try:
+                peercert = await start_tls(self.security, writer, client)
+            except AuthenticationFailed as exc:
+                logger.warning("closing Kafka connection from %s: %s", client, exc)
+                writer.close()
+                self._connections.discard(task)
+                return
+        auth = ConnectionAuthenticator(self.security, host.lstrip("/"), peercert)
+        deadline = None
+        if not auth.authenticated:
+            deadline = asyncio.get_running_loop().call_later(
+                AUTHENTICATION_TIMEOUT_S, self._too_slow, auth, client, task, writer
+            )
         answers: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         reading = asyncio.Event()  # set while the reader reads: the sender may cancel it
         reading.set()
         sender = asyncio.ensure_future(self._send(answers, writer, client, task, reading))
         cancelled = False
         try:
-            await self._receive(reader, answers, host)
+            await self._receive(reader, answers, host, auth)
         except ConnectionClosing as exc:
             logger.warning("closing Kafka connection from %s: %s", client, exc)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -107,15 +143,34 @@ class KafkaListener:
         except asyncio.CancelledError:  # the broker stopping: no answers are waited for
             pass
         finally:
+            if deadline is not None:
+                deadline.cancel()
             sender.cancel()
             writer.close()
             self._connections.discard(task)
+
+    @staticmethod
+    def _too_slow(
+        auth: ConnectionAuthenticator,
+        client: str,
+        connection: asyncio.Task[None],
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        if not auth.authenticated:
+            logger.warning(
+                "closing Kafka connection from %s: not authenticated within %.0f s",
+                client,
+                AUTHENTICATION_TIMEOUT_S,
+            )
+            writer.close()
+            connection.cancel()
 
     async def _receive(
         self,
         reader: asyncio.StreamReader,
         answers: asyncio.Queue[asyncio.Task[bytes | None] | None],
         host: str,
+        auth: ConnectionAuthenticator,
     ) -> None:
         while True:
             try:
@@ -130,7 +185,8 @@ class KafkaListener:
             size, _ = read_int32(prefix, 0)
             if size < 0 or size > self._max_request_bytes:
                 raise ConnectionClosing(
-                    f"a frame of {size} bytes is outside 0..socket.request.max.bytes="
+                    plaintext_mistake(prefix)
+                    or f"a frame of {size} bytes is outside 0..socket.request.max.bytes="
                     f"{self._max_request_bytes}"
                 )
             try:
@@ -140,6 +196,12 @@ class KafkaListener:
                     f"the connection ended inside a {size}-byte frame "
                     f"({len(exc.partial)} bytes came)"
                 ) from None
+            if auth.bare_tokens:
+                answer, closing = await auth.bare_token(frame)
+                if closing is not None:
+                    raise ConnectionClosing(closing)
+                await answers.put(_done(answer))
+                continue
             try:
                 head = peek_head(frame)
                 refusal = self._apis.check(head)
@@ -147,8 +209,16 @@ class KafkaListener:
                     body = self._apis.refusal_body(refusal)
                     await answers.put(_done(encode_response(head, body)))
                     continue
-                request = decode_request(frame, head, host)
-            except (MalformedRequest, UnsupportedRequest) as exc:
+                if not auth.intercepts(head.api_key):
+                    auth.check_allowed(head.api_key, self._apis.supported[head.api_key].name)
+                request = decode_request(frame, head, host, auth.session)
+                if auth.intercepts(head.api_key):
+                    values, closing = await auth.answer(request)
+                    await answers.put(_done(encode_response(head, response(head, values))))
+                    if closing is not None:
+                        raise ConnectionClosing(closing)
+                    continue
+            except (MalformedRequest, UnsupportedRequest, AuthenticationFailed) as exc:
                 raise ConnectionClosing(str(exc)) from None
             await self._admit(len(frame))
             await answers.put(asyncio.ensure_future(self._answer(request)))

@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
+from annal.security.acl import ANONYMOUS
+from annal.security.session import Session
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -60,6 +62,9 @@ class RequestHead:
     correlation_id: int
 
 
+_NO_SESSION = Session(ANONYMOUS, "", "")
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     head: RequestHead
@@ -67,6 +72,7 @@ class Request:
     body: Any  # the kio request type of (api_key, api_version)
     size: int  # bytes of the frame
     client_host: str = ""  # the peer's address, as Kafka shows it ("/127.0.0.1")
+    session: Session = _NO_SESSION  # who sent it (security/session.py)
 
 
 def peek_head(frame: bytes) -> RequestHead:
@@ -89,7 +95,9 @@ def response_type(api_key: int, api_version: int) -> Any:
     return load_response_schema(api_key, api_version)
 
 
-def decode_request(frame: bytes, head: RequestHead, client_host: str = "") -> Request:
+def decode_request(
+    frame: bytes, head: RequestHead, client_host: str = "", session: Session | None = None
+) -> Request:
     """The header and body of a supported (key, version); MalformedRequest otherwise."""
     body_type = request_type(head.api_key, head.api_version)
     header_type = RequestHeaderV2 if body_type.__flexible__ else RequestHeaderV1
@@ -99,7 +107,7 @@ def decode_request(frame: bytes, head: RequestHead, client_host: str = "") -> Re
     # Bytes after the body are ignored, as Kafka's broker ignores them: some
     # clients write fields a version no longer has (librdkafka's Metadata v12
     # carries v8-v10's include_cluster_authorized_operations).
-    return Request(head, header.client_id, body, len(frame), client_host)
+    return Request(head, header.client_id, body, len(frame), client_host, session or _NO_SESSION)
 
 
 def encode_response(head: RequestHead, body: Any) -> bytes:

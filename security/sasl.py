@@ -406,6 +406,20 @@ class ScramServer(_Exchange):
         self._user = self._pending_user
         return server_first.encode("utf-8")
 
+    def _accept_repeated_client_nonce(self, client_final: str) -> None:
+        """librdkafka before 2.6.1 sends ``r=`` as its own nonce followed by the whole
+        nonce of the server-first message (which already starts with it).  Kafka's
+        brokers accept a final nonce that *ends with* the one they sent (Kafka
+        2.x checked nothing; 3.8.1 and later check ``endsWith``), and so does annal:
+        the proof is then checked over the message as the client sent it."""
+        sent = self._scramp.nonce
+        found = next((f[2:] for f in client_final.split(",") if f.startswith("r=")), None)
+        if sent is None or found is None or not found.endswith(str(sent)):
+            return
+        repeated = found[: len(found) - len(str(sent))]  # the client's own nonce, again
+        if repeated and str(sent).startswith(repeated):
+            self._scramp.nonce = type(sent)(found)
+
     def _client_final(self, response: bytes) -> bytes:
         text = _decode(response, "SCRAM client-final message")
         if text.startswith(("n,", "y,", "p=")):
@@ -413,6 +427,7 @@ class ScramServer(_Exchange):
                 "expected the SCRAM client-final message, got what looks like a "
                 "client-first message (a GS2 header)"
             )
+        self._accept_repeated_client_nonce(text)
         try:
             self._scramp.set_client_final(text)
             server_final: str = self._scramp.get_server_final()

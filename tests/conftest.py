@@ -63,10 +63,13 @@ def _start_broker(
     started: list[BrokerProcess],
     broker_id: int = 1,
     settings: Mapping[str, str] | None = None,
+    extra_listeners: str = "",
 ) -> BrokerProcess:
     """Start a real broker process and wait until it is registered, a controller
     elected, and its metadata lists it."""
-    process = BrokerProcess(broker_id, zk_connect, directory, settings=settings)
+    process = BrokerProcess(
+        broker_id, zk_connect, directory, settings=settings, extra_listeners=extra_listeners
+    )
     started.append(process)
     process.start()
     with ZkClient(zk_connect) as zk:
@@ -95,9 +98,16 @@ def broker_factory(
     when the test failed."""
     started: list[BrokerProcess] = []
 
-    def start(broker_id: int = 1, settings: Mapping[str, str] | None = None) -> BrokerProcess:
+    def start(
+        broker_id: int = 1, settings: Mapping[str, str] | None = None, extra_listeners: str = ""
+    ) -> BrokerProcess:
         return _start_broker(
-            zk_connect, tmp_path_factory.mktemp("brokers"), started, broker_id, settings
+            zk_connect,
+            tmp_path_factory.mktemp("brokers"),
+            started,
+            broker_id,
+            settings,
+            extra_listeners,
         )
 
     yield start

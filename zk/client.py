@@ -1,9 +1,12 @@
 """annal's one ZooKeeper client: kazoo, with retries, a session listener and typed znodes.
 
 Every read and write of cluster metadata goes through ``ZkClient``: paths and
-JSON come from ``layout``; retries use kazoo's ``KazooRetry`` (a deadline,
-jittered backoff, and only kazoo's retriable errors); writes to partition
-state are conditioned on the znode version the caller read.
+JSON come from ``layout`` (ACLs' from ``acls``, users' from ``users``); retries use
+kazoo's ``KazooRetry`` (a deadline, jittered backoff, and only kazoo's retriable
+errors); writes to partition state are conditioned on the znode version the caller
+read, and ACLs and users' configs are changed by versioned read-modify-writes that
+read again when another writer won (``_update_versioned``), each followed by the
+change notification brokers follow.
 
 Session handling follows kazoo's states: SUSPENDED means "stop acting on
 ZooKeeper-held roles until CONNECTED"; LOST means "every ephemeral node of
@@ -37,10 +40,13 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from annal.security.acl import AccessControlEntry, PatternType, ResourcePattern
+from annal.security.scram import ScramConfigError, ScramCredential, scram_credentials
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
@@ -57,7 +63,7 @@ from kazoo.retry import KazooRetry
 
 from annal.topic_partition import TopicPartition
 
-from . import layout
+from . import acls, layout, users
 from .layout import BrokerRegistration, PartitionState, TopicAssignment
 
 logger = logging.getLogger(__name__)
@@ -94,6 +100,16 @@ class ControllerMovedError(ZkError):
     took office since this one did (Kafka's ControllerMovedException)."""
 
 
+class CredentialNotFoundError(ZkError):
+    """A deletion named SCRAM mechanisms the user has no credential for; nothing
+    was written.  ``mechanisms`` names them."""
+
+    def __init__(self, user: str, mechanisms: Collection[str]) -> None:
+        self.user = user
+        self.mechanisms = tuple(sorted(mechanisms))
+        super().__init__(f"user {user!r} has no {', '.join(self.mechanisms)} credential")
+
+
 class SessionEvent(enum.Enum):
     SUSPENDED = "suspended"
     CONNECTED = "connected"
@@ -119,6 +135,9 @@ _OP_ANSWERS = (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError)
 _ROLLED_BACK = (RolledBackError, RuntimeInconsistency)
 # Operations per fenced multi-op when deleting a subtree.
 _DELETES_PER_MULTI = 500
+# Tries of a versioned read-modify-write (ACLs, user configs) before giving up, as
+# Kafka's authorizer bounds its own.
+_CAS_ATTEMPTS = 30
 
 
 def split_connect_string(connect: str) -> tuple[str, str]:
@@ -306,7 +325,9 @@ class ZkClient:
         return bool(self._kazoo.connected)
 
     def ensure_persistent_paths(self) -> None:
-        for path in layout.PERSISTENT_PATHS:
+        """The top-level znodes, the users' config tree and the ACL trees (with a
+        child per resource type, as Kafka's authorizer creates them)."""
+        for path in (*layout.PERSISTENT_PATHS, users.CONFIG_USERS, *acls.PERSISTENT_PATHS):
             self._call(self._kazoo.ensure_path, path)
 
     def get(self, path: str) -> tuple[bytes, int] | None:
@@ -731,6 +752,247 @@ class ZkClient:
                 logger.warning("ignoring a config change notification: %s", exc)
                 changes.append((number, ""))
         return sorted(changes)
+
+    def purge_notifications(self, root: str, prefix: str, max_age_ms: int) -> int:
+        """Delete the children of ``root`` named ``<prefix><seq>`` that were created
+        more than ``max_age_ms`` ago (ZooKeeper's ctime against this host's clock), as
+        Kafka's change listeners expire old notifications; how many went."""
+        now_ms = time.time() * 1000
+        purged = 0
+        for child in self.children(root):
+            if not child.startswith(prefix):
+                continue
+            path = f"{root}/{child}"
+            stat = self._call(self._kazoo.exists, path)
+            if stat is None or now_ms - stat.ctime <= max_age_ms:
+                continue
+            try:
+                self._call(self._kazoo.delete, path)
+                purged += 1
+            except NoNodeError:
+                pass  # another broker purged it first
+        return purged
+
+    def _notify_config_change(self, entity_path: str) -> None:
+        self._call(
+            self._kazoo.create,
+            layout.CONFIG_CHANGE_PREFIX,
+            layout.encode_config_change(entity_path),
+            sequence=True,
+            makepath=True,
+        )
+
+    def _update_versioned(
+        self, path: str, change: Callable[[bytes | None], bytes | None]
+    ) -> tuple[bytes | None, bytes | None]:
+        """Read-modify-write ``path`` conditioned on the version read: ``change`` gets
+        the current data (None: no znode) and returns the new (None: delete the znode).
+        Retried from the read while another writer wins; an unchanged result writes
+        nothing.  (data before, data after) of the attempt that succeeded."""
+        for _ in range(_CAS_ATTEMPTS):
+            found = self.get(path)
+            before = None if found is None else found[0]
+            after = change(before)
+            if after == before:
+                return before, after
+            try:
+                if found is None:
+                    assert after is not None
+                    if not self._create(path, after):
+                        continue  # created meanwhile: read it
+                elif after is None:
+                    self._call(self._kazoo.delete, path, version=found[1])
+                else:
+                    self._call(self._kazoo.set, path, after, version=found[1])
+            except (BadVersionError, NoNodeError, NotEmptyError):
+                continue  # written or deleted meanwhile: read again
+            return before, after
+        raise StaleVersionError(f"{path} kept changing under {_CAS_ATTEMPTS} attempts; try again")
+
+    # -- /config/users: SCRAM credentials (zk/users.py) -------------------------------
+
+    def get_user_config_versioned(self, user: str) -> tuple[dict[str, str], int]:
+        """A user's whole config (SCRAM credentials, and quotas Kafka may keep there)
+        and the znode's version (-1: no znode)."""
+        found = self.get(users.user_config_path(user))
+        if found is None:
+            return {}, -1
+        return users.decode_user_config(user, found[0]), found[1]
+
+    def get_user_scram_credentials(self, user: str) -> dict[str, ScramCredential]:
+        """The user's SCRAM credentials by mechanism (none: an empty dict); a stored
+        value that does not decode is ScramConfigError naming the mechanism."""
+        return scram_credentials(self.get_user_config_versioned(user)[0])
+
+    def scram_users(self) -> list[str]:
+        """Every user whose config holds a SCRAM credential, sorted."""
+        found = []
+        for name in self.children(users.CONFIG_USERS):
+            user = users.desanitize(name)
+            try:
+                config = self.get_user_config_versioned(user)[0]
+            except users.UserLayoutError as exc:
+                logger.warning("skipping user %r: %s", user, exc)
+                continue
+            if users.has_scram_credential(config):
+                found.append(user)
+        return sorted(found)
+
+    def all_scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
+        """user → mechanism → credential, for every user with one; a user whose
+        znode does not decode is left out, with a warning."""
+        out: dict[str, dict[str, ScramCredential]] = {}
+        for user in self.scram_users():
+            try:
+                out[user] = self.get_user_scram_credentials(user)
+            except (ScramConfigError, users.UserLayoutError) as exc:
+                logger.warning("ignoring the SCRAM credentials of user %r: %s", user, exc)
+        return out
+
+    def alter_user_scram_credentials(
+        self,
+        user: str,
+        upsertions: Mapping[str, ScramCredential] | None = None,
+        deletions: Collection[str] = (),
+    ) -> bool:
+        """Remove the credentials of ``deletions`` and set ``upsertions`` (mechanism →
+        credential) in one versioned write of the user's znode, created when absent and
+        deleted once its config is empty; other entries are kept.  Then, if anything
+        changed, the notification ``users/<user>``.  CredentialNotFoundError (nothing
+        written) when the user lacks a mechanism of ``deletions``.  True if it changed."""
+        path = users.user_config_path(user)
+        wanted = dict(upsertions or {})
+
+        def change(data: bytes | None) -> bytes | None:
+            config = users.decode_user_config(user, data)
+            missing = [m for m in deletions if m not in config]
+            if missing:
+                raise CredentialNotFoundError(user, missing)
+            altered = users.altered_config(config, wanted, deletions)
+            if data is not None and altered == config:
+                return data
+            return users.encode_user_config(altered) if altered else None
+
+        before, after = self._update_versioned(path, change)
+        if before == after:
+            return False
+        self._notify_config_change(users.user_entity_path(user))
+        return True
+
+    def upsert_scram_credential(
+        self, user: str, mechanism: str, credential: ScramCredential
+    ) -> bool:
+        """Set one of the user's credentials (see ``alter_user_scram_credentials``)."""
+        return self.alter_user_scram_credentials(user, {mechanism: credential})
+
+    def delete_scram_credential(self, user: str, mechanism: str) -> bool:
+        """Remove one of the user's credentials; CredentialNotFoundError when absent."""
+        return self.alter_user_scram_credentials(user, deletions=[mechanism])
+
+    # -- ACLs: /kafka-acl, /kafka-acl-extended and their changes (zk/acls.py) -----------
+
+    def acls_of(self, pattern: ResourcePattern) -> tuple[frozenset[AccessControlEntry], int]:
+        """The pattern's entries and its znode's version (-1: no znode, no entries)."""
+        path = acls.acl_path(pattern)
+        found = self.get(path)
+        if found is None:
+            return frozenset(), -1
+        return acls.decode_acls(found[0], path), found[1]
+
+    def update_acls(
+        self,
+        pattern: ResourcePattern,
+        change: Callable[[frozenset[AccessControlEntry]], Iterable[AccessControlEntry]],
+    ) -> tuple[frozenset[AccessControlEntry], frozenset[AccessControlEntry]]:
+        """Replace the pattern's entries by ``change(current entries)``, conditioned on
+        the znode's version and retried while another writer wins (``change`` may run
+        more than once); the znode is created when absent and deleted once empty.  If
+        the entries changed, a change notification follows (``acl_changes_<seq>`` under
+        the pattern type's change tree).  (entries before, entries after)."""
+        path = acls.acl_path(pattern)
+        seen: dict[str, frozenset[AccessControlEntry]] = {}
+
+        def apply(data: bytes | None) -> bytes | None:
+            current = acls.decode_acls(data, path)
+            new = frozenset(change(current))
+            seen["before"], seen["after"] = current, new
+            if new == current:
+                return data
+            return acls.encode_acls(new) if new else None
+
+        before, after = self._update_versioned(path, apply)
+        if before != after:
+            self._call(
+                self._kazoo.create,
+                acls.change_path_prefix(pattern.pattern_type),
+                acls.encode_change(pattern),
+                sequence=True,
+                makepath=True,
+            )
+        return seen["before"], seen["after"]
+
+    def add_acls(
+        self, pattern: ResourcePattern, entries: Iterable[AccessControlEntry]
+    ) -> frozenset[AccessControlEntry]:
+        """Add entries to the pattern's ACLs (those present stay); its entries after."""
+        added = frozenset(entries)
+        return self.update_acls(pattern, lambda current: current | added)[1]
+
+    def remove_acls(
+        self, pattern: ResourcePattern, entries: Iterable[AccessControlEntry]
+    ) -> frozenset[AccessControlEntry]:
+        """Remove entries from the pattern's ACLs; those that were there and went."""
+        removed = frozenset(entries)
+        before, after = self.update_acls(pattern, lambda current: current - removed)
+        return before - after
+
+    def all_acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+        """Every pattern with ACLs (both trees, every resource type) and its entries;
+        a znode that does not decode is left out, with a warning."""
+        out: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
+        for pattern_type in (PatternType.LITERAL, PatternType.PREFIXED):
+            for resource_type in acls.RESOURCE_TYPES:
+                parent = acls.acl_type_path(pattern_type, resource_type)
+                for name in self.children(parent):
+                    path = f"{parent}/{name}"
+                    found = self.get(path)
+                    if found is None:
+                        continue
+                    try:
+                        entries = acls.decode_acls(found[0], path)
+                        pattern = acls.pattern_from_path(path)
+                    except acls.AclLayoutError as exc:
+                        logger.warning("ignoring ACL znode %s: %s", path, exc)
+                        continue
+                    if entries:
+                        out[pattern] = entries
+        return out
+
+    def acl_changes(
+        self, pattern_type: PatternType, after: int
+    ) -> list[tuple[int, ResourcePattern | None]]:
+        """(sequence number, pattern named) of each ACL change notification of the
+        pattern type's tree numbered above ``after``, oldest first; None for one that
+        does not decode (logged)."""
+        root = acls.change_root(pattern_type)
+        out: list[tuple[int, ResourcePattern | None]] = []
+        for child in self.children(root):
+            try:
+                number = acls.change_sequence(child)
+            except acls.AclLayoutError:
+                continue
+            if number <= after:
+                continue
+            path = f"{root}/{child}"
+            found = self.get(path)
+            if found is None:
+                continue  # purged meanwhile
+            try:
+                out.append((number, acls.decode_change(path, found[0])))
+            except acls.AclLayoutError as exc:
+                logger.warning("ignoring an ACL change notification: %s", exc)
+                out.append((number, None))
+        return sorted(out, key=lambda change: change[0])
 
     # -- /consumers: the ZooKeeper group membership of the group consumer -------------
 

@@ -16,7 +16,18 @@
     /admin/reassign_partitions, /admin/preferred_replica_election
     /isr_change_notification/isr_change_<seq>     sequential
     /config/topics/<topic>                        {"version":1,"config":{..}}
-    /config/changes/config_change_<seq>           sequential
+    /config/users/<sanitized user>                {"version":1,"config":{"SCRAM-SHA-512":
+                                                   "salt=..,stored_key=..,server_key=..,
+                                                   iterations=4096",..}}      (users.py)
+    /config/changes/config_change_<seq>           sequential {"version":2,
+                                                   "entity_path":"topics/<t>" | "users/<u>"}
+    /kafka-acl/<ResourceType>/<name>              {"version":1,"acls":[{"principal":"User:a",
+                                                   "permissionType":"Allow","operation":"Read",
+                                                   "host":"*"}]}              (acls.py)
+    /kafka-acl-extended/prefixed/<ResourceType>/<name>   the same, for PREFIXED patterns
+    /kafka-acl-changes/acl_changes_<seq>          sequential  Topic:orders
+    /kafka-acl-extended-changes/acl_changes_<seq> sequential  {"version":1,"resourceType":..,
+                                                   "name":..,"patternType":"PREFIXED"}
     /consumers/<group>/ids/<consumer_id> ephemeral {"version":1,"subscription":{"topic":n},
                                                     "pattern":"static","timestamp":".."}
     /consumers/<group>/owners/<topic>/<p> ephemeral consumer thread id
@@ -24,8 +35,9 @@
     /latest_producer_id_block                     {"version":1,"broker":B,"block_start":"S",
                                                    "block_end":"E"}
 
-Everything here is pure: names and encodings, no connection.  Nothing else in
-annal builds a znode path.
+Everything here is pure: names and encodings, no connection.  Nothing outside
+``zk/`` builds a znode path; the ACL znodes' encodings are in ``acls.py``, the users'
+in ``users.py``.
 """
 
 from __future__ import annotations
@@ -174,10 +186,27 @@ def decode_cluster_id(raw: bytes) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One advertised listener of Kafka's protocol: its name (PLAINTEXT, SASL_SSL,
+    or a name of listener.security.protocol.map), address and security protocol."""
+
+    listener: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerRegistration:
     """A live broker, as registered in its ephemeral znode: its gRPC endpoint
-    (``host``/``port``, the top-level fields) and, when it has one, its Kafka
-    protocol endpoint (``PLAINTEXT://`` in ``endpoints``)."""
+    (``host``/``port``, the top-level fields) and its listeners of Kafka's
+    protocol (``endpoints``, with ``listener_security_protocol_map``).
+    ``kafka_host``/``kafka_port`` name the first of them without security
+    (PLAINTEXT), which followers and Spark's executors fetch over."""
 
     broker_id: int
     host: str
@@ -187,6 +216,18 @@ class BrokerRegistration:
     kafka_host: str | None = None
     kafka_port: int = 0
     tls: bool = False  # its gRPC listener is GRPCS:// (TLS)
+    kafka_endpoints: tuple[Endpoint, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kafka_host is not None and not self.kafka_endpoints:
+            named = Endpoint("PLAINTEXT", self.kafka_host, self.kafka_port)
+            object.__setattr__(self, "kafka_endpoints", (named,))
+        elif self.kafka_host is None:
+            plain = next((e for e in self.kafka_endpoints if e.security_protocol == "PLAINTEXT"),
+                         None)  # fmt: skip
+            if plain is not None:
+                object.__setattr__(self, "kafka_host", plain.host)
+                object.__setattr__(self, "kafka_port", plain.port)
 
     @property
     def endpoint(self) -> str:
@@ -201,9 +242,9 @@ class BrokerRegistration:
         endpoints = [f"{grpc_listener}://{self.host}:{self.port}"]
         # listener name → security protocol, as Kafka's
         protocols = {grpc_listener: "SSL" if self.tls else "PLAINTEXT"}
-        if self.kafka_host is not None:
-            endpoints.append(f"PLAINTEXT://{self.kafka_host}:{self.kafka_port}")
-            protocols["PLAINTEXT"] = "PLAINTEXT"
+        for e in self.kafka_endpoints:
+            endpoints.append(f"{e.listener}://{e.host}:{e.port}")
+            protocols[e.listener] = e.security_protocol
         return _dump(
             {
                 "version": 5,
@@ -220,24 +261,24 @@ class BrokerRegistration:
     def decode(cls, broker_id: int, raw: bytes) -> BrokerRegistration:
         path = broker_path(broker_id)
         obj = _load(path, raw)
-        kafka_host: str | None = None
-        kafka_port = 0
+        protocols = obj.get("listener_security_protocol_map") or {}
+        kafka: list[Endpoint] = []
         tls = False
         for endpoint in obj.get("endpoints") or []:
             name, sep, address = str(endpoint).partition("://")
             host, colon, port = address.rpartition(":")
-            if sep and colon and name == "PLAINTEXT" and port.isdigit():
-                kafka_host, kafka_port = host, int(port)
             tls = tls or name == "GRPCS"
+            if sep and colon and port.isdigit() and name not in ("GRPC", "GRPCS"):
+                protocol = str(protocols.get(name, name))
+                kafka.append(Endpoint(name, host, int(port), protocol))
         return cls(
             broker_id,
             str(_field(path, obj, "host")),
             int(_field(path, obj, "port")),
             obj.get("rack"),
             int(obj.get("timestamp") or 0),
-            kafka_host,
-            kafka_port,
-            tls,
+            tls=tls,
+            kafka_endpoints=tuple(kafka),
         )
 
 

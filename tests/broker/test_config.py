@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from annal.broker.config import BrokerConfig, ConfigError, Listener, parse_properties
+from annal.broker.config import AUTHORIZERS, BrokerConfig, ConfigError, Listener, parse_properties
 
 BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181/annal"}
 
@@ -59,7 +59,8 @@ def test_retention_precedence() -> None:
         ({"broker.idd": "1"}, "unknown broker config 'broker.idd' (did you mean 'broker.id'?)"),
         ({"broker.id": "one"}, "broker.id='one': expected an integer"),
         ({"broker.id": "-2"}, "broker.id='-2': must be at least 0"),
-        ({"listeners": "http://x:1"}, "listeners='http://x:1': expected GRPC://host:port"),
+        ({"listeners": "GRPC://x:1,http://x:2"}, "names HTTP://, which listener.security.pro"),
+        ({"listeners": "GRPC://x:1,a-b://x:2"}, "listeners='a-b://x:2': expected NAME://host:port"),
         ({"listeners": "GRPC://x:99999"}, "port 0-65535"),
         ({"auto.create.topics.enable": "yes"}, "expected true or false"),
         ({"log.cleanup.policy": "shred"}, "expected delete, compact or compact,delete"),
@@ -172,7 +173,8 @@ def test_a_kafka_protocol_listener_beside_grpc() -> None:
         ("GRPC://:1,GRPCS://:2", None, "names GRPCS and GRPC"),
         ("GRPCS://:1", None, "a GRPCS:// listener needs ssl.keystore.location"),
         ("GRPC://:1", "PLAINTEXT://h:2", "advertised.listeners names PLAINTEXT, which listeners"),
-        ("GRPC://:1,SSL://:2", None, "expected GRPC://host:port, GRPCS://host:port or PLAINTEXT"),
+        ("GRPC://:1,SSL://:2", None, "SSL://:2: a TLS listener needs ssl.keystore.location"),
+        ("GRPC://:1,SASL_PLAINTEXT://:2,sasl_plaintext://:3", None, "names SASL_PLAINTEXT twice"),
     ],
 )
 def test_bad_listener_lists_are_named(listeners: str, advertised: str | None, message: str) -> None:
@@ -219,7 +221,65 @@ def test_followers_fetch_over_the_kafka_listener_unless_told_or_tls(tmp_path: Pa
         ({**tls, "inter.broker.listener.name": "PLAINTEXT"}, "would copy records unencrypted"),
         ({**tls, "inter.broker.listener.name": "GRPC"}, "the gRPC listener is GRPCS://h:1"),
         ({**BASE, "inter.broker.listener.name": "PLAINTEXT"}, "has no PLAINTEXT:// listener"),
-        ({**both, "inter.broker.listener.name": "SSL"}, "expected PLAINTEXT, GRPC or GRPCS"),
+        ({**both, "inter.broker.listener.name": "SSL"}, "listeners has no SSL:// listener"),
     ]:
         with pytest.raises(ConfigError, match=message):
             BrokerConfig.from_properties(props)
+
+
+def test_several_kafka_listeners_each_with_its_security_protocol(tmp_path: Path) -> None:
+    keystore = tmp_path / "broker.pem"
+    keystore.write_text("-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n")
+    config = BrokerConfig.from_properties(
+        {
+            **BASE,
+            "listeners": "GRPC://:1,CLIENT://:2,INTERNAL://:3,SASL_PLAINTEXT://:4",
+            "advertised.listeners": "CLIENT://public.example:2",
+            "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:PLAINTEXT,"
+            "SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "ssl.keystore.location": str(keystore),
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+            "inter.broker.listener.name": "internal",
+        }
+    )
+    found = {k.name: k for k in config.kafka_listeners}
+    assert [(k.name, k.security_protocol) for k in config.kafka_listeners] == [
+        ("CLIENT", "SASL_SSL"), ("INTERNAL", "PLAINTEXT"), ("SASL_PLAINTEXT", "SASL_PLAINTEXT"),
+    ]  # fmt: skip
+    assert found["CLIENT"].advertised.host == "public.example"
+    assert found["CLIENT"].tls is not None and found["CLIENT"].sasl_mechanisms == ("SCRAM-SHA-512",)
+    assert found["SASL_PLAINTEXT"].sasl_mechanisms == ("PLAIN",)
+    assert found["INTERNAL"].tls is None and not found["INTERNAL"].sasl
+    assert config.kafka_listener is not None and config.kafka_listener.port == 3
+    assert config.inter_broker_listener_name == "INTERNAL" and config.replica_fetch_over_kafka
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"listener.security.protocol.map": "A:TLS"}, "'TLS' is not a security protocol"),
+        ({"listeners": "GRPC://:1,SASL_SSL://:2"}, "a TLS listener needs ssl.keystore"),
+        ({"sasl.enabled.mechanisms": "GSSAPI"}, "GSSAPI not supported"),
+        ({"listener.name.nope.ssl.client.auth": "required"}, "no listener named NOPE"),
+        ({"listeners": "GRPC://:1,PLAINTEXT://:2", "listener.name.plaintext.log.dirs": "/x"},
+         "'log.dirs' is not set per listener"),
+        ({"authorizer.class.name": "com.example.Mine"}, "annal's authorizer is Kafka's ACL"),
+        ({"listeners": "GRPC://:1,SASL_PLAINTEXT://:2",
+          "inter.broker.listener.name": "SASL_PLAINTEXT"},
+         "followers fetch over a PLAINTEXT Kafka listener"),
+    ],
+)  # fmt: skip
+def test_bad_security_settings_are_named(props: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_properties({**BASE, **props})
+
+
+def test_kafka_authorizer_names_and_super_users() -> None:
+    for name in AUTHORIZERS:
+        config = BrokerConfig.from_properties(
+            {**BASE, "authorizer.class.name": name, "super.users": "User:admin; User:broker-1"}
+        )
+        assert config.authorizer == name
+        assert config.super_users == {"User:admin", "User:broker-1"}
+        assert not config.allow_everyone_if_no_acl_found

@@ -97,7 +97,9 @@ class KafkaStandIn:
         self.endpoint = f"127.0.0.1:{self._server.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
 
-    async def fetch(self, request: pb.FetchRequest, deadline: Any) -> pb.FetchResponse:
+    async def fetch(
+        self, request: pb.FetchRequest, deadline: Any, session: Any = None
+    ) -> pb.FetchResponse:
         return self.leader.Fetch(request, None)  # type: ignore[arg-type]
 
     def _accept(self) -> None:

@@ -500,3 +500,31 @@ def test_arbitrary_plain_messages_raise_only_sasl_errors(message: bytes) -> None
     server = PlainServer(lookup)
     feed(server, message)
     assert server.complete == (message == b"\0alice\0alice-secret")
+
+
+def test_a_final_nonce_that_repeats_the_client_nonce_is_accepted_as_kafka_does() -> None:
+    """librdkafka before 2.6.1 sends r=<client nonce><server nonce>; Kafka's brokers
+    accept a final nonce ending with theirs, and so does annal (the proof is made
+    over the message as sent).  Any other nonce is still refused."""
+    import base64
+    import hashlib
+    import hmac
+
+    credential = make_credential("SCRAM-SHA-256", "pw")
+    for extra, accepted in [("", True), ("cnonce", True), ("other", False)]:
+        server = ScramServer("SCRAM-SHA-256", lambda _user: {"SCRAM-SHA-256": credential})
+        first_bare = "n=alice,r=cnonce"
+        server_first = server.evaluate(b"n,," + first_bare.encode()).decode()
+        nonce = server_first.split(",")[0][2:]
+        without_proof = f"c=biws,r={extra}{nonce}"
+        salted = hashlib.pbkdf2_hmac("sha256", b"pw", credential.salt, credential.iterations)
+        client_key = hmac.digest(salted, b"Client Key", "sha256")
+        auth = f"{first_bare},{server_first},{without_proof}".encode()
+        signature = hmac.digest(hashlib.sha256(client_key).digest(), auth, "sha256")
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        final = f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+        if accepted:
+            assert server.evaluate(final).startswith(b"v=") and server.complete
+        else:
+            with pytest.raises(SaslAuthenticationError):
+                server.evaluate(final)

@@ -165,6 +165,18 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """A request from a broker whose epoch (registration) is older than the one the
     controller knows (KIP-380).
     """
+    RESOURCE_NOT_FOUND: _ErrorCode.ValueType  # 91
+    """The thing asked about does not exist (e.g. deleting or describing a user's SCRAM
+    credential that is not there).
+    """
+    DUPLICATE_RESOURCE: _ErrorCode.ValueType  # 92
+    """The request names the same thing twice where only once is allowed (e.g. one user
+    and SCRAM mechanism altered twice in one AlterUserScramCredentials).
+    """
+    UNACCEPTABLE_CREDENTIAL: _ErrorCode.ValueType  # 93
+    """A SCRAM credential that cannot be stored: an empty user name, iterations outside
+    4096..16384, an empty salt or a salted password of the wrong size.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Kafka's error codes, with Kafka's numbers and names."""
@@ -296,6 +308,18 @@ DELEGATION_TOKEN_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 65
 STALE_BROKER_EPOCH: ErrorCode.ValueType  # 77
 """A request from a broker whose epoch (registration) is older than the one the
 controller knows (KIP-380).
+"""
+RESOURCE_NOT_FOUND: ErrorCode.ValueType  # 91
+"""The thing asked about does not exist (e.g. deleting or describing a user's SCRAM
+credential that is not there).
+"""
+DUPLICATE_RESOURCE: ErrorCode.ValueType  # 92
+"""The request names the same thing twice where only once is allowed (e.g. one user
+and SCRAM mechanism altered twice in one AlterUserScramCredentials).
+"""
+UNACCEPTABLE_CREDENTIAL: ErrorCode.ValueType  # 93
+"""A SCRAM credential that cannot be stored: an empty user name, iterations outside
+4096..16384, an empty salt or a salted password of the wrong size.
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
@@ -2630,6 +2654,620 @@ class LogDirPartition(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LogDirPartition: _TypeAlias = LogDirPartition  # noqa: Y015
+
+@_typing.final
+class AclBinding(_message.Message):
+    """---------------------------------------------------------------------------
+    ACLs and SCRAM credentials (kafka-acls.sh, kafka-configs.sh --entity-type users)
+    ---------------------------------------------------------------------------
+
+    One ACL: a principal, connecting from a host, is allowed or denied an operation on
+    the resources a pattern names.  Every enumeration is a Kafka wire code.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_TYPE_FIELD_NUMBER: _builtins.int
+    resource_type: _builtins.int
+    """Resource type: 2 TOPIC, 3 GROUP, 4 CLUSTER, 5 TRANSACTIONAL_ID, 6 DELEGATION_TOKEN."""
+    resource_name: _builtins.str
+    """The pattern's name: a topic, group or transactional id, "*" (literal: every
+    resource of the type), a prefix (PREFIXED), or "kafka-cluster" for the cluster.
+    """
+    pattern_type: _builtins.int
+    """How resource_name is matched: 3 LITERAL, 4 PREFIXED."""
+    principal: _builtins.str
+    """Who: "<type>:<name>", e.g. "User:alice"; "User:*" is every principal."""
+    host: _builtins.str
+    """From where: a client's IP address, or "*" for any."""
+    operation: _builtins.int
+    """What: 2 ALL, 3 READ, 4 WRITE, 5 CREATE, 6 DELETE, 7 ALTER, 8 DESCRIBE,
+    9 CLUSTER_ACTION, 10 DESCRIBE_CONFIGS, 11 ALTER_CONFIGS, 12 IDEMPOTENT_WRITE.
+    """
+    permission_type: _builtins.int
+    """2 DENY or 3 ALLOW."""
+    def __init__(
+        self,
+        *,
+        resource_type: _builtins.int = ...,
+        resource_name: _builtins.str = ...,
+        pattern_type: _builtins.int = ...,
+        principal: _builtins.str = ...,
+        host: _builtins.str = ...,
+        operation: _builtins.int = ...,
+        permission_type: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "operation", b"operation", "pattern_type", b"pattern_type", "permission_type", b"permission_type", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclBinding: _TypeAlias = AclBinding  # noqa: Y015
+
+@_typing.final
+class AclBindingFilter(_message.Message):
+    """Selects ACLs (DescribeAcls, DeleteAcls).  The enumerations take AclBinding's codes
+    plus 1 (ANY, matching every value); pattern_type also takes 2 MATCH (the patterns
+    that apply to a resource named resource_name: that name, "*" and its prefixes).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_TYPE_FIELD_NUMBER: _builtins.int
+    resource_type: _builtins.int
+    """Resource type, or 1 (ANY)."""
+    resource_name: _builtins.str
+    """The pattern name to match; unset matches every name."""
+    pattern_type: _builtins.int
+    """1 ANY, 2 MATCH, 3 LITERAL or 4 PREFIXED."""
+    principal: _builtins.str
+    """The principal ("User:alice") to match; unset matches every principal."""
+    host: _builtins.str
+    """The host to match; unset matches every host."""
+    operation: _builtins.int
+    """Operation, or 1 (ANY)."""
+    permission_type: _builtins.int
+    """Permission type, or 1 (ANY)."""
+    def __init__(
+        self,
+        *,
+        resource_type: _builtins.int = ...,
+        resource_name: _builtins.str | None = ...,
+        pattern_type: _builtins.int = ...,
+        principal: _builtins.str | None = ...,
+        host: _builtins.str | None = ...,
+        operation: _builtins.int = ...,
+        permission_type: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_host", b"_host", "_principal", b"_principal", "_resource_name", b"_resource_name", "host", b"host", "principal", b"principal", "resource_name", b"resource_name"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host", b"_host", "_principal", b"_principal", "_resource_name", b"_resource_name", "host", b"host", "operation", b"operation", "pattern_type", b"pattern_type", "permission_type", b"permission_type", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__host: _TypeAlias = _typing.Literal["host"]  # noqa: Y015
+    _WhichOneofArgType__host: _TypeAlias = _typing.Literal["_host", b"_host"]  # noqa: Y015
+    _WhichOneofReturnType__principal: _TypeAlias = _typing.Literal["principal"]  # noqa: Y015
+    _WhichOneofArgType__principal: _TypeAlias = _typing.Literal["_principal", b"_principal"]  # noqa: Y015
+    _WhichOneofReturnType__resource_name: _TypeAlias = _typing.Literal["resource_name"]  # noqa: Y015
+    _WhichOneofArgType__resource_name: _TypeAlias = _typing.Literal["_resource_name", b"_resource_name"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__host) -> _WhichOneofReturnType__host | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__principal) -> _WhichOneofReturnType__principal | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__resource_name) -> _WhichOneofReturnType__resource_name | None: ...
+
+Global___AclBindingFilter: _TypeAlias = AclBindingFilter  # noqa: Y015
+
+@_typing.final
+class CreateAclsRequest(_message.Message):
+    """Store ACLs (kafka-acls.sh --add); each broker applies them within seconds."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREATIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def creations(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclBinding]:
+        """The ACLs to add; adding one that exists already is not an error."""
+
+    def __init__(
+        self,
+        *,
+        creations: _abc.Iterable[Global___AclBinding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["creations", b"creations"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAclsRequest: _TypeAlias = CreateAclsRequest  # noqa: Y015
+
+@_typing.final
+class CreateAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclResult]:
+        """One result per creation, in the request's order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___AclResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAclsResponse: _TypeAlias = CreateAclsResponse  # noqa: Y015
+
+@_typing.final
+class AclResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """NONE, or INVALID_REQUEST for an ACL that cannot be stored (the message says why)."""
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    def __init__(
+        self,
+        *,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclResult: _TypeAlias = AclResult  # noqa: Y015
+
+@_typing.final
+class DescribeAclsRequest(_message.Message):
+    """The ACLs a filter selects (kafka-acls.sh --list), as this broker knows them."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILTER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def filter(self) -> Global___AclBindingFilter:
+        """Which ACLs; unset fields and ANY codes match everything."""
+
+    def __init__(
+        self,
+        *,
+        filter: Global___AclBindingFilter | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeAclsRequest: _TypeAlias = DescribeAclsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    ACLS_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """NONE, or INVALID_REQUEST for a filter with unknown codes or a malformed principal."""
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclBinding]:
+        """The matching ACLs, sorted by resource pattern, then entry."""
+
+    def __init__(
+        self,
+        *,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        acls: _abc.Iterable[Global___AclBinding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "error", b"error", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeAclsResponse: _TypeAlias = DescribeAclsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteAclsRequest(_message.Message):
+    """Remove every ACL some filter selects (kafka-acls.sh --remove)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILTERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def filters(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclBindingFilter]:
+        """The filters; an ACL selected by several is reported under the first."""
+
+    def __init__(
+        self,
+        *,
+        filters: _abc.Iterable[Global___AclBindingFilter] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filters", b"filters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsRequest: _TypeAlias = DeleteAclsRequest  # noqa: Y015
+
+@_typing.final
+class DeleteAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteAclsResult]:
+        """One result per filter, in the request's order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___DeleteAclsResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsResponse: _TypeAlias = DeleteAclsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteAclsResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    DELETED_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """NONE, or INVALID_REQUEST for a filter that cannot select anything valid."""
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    @_builtins.property
+    def deleted(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeletedAcl]:
+        """The ACLs this filter removed (or failed to, with their error)."""
+
+    def __init__(
+        self,
+        *,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        deleted: _abc.Iterable[Global___DeletedAcl] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "error", b"error", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsResult: _TypeAlias = DeleteAclsResult  # noqa: Y015
+
+@_typing.final
+class DeletedAcl(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    ACL_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """NONE when removed."""
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    @_builtins.property
+    def acl(self) -> Global___AclBinding:
+        """The ACL."""
+
+    def __init__(
+        self,
+        *,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        acl: Global___AclBinding | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["acl", b"acl"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acl", b"acl", "error", b"error", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeletedAcl: _TypeAlias = DeletedAcl  # noqa: Y015
+
+@_typing.final
+class DescribeUserScramCredentialsRequest(_message.Message):
+    """Which SCRAM credentials users have (kafka-configs.sh --describe --entity-type users):
+    mechanisms and iteration counts, never salts or keys.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def users(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """User names; empty for every user that has a credential."""
+
+    def __init__(
+        self,
+        *,
+        users: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeUserScramCredentialsRequest: _TypeAlias = DescribeUserScramCredentialsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeUserScramCredentialsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """NONE, or an error for the whole request (ZooKeeper unreachable)."""
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___UserScramCredentials]:
+        """One result per user asked about (or per user with a credential), sorted by user
+        when describing all.
+        """
+
+    def __init__(
+        self,
+        *,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        results: _abc.Iterable[Global___UserScramCredentials] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeUserScramCredentialsResponse: _TypeAlias = DescribeUserScramCredentialsResponse  # noqa: Y015
+
+@_typing.final
+class UserScramCredentials(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    CREDENTIALS_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    """The user name (the name a client authenticates with; its principal is User:<name>)."""
+    error: Global___ErrorCode.ValueType
+    """NONE, RESOURCE_NOT_FOUND (no credential), DUPLICATE_RESOURCE (asked twice) or
+    UNKNOWN_SERVER_ERROR (a stored credential that does not decode).
+    """
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    @_builtins.property
+    def credentials(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialInfo]:
+        """The user's credentials, by mechanism name."""
+
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        credentials: _abc.Iterable[Global___ScramCredentialInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "error", b"error", "error_message", b"error_message", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserScramCredentials: _TypeAlias = UserScramCredentials  # noqa: Y015
+
+@_typing.final
+class ScramCredentialInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    ITERATIONS_FIELD_NUMBER: _builtins.int
+    mechanism: _builtins.str
+    """"SCRAM-SHA-256" or "SCRAM-SHA-512"."""
+    iterations: _builtins.int
+    """PBKDF2 iterations the credential was made with (4096..16384)."""
+    def __init__(
+        self,
+        *,
+        mechanism: _builtins.str = ...,
+        iterations: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScramCredentialInfo: _TypeAlias = ScramCredentialInfo  # noqa: Y015
+
+@_typing.final
+class AlterUserScramCredentialsRequest(_message.Message):
+    """Set and remove users' SCRAM credentials (KIP-554).  The client salts the password
+    itself (PBKDF2 with the mechanism's hash), so the password never travels; the broker
+    derives the stored and server keys from the salted password.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELETIONS_FIELD_NUMBER: _builtins.int
+    UPSERTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def deletions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialDeletion]:
+        """Credentials to remove."""
+
+    @_builtins.property
+    def upsertions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialUpsertion]:
+        """Credentials to set (replacing one of the same user and mechanism)."""
+
+    def __init__(
+        self,
+        *,
+        deletions: _abc.Iterable[Global___ScramCredentialDeletion] | None = ...,
+        upsertions: _abc.Iterable[Global___ScramCredentialUpsertion] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deletions", b"deletions", "upsertions", b"upsertions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterUserScramCredentialsRequest: _TypeAlias = AlterUserScramCredentialsRequest  # noqa: Y015
+
+@_typing.final
+class ScramCredentialDeletion(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    """The user name."""
+    mechanism: _builtins.str
+    """"SCRAM-SHA-256" or "SCRAM-SHA-512"."""
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        mechanism: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mechanism", b"mechanism", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScramCredentialDeletion: _TypeAlias = ScramCredentialDeletion  # noqa: Y015
+
+@_typing.final
+class ScramCredentialUpsertion(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    ITERATIONS_FIELD_NUMBER: _builtins.int
+    SALT_FIELD_NUMBER: _builtins.int
+    SALTED_PASSWORD_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    """The user name; must not be empty."""
+    mechanism: _builtins.str
+    """"SCRAM-SHA-256" or "SCRAM-SHA-512"."""
+    iterations: _builtins.int
+    """PBKDF2 iterations used for salted_password: 4096..16384."""
+    salt: _builtins.bytes
+    """The random salt the client chose (non-empty; 24 bytes or more recommended)."""
+    salted_password: _builtins.bytes
+    """PBKDF2-HMAC-<hash>(password as UTF-8, salt, iterations): 32 bytes for
+    SCRAM-SHA-256, 64 for SCRAM-SHA-512.
+    """
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        mechanism: _builtins.str = ...,
+        iterations: _builtins.int = ...,
+        salt: _builtins.bytes = ...,
+        salted_password: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism", "salt", b"salt", "salted_password", b"salted_password", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScramCredentialUpsertion: _TypeAlias = ScramCredentialUpsertion  # noqa: Y015
+
+@_typing.final
+class AlterUserScramCredentialsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlterUserScramResult]:
+        """One result per user named in the request (each user's changes are written
+        together, or not at all).
+        """
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___AlterUserScramResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterUserScramCredentialsResponse: _TypeAlias = AlterUserScramCredentialsResponse  # noqa: Y015
+
+@_typing.final
+class AlterUserScramResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    """The user name."""
+    error: Global___ErrorCode.ValueType
+    """NONE, UNSUPPORTED_SASL_MECHANISM, UNACCEPTABLE_CREDENTIAL, DUPLICATE_RESOURCE (the
+    same mechanism twice for the user) or RESOURCE_NOT_FOUND (deleting a credential
+    the user does not have).
+    """
+    error_message: _builtins.str
+    """Human-readable detail for an error; never holds a salt or key."""
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterUserScramResult: _TypeAlias = AlterUserScramResult  # noqa: Y015
 
 @_typing.final
 class PartitionState(_message.Message):

@@ -140,6 +140,31 @@ class AnnalStub:
                 request_serializer=annal_dot_v1_dot_annal__pb2.DescribeLogDirsRequest.SerializeToString,
                 response_deserializer=annal_dot_v1_dot_annal__pb2.DescribeLogDirsResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/annal.v1.Annal/CreateAcls',
+                request_serializer=annal_dot_v1_dot_annal__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/annal.v1.Annal/DescribeAcls',
+                request_serializer=annal_dot_v1_dot_annal__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/annal.v1.Annal/DeleteAcls',
+                request_serializer=annal_dot_v1_dot_annal__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/annal.v1.Annal/DescribeUserScramCredentials',
+                request_serializer=annal_dot_v1_dot_annal__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.DescribeUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/annal.v1.Annal/AlterUserScramCredentials',
+                request_serializer=annal_dot_v1_dot_annal__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
 
 
 class AnnalServicer:
@@ -294,6 +319,41 @@ class AnnalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """Add ACLs (stored in ZooKeeper; every broker follows within seconds).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """The ACLs a filter selects.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Remove the ACLs filters select.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUserScramCredentials(self, request, context):
+        """Users' SCRAM mechanisms and iteration counts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterUserScramCredentials(self, request, context):
+        """Set or remove users' SCRAM credentials.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnnalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -401,6 +461,31 @@ def add_AnnalServicer_to_server(servicer, server):
                     servicer.DescribeLogDirs,
                     request_deserializer=annal_dot_v1_dot_annal__pb2.DescribeLogDirsRequest.FromString,
                     response_serializer=annal_dot_v1_dot_annal__pb2.DescribeLogDirsResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.CreateAclsRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.AlterUserScramCredentialsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -971,6 +1056,141 @@ class Annal:
             '/annal.v1.Annal/DescribeLogDirs',
             annal_dot_v1_dot_annal__pb2.DescribeLogDirsRequest.SerializeToString,
             annal_dot_v1_dot_annal__pb2.DescribeLogDirsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/CreateAcls',
+            annal_dot_v1_dot_annal__pb2.CreateAclsRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/DescribeAcls',
+            annal_dot_v1_dot_annal__pb2.DescribeAclsRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/DeleteAcls',
+            annal_dot_v1_dot_annal__pb2.DeleteAclsRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/DescribeUserScramCredentials',
+            annal_dot_v1_dot_annal__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.DescribeUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/AlterUserScramCredentials',
+            annal_dot_v1_dot_annal__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.AlterUserScramCredentialsResponse.FromString,
             options,
             channel_credentials,
             insecure,

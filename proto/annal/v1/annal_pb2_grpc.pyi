@@ -89,6 +89,16 @@ class AnnalStub:
     """A new producer id and epoch for an idempotent producer."""
     DescribeLogDirs: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DescribeLogDirsRequest, _annal_pb2.DescribeLogDirsResponse]
     """The broker's log directories and the size of each partition in them."""
+    CreateAcls: _grpc.UnaryUnaryMultiCallable[_annal_pb2.CreateAclsRequest, _annal_pb2.CreateAclsResponse]
+    """Add ACLs (stored in ZooKeeper; every broker follows within seconds)."""
+    DescribeAcls: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DescribeAclsRequest, _annal_pb2.DescribeAclsResponse]
+    """The ACLs a filter selects."""
+    DeleteAcls: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DeleteAclsRequest, _annal_pb2.DeleteAclsResponse]
+    """Remove the ACLs filters select."""
+    DescribeUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DescribeUserScramCredentialsRequest, _annal_pb2.DescribeUserScramCredentialsResponse]
+    """Users' SCRAM mechanisms and iteration counts."""
+    AlterUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_annal_pb2.AlterUserScramCredentialsRequest, _annal_pb2.AlterUserScramCredentialsResponse]
+    """Set or remove users' SCRAM credentials."""
 
 @_typing.type_check_only
 class AnnalAsyncStub(AnnalStub):
@@ -139,6 +149,16 @@ class AnnalAsyncStub(AnnalStub):
     """A new producer id and epoch for an idempotent producer."""
     DescribeLogDirs: _aio.UnaryUnaryMultiCallable[_annal_pb2.DescribeLogDirsRequest, _annal_pb2.DescribeLogDirsResponse]  # type: ignore[assignment]
     """The broker's log directories and the size of each partition in them."""
+    CreateAcls: _aio.UnaryUnaryMultiCallable[_annal_pb2.CreateAclsRequest, _annal_pb2.CreateAclsResponse]  # type: ignore[assignment]
+    """Add ACLs (stored in ZooKeeper; every broker follows within seconds)."""
+    DescribeAcls: _aio.UnaryUnaryMultiCallable[_annal_pb2.DescribeAclsRequest, _annal_pb2.DescribeAclsResponse]  # type: ignore[assignment]
+    """The ACLs a filter selects."""
+    DeleteAcls: _aio.UnaryUnaryMultiCallable[_annal_pb2.DeleteAclsRequest, _annal_pb2.DeleteAclsResponse]  # type: ignore[assignment]
+    """Remove the ACLs filters select."""
+    DescribeUserScramCredentials: _aio.UnaryUnaryMultiCallable[_annal_pb2.DescribeUserScramCredentialsRequest, _annal_pb2.DescribeUserScramCredentialsResponse]  # type: ignore[assignment]
+    """Users' SCRAM mechanisms and iteration counts."""
+    AlterUserScramCredentials: _aio.UnaryUnaryMultiCallable[_annal_pb2.AlterUserScramCredentialsRequest, _annal_pb2.AlterUserScramCredentialsResponse]  # type: ignore[assignment]
+    """Set or remove users' SCRAM credentials."""
 
 class AnnalServicer(metaclass=_abc_1.ABCMeta):
     """What clients call."""
@@ -312,6 +332,46 @@ class AnnalServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_annal_pb2.DescribeLogDirsResponse, _abc.Awaitable[_annal_pb2.DescribeLogDirsResponse]]:
         """The broker's log directories and the size of each partition in them."""
+
+    @_abc_1.abstractmethod
+    def CreateAcls(
+        self,
+        request: _annal_pb2.CreateAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.CreateAclsResponse, _abc.Awaitable[_annal_pb2.CreateAclsResponse]]:
+        """Add ACLs (stored in ZooKeeper; every broker follows within seconds)."""
+
+    @_abc_1.abstractmethod
+    def DescribeAcls(
+        self,
+        request: _annal_pb2.DescribeAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.DescribeAclsResponse, _abc.Awaitable[_annal_pb2.DescribeAclsResponse]]:
+        """The ACLs a filter selects."""
+
+    @_abc_1.abstractmethod
+    def DeleteAcls(
+        self,
+        request: _annal_pb2.DeleteAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.DeleteAclsResponse, _abc.Awaitable[_annal_pb2.DeleteAclsResponse]]:
+        """Remove the ACLs filters select."""
+
+    @_abc_1.abstractmethod
+    def DescribeUserScramCredentials(
+        self,
+        request: _annal_pb2.DescribeUserScramCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.DescribeUserScramCredentialsResponse, _abc.Awaitable[_annal_pb2.DescribeUserScramCredentialsResponse]]:
+        """Users' SCRAM mechanisms and iteration counts."""
+
+    @_abc_1.abstractmethod
+    def AlterUserScramCredentials(
+        self,
+        request: _annal_pb2.AlterUserScramCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.AlterUserScramCredentialsResponse, _abc.Awaitable[_annal_pb2.AlterUserScramCredentialsResponse]]:
+        """Set or remove users' SCRAM credentials."""
 
 def add_AnnalServicer_to_server(servicer: AnnalServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -1,0 +1,139 @@
+"""Authorization of requests, one module for both protocols (docs/security.md).
+
+Each API asks here whether the request's session may do Kafka's operation on
+the resources it names; the protocol edges (``kafkaproto``, ``broker/service``)
+only turn a denial into their own error.  Without ``authorizer.class.name``
+every request is allowed, as Kafka allows everything without an authorizer.
+
+Which operation each API needs is Kafka's (the table in docs/security.md).
+Requests that only brokers send need ClusterAction on the Cluster resource:
+see ``cluster_action``.
+
+The authorizer log (logger ``annal.authorizer``): every denial at INFO, with
+the principal, host, operation and resource; every allowed change to the
+cluster's state (``audited``: deleting a topic, changing a config, an ACL,
+a user, a group's offsets) at INFO too; other allowed requests at DEBUG.
+
+Thread safety: the decision reads the ``AclCache``, which is thread-safe;
+everything else is immutable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from annal.security.acl import (
+    CLUSTER_NAME,
+    AclOperation,
+    KafkaPrincipal,
+    Resource,
+    ResourceType,
+)
+from annal.security.authorizer import AclCache, Authorizer, Decision
+from annal.security.session import Session
+
+log = logging.getLogger("annal.authorizer")
+
+TOPIC = ResourceType.TOPIC
+GROUP = ResourceType.GROUP
+CLUSTER_RESOURCE = Resource(ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+class RequestAuthorizer:
+    """See the module docstring.  ``None`` authorizer: everything allowed."""
+
+    def __init__(self, authorizer: Authorizer | None) -> None:
+        self._authorizer = authorizer
+
+    @classmethod
+    def from_settings(
+        cls,
+        name: str,
+        cache: AclCache,
+        super_users: frozenset[str],
+        allow_everyone_if_no_acl_found: bool,
+    ) -> RequestAuthorizer:
+        if not name:
+            return cls(None)
+        return cls(Authorizer(cache, super_users, allow_everyone_if_no_acl_found))
+
+    @property
+    def enabled(self) -> bool:
+        return self._authorizer is not None
+
+    def allowed(
+        self,
+        session: Session,
+        operation: AclOperation,
+        resource: Resource,
+        audited: bool = False,
+    ) -> bool:
+        """Whether ``session`` may do ``operation`` on ``resource``; logged as the
+        module docstring says."""
+        if self._authorizer is None:
+            return True
+        decision = self._authorizer.authorize(
+            session.principal, session.client_host, operation, resource
+        )
+        _log(decision, session, operation, resource, audited)
+        return decision.allowed
+
+    def denied(
+        self,
+        session: Session,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        names: Iterable[str],
+        audited: bool = False,
+    ) -> set[str]:
+        """The names of ``names`` (of one resource type) that ``session`` may not
+        ``operation``; each asked once."""
+        if self._authorizer is None:
+            return set()
+        return {
+            name
+            for name in set(names)
+            if not self.allowed(session, operation, Resource(resource_type, name), audited)
+        }
+
+    def cluster(self, session: Session, operation: AclOperation, audited: bool = False) -> bool:
+        return self.allowed(session, operation, CLUSTER_RESOURCE, audited)
+
+    def cluster_action(self, session: Session) -> bool:
+        """ClusterAction on the Cluster: what a request only a broker or the
+        controller sends needs (replica fetches, LeaderAndIsr, StopReplica,
+        UpdateMetadata, ControlledShutdown)."""
+        return self.cluster(session, AclOperation.CLUSTER_ACTION)
+
+    def any_resource(
+        self, session: Session, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """Whether ``session`` may ``operation`` on at least one resource of the type
+        (Kafka's authorizeByResourceType, KIP-679)."""
+        if self._authorizer is None:
+            return True
+        return self._authorizer.authorize_any(
+            session.principal, session.client_host, operation, resource_type
+        )
+
+
+def _log(
+    decision: Decision,
+    session: Session,
+    operation: AclOperation,
+    resource: Resource,
+    audited: bool,
+) -> None:
+    level = logging.INFO if not decision.allowed or audited else logging.DEBUG
+    if log.isEnabledFor(level):
+        principal: KafkaPrincipal = session.principal
+        log.log(
+            level,
+            "%s (listener %s)",
+            decision.log_line(principal, session.client_host, operation, resource),
+            session.listener,
+        )
+
+
+ALLOW_ALL = RequestAuthorizer(None)
