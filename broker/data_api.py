@@ -222,15 +222,20 @@ class DataApi:
         needs ClusterAction on the cluster), waiting for min_bytes up to max_wait_ms."""
         checks.check_replica_id(request.replica_id)
         checks.check_fetch_limits(request.max_wait_ms, request.min_bytes, request.max_bytes)
-        names = [t.name for t in request.topics]
         if request.replica_id >= 0 and not self._authorizer.cluster_action(session):
             return _fetch_refused(request, _refused_replica(session, request.replica_id))
-        denied = self._authorizer.denied(session, AclOperation.READ, TOPIC, names)
+        denied = self._authorizer.denied(
+            session, AclOperation.READ, TOPIC, (t.name for t in request.topics)
+        )
+        refused = pb.FetchRequest()
         if denied:
+            refused.topics.extend(t for t in request.topics if t.name in denied)
             request = _without_topics(request, denied)
+            if not request.topics:  # nothing left to wait for
+                return _fetch_refused(refused, _unauthorized_read())
         response = self._fetch_once(request)
         if denied:
-            _add_refused(response, request_topics=denied, original=names)
+            response.MergeFrom(_fetch_refused(refused, _unauthorized_read()))
         wanted = max(request.min_bytes, 1)
         if request.max_wait_ms <= 0 or _size(response) >= wanted or _has_error(response):
             return response
@@ -249,7 +254,7 @@ class DataApi:
             return response  # expired with nothing new: the first answer still holds
         response = self._fetch_once(request)
         if denied:
-            _add_refused(response, request_topics=denied, original=names)
+            response.MergeFrom(_fetch_refused(refused, _unauthorized_read()))
         return response
 
     def _fetch_once(self, request: pb.FetchRequest) -> pb.FetchResponse:
@@ -450,6 +455,10 @@ def _unauthorized(topic: str) -> checks.Refusal:
     )
 
 
+def _unauthorized_read() -> checks.Refusal:
+    return checks.Refusal(errors.TOPIC_AUTHORIZATION_FAILED, "not authorized to read the topic")
+
+
 def _refused_replica(session: Session, replica_id: int) -> checks.Refusal:
     return checks.Refusal(
         errors.CLUSTER_AUTHORIZATION_FAILED,
@@ -480,18 +489,3 @@ def _without_topics(request: pb.FetchRequest, denied: set[str]) -> pb.FetchReque
     del kept.topics[:]
     kept.topics.extend(t for t in request.topics if t.name not in denied)
     return kept
-
-
-def _add_refused(response: pb.FetchResponse, request_topics: set[str], original: list[str]) -> None:
-    """The denied topics' partitions, refused, in the order the request named them."""
-    del original  # the answer lists the allowed topics first, then the refused ones
-    for name in sorted(request_topics):
-        out = response.topics.add(name=name)
-        out.partitions.add(
-            partition=-1,
-            error=code(errors.TOPIC_AUTHORIZATION_FAILED),
-            high_watermark=-1,
-            log_start_offset=-1,
-            log_end_offset=-1,
-            error_message=f"not authorized to read topic {name}",
-        )
