@@ -1,5 +1,12 @@
 """Inter-broker rpcs: the BrokerControl service, and the controller's channel to brokers.
 
+Only brokers may call it: with an authorizer, every request needs ClusterAction
+on the cluster (CLUSTER_AUTHORIZATION_FAILED otherwise, logged, nothing
+applied); brokers prove who they are with their TLS certificates (GRPCS://,
+docs/security.md).  Each request carries the receiving broker's epoch as the
+controller knows it, the zxid that created its registration (KIP-380): one
+for an older registration of this broker is refused with STALE_BROKER_EPOCH,
+and so is a ControlledShutdown from an older registration of its sender.
 Requests from a controller whose epoch is older than the newest this broker
 has seen are refused whole with STALE_CONTROLLER_EPOCH.  The port is the
 clients' port too, so the fields are checked (``request_checks``) before
@@ -30,6 +37,7 @@ from typing import Any, TypeVar
 
 import grpc
 from annal.broker import request_checks as checks
+from annal.broker.authorization import ALLOW_ALL, RequestAuthorizer
 from annal.broker.data_api import code
 from annal.broker.metadata_cache import (
     MetadataCache,
@@ -39,6 +47,7 @@ from annal.broker.metadata_cache import (
 )
 from annal.broker.partition import LeaderAndIsrState
 from annal.broker.replica_manager import ReplicaManager
+from annal.broker.service import grpc_session
 from annal.client.security import Security
 from annal.controller.controller import MetadataUpdate, PartitionUpdate
 from annal.storage.files import TopicPartition
@@ -56,6 +65,10 @@ REQUEST_TIMEOUT_S = 10.0
 T = TypeVar("T")
 
 
+class StaleBrokerEpoch(Exception):
+    """A request for (or from) an older registration of a broker (KIP-380)."""
+
+
 # Runs a blocking callable off the event loop and gives its result.
 Runner = Callable[[Callable[[], T]], Awaitable[T]]
 
@@ -69,19 +82,49 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
         self,
         replicas: ReplicaManager,
         metadata: MetadataCache,
-        controlled_shutdown: Callable[[int], list[TopicPartition] | None],
+        controlled_shutdown: Callable[[int, int], list[TopicPartition] | None],
         run: Runner[Any],
         run_admin: Runner[Any],
+        authorizer: RequestAuthorizer = ALLOW_ALL,
+        broker_epoch: Callable[[], int] = lambda: -1,
     ) -> None:
         self._replicas = replicas
         self._metadata = metadata
         self._controlled_shutdown = controlled_shutdown
         self._run = run
         self._run_admin = run_admin
+        self._authorizer = authorizer
+        self._broker_epoch = broker_epoch
+
+    def _refused(
+        self, what: str, context: grpc.aio.ServicerContext, epoch: int
+    ) -> pb.ErrorCode.ValueType | None:
+        """The error refusing a request whole, or None to apply it."""
+        session = grpc_session(context)
+        if not self._authorizer.cluster_action(session):
+            logger.warning(
+                "refused %s from %s at %s: ClusterAction on the cluster is not allowed",
+                what,
+                session.principal,
+                session.client_host,
+            )
+            return pb.CLUSTER_AUTHORIZATION_FAILED
+        mine = self._broker_epoch()
+        if epoch > 0 and mine > 0 and epoch < mine:
+            logger.warning(
+                "refused %s for broker epoch %d: this broker registered at epoch %d",
+                what,
+                epoch,
+                mine,
+            )
+            return pb.STALE_BROKER_EPOCH
+        return None
 
     async def LeaderAndIsr(
         self, request: pb.LeaderAndIsrRequest, context: grpc.aio.ServicerContext
     ) -> pb.LeaderAndIsrResponse:
+        if (error := self._refused("LeaderAndIsr", context, request.broker_epoch)) is not None:
+            return pb.LeaderAndIsrResponse(error=error)
         response: pb.LeaderAndIsrResponse = await self._run(
             functools.partial(self._leader_and_isr_now, request)
         )
@@ -90,6 +133,8 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
     async def UpdateMetadata(
         self, request: pb.UpdateMetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.UpdateMetadataResponse:
+        if (error := self._refused("UpdateMetadata", context, request.broker_epoch)) is not None:
+            return pb.UpdateMetadataResponse(error=error)
         response: pb.UpdateMetadataResponse = await self._run(
             functools.partial(self._update_metadata_now, request)
         )
@@ -98,6 +143,8 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
     async def StopReplica(
         self, request: pb.StopReplicaRequest, context: grpc.aio.ServicerContext
     ) -> pb.StopReplicaResponse:
+        if (error := self._refused("StopReplica", context, request.broker_epoch)) is not None:
+            return pb.StopReplicaResponse(error=error)
         response: pb.StopReplicaResponse = await self._run(
             functools.partial(self._stop_replica_now, request)
         )
@@ -106,6 +153,8 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
     async def ControlledShutdown(
         self, request: pb.ControlledShutdownRequest, context: grpc.aio.ServicerContext
     ) -> pb.ControlledShutdownResponse:
+        if (error := self._refused("ControlledShutdown", context, -1)) is not None:
+            return pb.ControlledShutdownResponse(error=error)
         response: pb.ControlledShutdownResponse = await self._run_admin(
             functools.partial(self._controlled_shutdown_now, request)
         )
@@ -202,7 +251,11 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
         self, request: pb.ControlledShutdownRequest
     ) -> pb.ControlledShutdownResponse:
         checks.require_at_least("broker_id", request.broker_id, 0)
-        remaining = self._controlled_shutdown(request.broker_id)
+        try:
+            remaining = self._controlled_shutdown(request.broker_id, request.broker_epoch)
+        except StaleBrokerEpoch as exc:
+            logger.warning("refused ControlledShutdown: %s", exc)
+            return pb.ControlledShutdownResponse(error=pb.STALE_BROKER_EPOCH)
         if remaining is None:
             return pb.ControlledShutdownResponse(error=pb.NOT_CONTROLLER)
         return pb.ControlledShutdownResponse(
@@ -313,6 +366,7 @@ class ControllerChannel:
             controller_epoch=controller_epoch,
             partition_states=[_partition_state(u) for u in updates],
             live_leaders=[broker_message(b) for b in live],
+            broker_epoch=broker.epoch,
         )
         self._enqueue(
             broker,
@@ -330,6 +384,7 @@ class ControllerChannel:
             live_brokers=[broker_message(b) for b in update.live],
             deleted_topics=list(update.deleted_topics),
             full=update.full,
+            broker_epoch=broker.epoch,
         )
         self._enqueue(
             broker,
@@ -351,6 +406,7 @@ class ControllerChannel:
                 pb.StopReplicaPartition(topic=t, partition=p, delete_partition=delete)
                 for t, p in partitions
             ],
+            broker_epoch=broker.epoch,
         )
         self._enqueue(
             broker,

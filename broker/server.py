@@ -39,7 +39,7 @@ from annal.broker.admin_manager import AdminManager
 from annal.broker.authorization import RequestAuthorizer
 from annal.broker.config import BrokerConfig
 from annal.broker.config_changes import ConfigChangeListener
-from annal.broker.control import ControllerChannel, ControlService
+from annal.broker.control import ControllerChannel, ControlService, StaleBrokerEpoch
 from annal.broker.coordinator import OFFSETS_TOPIC, OffsetsCoordinator
 from annal.broker.data_api import DataApi
 from annal.broker.delayed import Purgatories
@@ -106,6 +106,7 @@ class BrokerServer:
         self.kafka_port: int | None = None  # the first PLAINTEXT Kafka listener's
         self.kafka_ports: dict[str, int] = {}  # every Kafka listener's, by name
         self.kafka_listeners: dict[str, KafkaListener] = {}
+        self.broker_epoch = -1  # the zxid of this broker's registration (KIP-380)
         self.network: NetworkLayer | None = None
         self.replicas: ReplicaManager
         self.fetchers: ReplicaFetcherManager | None = None
@@ -247,6 +248,8 @@ class BrokerServer:
             self._controlled_shutdown_request,
             network.run_control,
             network.run_admin,
+            self.authorizer,
+            lambda: self.broker_epoch,
         )
 
         def add_services(server: grpc.aio.Server) -> None:
@@ -382,7 +385,7 @@ class BrokerServer:
         deadline = time.monotonic() + self.config.zookeeper_session_timeout_ms / 1000 + 5
         while True:
             try:
-                self.zk.register_broker(self.registration)
+                self.broker_epoch = self.zk.register_broker(self.registration)
                 return
             except BrokerIdTakenError:
                 holder = self.zk.get_broker(self.config.broker_id)
@@ -468,7 +471,7 @@ class BrokerServer:
             if not (lost and connected) or time.monotonic() < retry_at:
                 continue
             try:
-                self.zk.register_broker(self.registration)
+                self.broker_epoch = self.zk.register_broker(self.registration)
             except ZkError as exc:
                 backoff_s = min(max(backoff_s * 2, 0.2), 5.0)
                 retry_at = time.monotonic() + backoff_s
@@ -483,10 +486,20 @@ class BrokerServer:
             backoff_s = 0.0
             logger.info("re-registered broker %d", self.config.broker_id)
 
-    def _controlled_shutdown_request(self, broker_id: int) -> list[TopicPartition] | None:
-        """ControlledShutdown arriving here: None unless this broker is the controller."""
+    def _controlled_shutdown_request(
+        self, broker_id: int, broker_epoch: int
+    ) -> list[TopicPartition] | None:
+        """ControlledShutdown arriving here: None unless this broker is the controller;
+        StaleBrokerEpoch when it comes from an older registration of the broker."""
         if self.controller is None:
             return None
+        if broker_epoch > 0:
+            current = self.zk.get_broker(broker_id)
+            if current is not None and broker_epoch < current.epoch:
+                raise StaleBrokerEpoch(
+                    f"ControlledShutdown of broker {broker_id} at epoch {broker_epoch}; its "
+                    f"registration is at {current.epoch}"
+                )
         return self.controller.controlled_shutdown(broker_id)
 
     def _controlled_shutdown(self) -> None:
@@ -495,7 +508,9 @@ class BrokerServer:
         still leads, then the stop goes on regardless."""
         config = self.config
         attempts = config.controlled_shutdown_max_retries + 1
-        request = pb.ControlledShutdownRequest(broker_id=config.broker_id)
+        request = pb.ControlledShutdownRequest(
+            broker_id=config.broker_id, broker_epoch=self.broker_epoch
+        )
         for attempt in range(1, attempts + 1):
             try:
                 controller_id = self.zk.get_controller()

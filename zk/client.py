@@ -37,6 +37,7 @@ listeners and the last session state) is guarded by ``self._listeners_lock``.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import threading
@@ -380,26 +381,35 @@ class ZkClient:
 
     # -- brokers -----------------------------------------------------------------
 
-    def register_broker(self, registration: BrokerRegistration) -> None:
-        """Create the ephemeral ``/brokers/ids/<id>``; BrokerIdTakenError names the holder."""
+    def register_broker(self, registration: BrokerRegistration) -> int:
+        """Create the ephemeral ``/brokers/ids/<id>``; the broker epoch (the zxid that
+        created it, KIP-380).  BrokerIdTakenError names the holder."""
         path = layout.broker_path(registration.broker_id)
         if self._create(path, registration.encode(), ephemeral=True):
-            return
+            owner = self._call(self._kazoo.exists, path)
+            if owner is not None and owner.owner_session_id == self.session_id:
+                return int(owner.czxid)
+            return self.register_broker(registration)  # gone already: again
         found = self.get(path)
         if found is not None:
             holder = BrokerRegistration.decode(registration.broker_id, found[0])
             owner = self._call(self._kazoo.exists, path)
             if owner is not None and owner.owner_session_id == self.session_id:
-                return  # ours: a retried create that had succeeded
+                return int(owner.czxid)  # ours: a retried create that had succeeded
             raise BrokerIdTakenError(
                 f"broker.id {registration.broker_id} is registered by a live broker at "
                 f"{holder.endpoint} (znode {path}); give this broker another broker.id"
             )
-        self.register_broker(registration)  # it went away in between: try again
+        return self.register_broker(registration)  # it went away in between: try again
 
     def get_broker(self, broker_id: int) -> BrokerRegistration | None:
-        found = self.get(layout.broker_path(broker_id))
-        return None if found is None else BrokerRegistration.decode(broker_id, found[0])
+        """The broker's registration with its epoch (the znode's creating zxid)."""
+        try:
+            data, stat = self._call(self._kazoo.get, layout.broker_path(broker_id))
+        except NoNodeError:
+            return None
+        found = BrokerRegistration.decode(broker_id, bytes(data))
+        return dataclasses.replace(found, epoch=int(stat.czxid))
 
     def get_brokers(self) -> list[BrokerRegistration]:
         brokers = []

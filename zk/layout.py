@@ -217,6 +217,9 @@ class BrokerRegistration:
     kafka_port: int = 0
     tls: bool = False  # its gRPC listener is GRPCS:// (TLS)
     kafka_endpoints: tuple[Endpoint, ...] = ()
+    # the zxid that created the znode: the broker epoch of KIP-380 (-1: not read
+    # from ZooKeeper); not part of the JSON
+    epoch: int = -1
 
     def __post_init__(self) -> None:
         if self.kafka_host is not None and not self.kafka_endpoints:
