@@ -34,6 +34,15 @@ def add_parser(commands: Any) -> None:
         "up", parents=[anywhere], help="start ZooKeeper and the brokers, wait until ready"
     )
     up.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
+    up.add_argument(
+        "--security",
+        choices=["plaintext", "sasl_ssl"],
+        default="plaintext",
+        help="sasl_ssl: a CA and certificates made in DIR/security, Kafka's protocol on "
+        "SASL_SSL:// (SCRAM), gRPC over TLS with client certificates, the ACL authorizer "
+        "on (nothing allowed without an ACL) and a super user 'admin' whose client "
+        "settings are printed (docs/security.md). Default: plaintext, no authorizer",
+    )
     status = actions.add_parser(
         "status", parents=[anywhere], help="show ZooKeeper, controller and brokers"
     )
@@ -76,16 +85,21 @@ def run(args: argparse.Namespace) -> int:
             if args.brokers < 1:
                 print("annal cluster up: --brokers must be at least 1", file=sys.stderr)
                 return 2
-            state = cluster.up(args.brokers)
+            state = cluster.up(args.brokers, security=args.security)
             endpoints = ",".join(f"127.0.0.1:{b.port}" for b in state.brokers)
             print(f"cluster up in {cluster.directory}")
             print(f"bootstrap servers: {endpoints}")
             kafka = ",".join(f"127.0.0.1:{b.kafka_port}" for b in state.brokers)
             print(f"Kafka bootstrap servers: {kafka}")
             print(f"zookeeper: {state.zookeeper_connect}")
+            if args.security == "sasl_ssl":
+                files = cluster.secure_files
+                print(f"security: SASL_SSL (Kafka), TLS (gRPC), ACLs on; CA {files.ca}")
+                print(f"admin, annal's CLI: --command-config {files.admin_config}")
+                print(f"admin, Kafka's clients: {files.kafka_admin_config}")
         elif args.action == "status":
             status = cluster.status()
-            status["partitions"] = _partition_health(status)
+            status["partitions"] = _partition_health(status, cluster)
             if args.json:
                 print(json.dumps(status))
             else:
@@ -164,7 +178,7 @@ def _describe(event: dict[str, Any]) -> str:
     )
 
 
-def _partition_health(status: dict[str, Any]) -> dict[str, Any]:
+def _partition_health(status: dict[str, Any], cluster: Any) -> dict[str, Any]:
     """Partition counts by condition (``admin.health``), asked of a live broker;
     ``{"error": why}`` when no broker can answer."""
     from annal.admin.client import AdminClient
@@ -174,8 +188,13 @@ def _partition_health(status: dict[str, Any]) -> dict[str, Any]:
     live = [b["endpoint"] for b in status["brokers"] if b["alive"]]
     if not live:
         return {"error": "no broker is running"}
+    secured = {}
+    if status.get("security") == "sasl_ssl":  # as the cluster's super user
+        admin = str(cluster.secure_files.keystore("admin"))
+        secured = {"security_protocol": "SSL", "ssl_cafile": status["ca"],
+                   "ssl_certfile": admin, "ssl_keyfile": admin}  # fmt: skip
     try:
-        with AdminClient(",".join(live), timeout_s=5) as client:
+        with AdminClient(",".join(live), timeout_s=5, **secured) as client:
             return dict(summary(client))
     except (AnnalError, ValueError) as exc:
         return {"error": str(exc)}

@@ -21,8 +21,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from annal.client.security import Security
 from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
-from annal.deploy.zookeeper import ZooKeeperServer
+from annal.deploy.secure import PLAINTEXT, SASL_SSL, SecureFiles, make_secure_files, store_admin
+from annal.deploy.zookeeper import ZooKeeperServer, free_port
 from annal.zk.client import ZkClient, ZkError
 
 CHROOT = "/annal"
@@ -49,6 +51,7 @@ class ClusterState:
     zookeeper_port: int
     zookeeper_pid: int | None
     brokers: list[BrokerEntry] = field(default_factory=list)
+    security: str = PLAINTEXT  # or sasl_ssl (deploy/secure.py)
 
     @property
     def zookeeper_connect(self) -> str:
@@ -104,7 +107,23 @@ class LocalCluster:
             raw["zookeeper_port"],
             raw.get("zookeeper_pid"),
             [BrokerEntry(**b) for b in raw["brokers"]],
+            raw.get("security", PLAINTEXT),
         )
+
+    @property
+    def secure_files(self) -> SecureFiles:
+        return SecureFiles(self.directory / "security")
+
+    def client_security(self, state: ClusterState) -> Security | None:
+        """How this tool reaches the brokers: as the super user when secured."""
+        return self.secure_files.admin_security() if state.security == SASL_SSL else None
+
+    def _settings(self, state: ClusterState, entry: BrokerEntry) -> dict[str, str]:
+        if state.security != SASL_SSL:
+            return dict(SETTINGS)
+        count = len(state.brokers)
+        secured = self.secure_files.broker_settings(entry.id, count, entry.port, entry.kafka_port)
+        return {**SETTINGS, **secured}
 
     def save(self, state: ClusterState) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -118,36 +137,31 @@ class LocalCluster:
             state.zookeeper_connect,
             self.directory,
             port=entry.port,
-            settings=SETTINGS,
+            settings=self._settings(state, entry),
             metrics_port=entry.metrics_port,
             kafka_port=entry.kafka_port,
         )
 
-    def up(self, brokers: int, timeout_s: float = 90.0) -> ClusterState:
+    def up(self, brokers: int, timeout_s: float = 90.0, security: str = PLAINTEXT) -> ClusterState:
         if self.state_path.exists() and any(pid_alive(b.pid) for b in self.load().brokers):
             raise ClusterError(f"a cluster is already running in {self.directory}")
+        password = None
+        if security == SASL_SSL:
+            _, password = make_secure_files(self.directory, brokers)
         zookeeper = ZooKeeperServer(self.directory / "zookeeper")
         zookeeper.start()
         assert zookeeper.process is not None
-        state = ClusterState(zookeeper.port, zookeeper.process.pid)
-        for broker_id in range(1, brokers + 1):
-            process = BrokerProcess(
-                broker_id,
-                state.zookeeper_connect,
-                self.directory,
-                settings=SETTINGS,
-                metrics_port=0,
-            )
+        state = ClusterState(zookeeper.port, zookeeper.process.pid, security=security)
+        if password is not None:
+            store_admin(state.zookeeper_connect, password)
+        state.brokers = [
+            BrokerEntry(i, free_port(), metrics_port=free_port(), kafka_port=free_port())
+            for i in range(1, brokers + 1)
+        ]
+        for entry in state.brokers:
+            process = self.broker(state, entry)
             process.start()
-            state.brokers.append(
-                BrokerEntry(
-                    broker_id,
-                    process.port,
-                    process.pid,
-                    metrics_port=process.metrics_port,
-                    kafka_port=process.kafka_port,
-                )
-            )
+            entry.pid = process.pid
         self.save(state)
         with ZkClient(state.zookeeper_connect) as zk:
             try:
@@ -158,7 +172,9 @@ class LocalCluster:
                 ids = [b.id for b in state.brokers]
                 for b in state.brokers:
                     wait_until(
-                        lambda b=b: metadata_lists(f"127.0.0.1:{b.port}", ids),  # type: ignore[misc]
+                        lambda b=b: metadata_lists(  # type: ignore[misc]
+                            f"127.0.0.1:{b.port}", ids, security=self.client_security(state)
+                        ),
                         timeout_s,
                         f"broker {b.id} serving metadata",
                     )
@@ -191,6 +207,18 @@ class LocalCluster:
                 for b in state.brokers
             ],
             "dir": str(self.directory),
+            "security": state.security,
+            **self._security_files(state),
+        }
+
+    def _security_files(self, state: ClusterState) -> dict[str, str]:
+        if state.security != SASL_SSL:
+            return {}
+        files = self.secure_files
+        return {
+            "admin_config": str(files.admin_config),
+            "kafka_admin_config": str(files.kafka_admin_config),
+            "ca": str(files.ca),
         }
 
     def _entry(self, state: ClusterState, broker_id: int) -> BrokerEntry:
@@ -244,7 +272,9 @@ class LocalCluster:
         with ZkClient(state.zookeeper_connect) as zk:
             wait_until(registered_again, timeout_s, f"broker {broker_id} registered")
         wait_until(
-            lambda: metadata_lists(process.endpoint, [broker_id]),
+            lambda: metadata_lists(
+                process.endpoint, [broker_id], security=self.client_security(state)
+            ),
             timeout_s,
             f"broker {broker_id} serving metadata",
         )

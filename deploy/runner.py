@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import grpc
+from annal.client.security import Security
 from annal.deploy.zookeeper import free_port
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
@@ -42,11 +43,17 @@ def wait_until(
         time.sleep(poll_s)
 
 
-def metadata_lists(endpoint: str, broker_ids: Iterable[int], timeout_s: float = 2.0) -> bool:
+def metadata_lists(
+    endpoint: str,
+    broker_ids: Iterable[int],
+    timeout_s: float = 2.0,
+    security: Security | None = None,
+) -> bool:
     """True once the broker at ``endpoint`` answers Metadata listing ``broker_ids``:
-    the controller's UpdateMetadata has reached it, so it is ready for clients."""
+    the controller's UpdateMetadata has reached it, so it is ready for clients
+    (reached as ``security`` says: plaintext gRPC by default)."""
     try:
-        with grpc.insecure_channel(endpoint) as channel:
+        with (security or Security()).channel(endpoint) as channel:
             metadata = annal_pb2_grpc.AnnalStub(channel).Metadata(
                 pb.MetadataRequest(), timeout=timeout_s
             )
