@@ -43,11 +43,15 @@ RECORD_SIZE = 100
 CHUNK = 5_000  # records handed to a producer per call
 
 
-def kafka_produce(servers: str, topic: str, records: int) -> float:
+def kafka_produce(
+    servers: str, topic: str, records: int, extra: dict[str, str] | None = None
+) -> float:
+    """confluent-kafka's records/s; ``extra``: more settings (security)."""
     from confluent_kafka import Producer as KafkaProducer
 
     producer = KafkaProducer(
         {
+            **(extra or {}),
             "bootstrap.servers": servers,
             "acks": "1",
             "linger.ms": 5,
@@ -80,12 +84,15 @@ def kafka_produce(servers: str, topic: str, records: int) -> float:
     return records / elapsed
 
 
-def kafka_consume(servers: str, topic: str, records: int) -> float:
+def kafka_consume(
+    servers: str, topic: str, records: int, extra: dict[str, str] | None = None
+) -> float:
     from confluent_kafka import Consumer as KafkaConsumer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
     consumer = KafkaConsumer(
         {
+            **(extra or {}),
             "bootstrap.servers": servers,
             "group.id": f"bench-{time.monotonic_ns()}",
             "enable.auto.commit": False,
@@ -111,9 +118,10 @@ def kafka_consume(servers: str, topic: str, records: int) -> float:
     return count / elapsed
 
 
-def grpc_produce(bootstrap: str, topic: str, records: int) -> float:
+def grpc_produce(bootstrap: str, topic: str, records: int, **security: str) -> float:
+    """annal's Producer's records/s; ``security``: its TLS settings (ssl_cafile...)."""
     value = b"v" * RECORD_SIZE
-    with Producer(bootstrap, acks=1, batch_size=64 * 1024, linger_ms=5) as producer:
+    with Producer(bootstrap, acks=1, batch_size=64 * 1024, linger_ms=5, **security) as producer:
         values = [value] * CHUNK
         started = time.perf_counter()
         for sent in range(0, records, CHUNK):
@@ -123,8 +131,8 @@ def grpc_produce(bootstrap: str, topic: str, records: int) -> float:
         return records / (time.perf_counter() - started)
 
 
-def grpc_consume(bootstrap: str, topic: str, records: int) -> float:
-    with SimpleConsumer(bootstrap) as consumer:
+def grpc_consume(bootstrap: str, topic: str, records: int, **security: str) -> float:
+    with SimpleConsumer(bootstrap, **security) as consumer:
         offsets = {TopicPartition(topic, p): 0 for p in range(PARTITIONS)}
         count = 0
         started = time.perf_counter()
