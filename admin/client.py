@@ -22,18 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from annal.client.acl_messages import binding_from_pb, binding_to_pb, filter_to_pb
 from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
 from annal.client.security import client_security
 from annal.security.acl import (
-    AccessControlEntry,
     AclBinding,
     AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
 )
 from annal.security.scram import ScramCredentialUpsertion
 from annal.v1 import annal_pb2 as pb
@@ -424,7 +419,7 @@ class AdminClient:
     def create_acls(self, bindings: Sequence[AclBinding]) -> None:
         """Store ACLs (those present already stay); AdminError for the first one
         refused, naming it (the others are stored)."""
-        request = pb.CreateAclsRequest(creations=[_acl_to_pb(b) for b in bindings])
+        request = pb.CreateAclsRequest(creations=[binding_to_pb(b) for b in bindings])
         results = self._call("CreateAcls", request).results
         for binding, result in zip(bindings, results, strict=True):
             if result.error != pb.NONE:
@@ -436,16 +431,16 @@ class AdminClient:
         self, binding_filter: AclBindingFilter = AclBindingFilter.ANY
     ) -> list[AclBinding]:
         """The ACLs the filter selects (default: all), sorted."""
-        request = pb.DescribeAclsRequest(filter=_filter_to_pb(binding_filter))
+        request = pb.DescribeAclsRequest(filter=filter_to_pb(binding_filter))
         answer = self._call("DescribeAcls", request)
         if answer.error != pb.NONE:
             raise AdminError(errors.from_wire(answer.error), answer.error_message)
-        return sorted(_acl_from_pb(m) for m in answer.acls)
+        return sorted(binding_from_pb(m) for m in answer.acls)
 
     def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclBinding]:
         """Remove every ACL some filter selects; the ACLs removed, sorted.  AdminError
         for a filter refused, or an ACL that could not be removed."""
-        request = pb.DeleteAclsRequest(filters=[_filter_to_pb(f) for f in filters])
+        request = pb.DeleteAclsRequest(filters=[filter_to_pb(f) for f in filters])
         deleted: list[AclBinding] = []
         for result in self._call("DeleteAcls", request).results:
             if result.error != pb.NONE:
@@ -453,7 +448,7 @@ class AdminClient:
             for item in result.deleted:
                 if item.error != pb.NONE:
                     raise AdminError(errors.from_wire(item.error), item.error_message)
-                deleted.append(_acl_from_pb(item.acl))
+                deleted.append(binding_from_pb(item.acl))
         return sorted(deleted)
 
     # -- SCRAM credentials ------------------------------------------------------------
@@ -520,49 +515,3 @@ def _salted(user: str, upsertion: ScramCredentialUpsertion) -> pb.ScramCredentia
         salt=salt,
         salted_password=salted,
     )
-
-
-def _acl_to_pb(binding: AclBinding) -> pb.AclBinding:
-    pattern, entry = binding.pattern, binding.entry
-    return pb.AclBinding(
-        resource_type=pattern.resource_type.value,
-        resource_name=pattern.name,
-        pattern_type=pattern.pattern_type.value,
-        principal=entry.principal,
-        host=entry.host,
-        operation=entry.operation.value,
-        permission_type=entry.permission_type.value,
-    )
-
-
-def _acl_from_pb(message: pb.AclBinding) -> AclBinding:
-    return AclBinding(
-        ResourcePattern(
-            ResourceType.from_code(message.resource_type),
-            message.resource_name,
-            PatternType.from_code(message.pattern_type),
-        ),
-        AccessControlEntry(
-            message.principal,
-            message.host,
-            AclOperation.from_code(message.operation),
-            AclPermissionType.from_code(message.permission_type),
-        ),
-    )
-
-
-def _filter_to_pb(binding_filter: AclBindingFilter) -> pb.AclBindingFilter:
-    patterns, entries = binding_filter.pattern_filter, binding_filter.entry_filter
-    message = pb.AclBindingFilter(
-        resource_type=patterns.resource_type.value,
-        pattern_type=patterns.pattern_type.value,
-        operation=entries.operation.value,
-        permission_type=entries.permission_type.value,
-    )
-    if patterns.name is not None:
-        message.resource_name = patterns.name
-    if entries.principal is not None:
-        message.principal = entries.principal
-    if entries.host is not None:
-        message.host = entries.host
-    return message

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from annal.broker.request_checks import Refusal
+from annal.client.acl_messages import binding_to_pb as binding_to_pb  # re-exported
+from annal.client.acl_messages import filter_to_pb as filter_to_pb  # re-exported
 from annal.security.acl import (
     AccessControlEntry,
     AccessControlEntryFilter,
@@ -137,37 +139,6 @@ def filter_from_pb(message: pb.AclBindingFilter) -> AclBindingFilter | Refusal:
             permission,
         ),
     )
-
-
-def binding_to_pb(binding: AclBinding) -> pb.AclBinding:
-    pattern, entry = binding.pattern, binding.entry
-    return pb.AclBinding(
-        resource_type=pattern.resource_type.value,
-        resource_name=pattern.name,
-        pattern_type=pattern.pattern_type.value,
-        principal=entry.principal,
-        host=entry.host,
-        operation=entry.operation.value,
-        permission_type=entry.permission_type.value,
-    )
-
-
-def filter_to_pb(binding_filter: AclBindingFilter) -> pb.AclBindingFilter:
-    """The message of a filter (what clients send)."""
-    patterns, entries = binding_filter.pattern_filter, binding_filter.entry_filter
-    message = pb.AclBindingFilter(
-        resource_type=patterns.resource_type.value,
-        pattern_type=patterns.pattern_type.value,
-        operation=entries.operation.value,
-        permission_type=entries.permission_type.value,
-    )
-    if patterns.name is not None:
-        message.resource_name = patterns.name
-    if entries.principal is not None:
-        message.principal = entries.principal
-    if entries.host is not None:
-        message.host = entries.host
-    return message
 
 
 def named_patterns(pattern_filter: ResourcePatternFilter) -> list[ResourcePattern]:
