@@ -148,9 +148,15 @@ class AdminClient:
         ssl_cafile: str | None = None,
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
+        sasl_mechanism: str | None = None,
+        sasl_plain_username: str | None = None,
+        sasl_plain_password: str | None = None,
     ) -> None:
         bootstrap = resolve_bootstrap(bootstrap_servers, zookeeper_connect, timeout_s)
-        security = client_security(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
+        security = client_security(
+            security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile,
+            sasl_plain_username, sasl_plain_password, sasl_mechanism,
+        )  # fmt: skip
         self.cluster = ClusterConnection(bootstrap, timeout_s, security)
         self.timeout_s = timeout_s
 

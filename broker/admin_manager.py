@@ -9,6 +9,22 @@ pool (``blocking``), never on the event loop; the waits for the cache are
 delayed operations in the metadata purgatory, holding no thread.  Metadata
 itself is answered from the cache on the loop.
 
+Authorization (docs/security.md, "Which operation each API needs"): every
+handler takes the caller's ``Session`` and asks the ``RequestAuthorizer`` on
+the event loop, before any ZooKeeper work, what Kafka 2.x's broker asks:
+
+* Metadata lists only the topics the caller may Describe; a topic named but
+  not describable is TOPIC_AUTHORIZATION_FAILED; auto-creation needs Create on
+  the cluster or on the topic (else TOPIC_AUTHORIZATION_FAILED);
+* CreateTopics needs Create on the cluster or the topic; DeleteTopics Delete,
+  CreatePartitions Alter, DescribeConfigs DescribeConfigs and AlterConfigs
+  AlterConfigs on the topic (on the cluster for a broker's configs);
+* ElectLeaders and AlterPartitionReassignments need Alter on the cluster,
+  ListPartitionReassignments Describe on it.
+
+``delete.topic.enable=false`` answers every DeleteTopics TOPIC_DELETION_DISABLED,
+before anything else is looked at, as Kafka does.
+
 Thread safety: the handlers run on the event loop; the ``_..._now`` methods
 run on the admin pool and touch only ZooKeeper and immutable snapshots.
 """
@@ -23,12 +39,23 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from annal.broker import request_checks as checks
+from annal.broker.authorization import (
+    ALLOW_ALL,
+    CLUSTER_RESOURCE,
+    INTERNAL,
+    TOPIC,
+    RequestAuthorizer,
+    cluster_denial,
+    denial,
+)
 from annal.broker.config import BrokerConfig
 from annal.broker.coordinator import OFFSETS_TOPIC
 from annal.broker.data_api import Deadline, code, wait_ms
 from annal.broker.delayed import Purgatories
 from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot, broker_message
 from annal.broker.request_checks import Refusal
+from annal.security.acl import AclOperation, Resource
+from annal.security.session import Session
 from annal.storage.config import LogConfig
 from annal.v1 import annal_pb2 as pb
 from annal.zk.client import StaleVersionError, ZkClient
@@ -44,6 +71,18 @@ T = TypeVar("T")
 ELECTION_RETRY_S = 0.05  # an earlier election request is being handled: milliseconds
 ALTER_CONFIG_ATTEMPTS = 10
 
+# What DescribeCluster reports a caller may do on the cluster (Kafka's list for
+# the cluster resource).
+CLUSTER_OPERATIONS = (
+    AclOperation.CREATE,
+    AclOperation.CLUSTER_ACTION,
+    AclOperation.DESCRIBE_CONFIGS,
+    AclOperation.ALTER_CONFIGS,
+    AclOperation.IDEMPOTENT_WRITE,
+    AclOperation.ALTER,
+    AclOperation.DESCRIBE,
+)
+
 
 class AdminManager:
     """See the module docstring."""
@@ -56,6 +95,7 @@ class AdminManager:
         purgatories: Purgatories,
         run_admin: Callable[[Callable[[], Any]], Awaitable[Any]],
         cluster_id: Callable[[], str | None],
+        authorizer: RequestAuthorizer = ALLOW_ALL,
     ) -> None:
         self._config = config
         self._zk = zk
@@ -63,6 +103,7 @@ class AdminManager:
         self._purgatories = purgatories
         self._run_admin = run_admin
         self._cluster_id = cluster_id
+        self._authorizer = authorizer
 
     async def blocking(self, fn: Callable[..., T], *args: object) -> T:
         """``fn(*args)`` on the admin pool (``NetworkLayer.run_admin``): ZooKeeper
@@ -77,7 +118,11 @@ class AdminManager:
 
     # -- metadata --------------------------------------------------------------------
 
-    async def metadata(self, request: pb.MetadataRequest) -> pb.MetadataResponse:
+    async def metadata(
+        self, request: pb.MetadataRequest, session: Session = INTERNAL
+    ) -> pb.MetadataResponse:
+        """The brokers, and the topics asked for (none: every topic) that the caller
+        may Describe; see the module docstring for refusals and auto-creation."""
         cache = self._metadata.snapshot()
         response = pb.MetadataResponse(
             brokers=[
@@ -86,13 +131,26 @@ class AdminManager:
             cluster_id=self._cluster_id() or "",
             controller_id=cache.controller_id,
         )
-        for name in list(request.topics) or sorted(cache.topics):
+        authorizer = self._authorizer
+        if request.topics:
+            names = list(request.topics)
+            hidden = authorizer.denied(session, AclOperation.DESCRIBE, TOPIC, names)
+        else:  # every topic: those it may not describe are left out, quietly
+            names = sorted(cache.topics)
+            hidden = authorizer.denied(
+                session, AclOperation.DESCRIBE, TOPIC, names, log_denied=False
+            )
+            names = [n for n in names if n not in hidden]
+        for name in names:
+            if name in hidden:
+                response.topics.add(name=name, error=pb.TOPIC_AUTHORIZATION_FAILED)
+                continue
             if checks.topic_name(name):
                 response.topics.add(name=name, error=pb.INVALID_TOPIC_EXCEPTION)
                 continue
             partitions = cache.topics.get(name)
             if partitions is None:
-                response.topics.append(await self._unknown_topic(name, request))
+                response.topics.append(await self._unknown_topic(name, request, session))
                 continue
             topic = response.topics.add(name=name, is_internal=name.startswith("__"))
             for partition, view in sorted(partitions.items()):
@@ -108,12 +166,33 @@ class AdminManager:
                 )
         return response
 
-    async def _unknown_topic(self, name: str, request: pb.MetadataRequest) -> pb.TopicMetadata:
+    async def _unknown_topic(
+        self, name: str, request: pb.MetadataRequest, session: Session
+    ) -> pb.TopicMetadata:
         """A topic the cache does not know: created when auto-creation is on and
-        asked for (its partitions have no leader yet: clients retry), else unknown."""
+        asked for (its partitions have no leader yet: clients retry), else unknown.
+        Creating it needs Create on the cluster or on the topic, as CreateTopics."""
         if request.allow_auto_topic_creation and self._config.auto_create_topics_enable:
+            if self._refused_creations(session, [name]):
+                return pb.TopicMetadata(name=name, error=pb.TOPIC_AUTHORIZATION_FAILED)
             return await self.blocking(self._auto_create_now, name)
         return pb.TopicMetadata(name=name, error=pb.UNKNOWN_TOPIC_OR_PARTITION)
+
+    def _refused_creations(self, session: Session, names: list[str]) -> dict[str, Refusal]:
+        """The topics of ``names`` the caller may not create: none with Create on the
+        cluster (asked quietly, as it is not the last word), else those without
+        Create on the topic."""
+        create = AclOperation.CREATE
+        if self._authorizer.cluster(session, create, audited=True, log_denied=False):
+            return {}
+        return self._refused_topics(session, create, names, audited=True)
+
+    def cluster_authorized_operations(self, session: Session) -> int:
+        """The operations on the cluster the caller may do, as Kafka's bit field
+        (DescribeCluster); 0 when it may not Describe the cluster."""
+        if not self._authorizer.cluster(session, AclOperation.DESCRIBE):
+            return 0
+        return self._authorizer.authorized_operations(session, CLUSTER_RESOURCE, CLUSTER_OPERATIONS)
 
     def _auto_create_now(self, name: str) -> pb.TopicMetadata:
         self._create_topic_now(
@@ -135,22 +214,28 @@ class AdminManager:
     # -- topics ------------------------------------------------------------------------
 
     async def create_topics(
-        self, request: pb.CreateTopicsRequest, context: Deadline
+        self, request: pb.CreateTopicsRequest, context: Deadline, session: Session = INTERNAL
     ) -> pb.CreateTopicsResponse:
+        """Create each topic (Create on the cluster, or else on the topic)."""
         checks.check_timeout_ms(request.timeout_ms)
-        response, created = await self.blocking(self._create_topics_now, request)
+        refused = self._refused_creations(session, [t.name for t in request.topics])
+        response, created = await self.blocking(self._create_topics_now, request, refused)
         await self._await_leaders(created, wait_ms(request.timeout_ms, context))
         return response
 
     def _create_topics_now(
-        self, request: pb.CreateTopicsRequest
+        self, request: pb.CreateTopicsRequest, refused: dict[str, Refusal]
     ) -> tuple[pb.CreateTopicsResponse, list[TopicPartition]]:
         repeated = checks.repeated(t.name for t in request.topics)
         response = pb.CreateTopicsResponse()
         created: list[TopicPartition] = []
         for topic in request.topics:
-            if topic.name in repeated:
-                refusal = checks.repeated_refusal(topic.name)
+            refusal = (
+                checks.repeated_refusal(topic.name)
+                if topic.name in repeated
+                else refused.get(topic.name)
+            )
+            if refusal is not None:
                 error, message, partitions = code(refusal.error), refusal.message, 0
             else:
                 error, message, partitions = self._create_topic_now(topic, request.validate_only)
@@ -225,15 +310,27 @@ class AdminManager:
         return None
 
     async def create_partitions(
-        self, request: pb.CreatePartitionsRequest, context: Deadline
+        self, request: pb.CreatePartitionsRequest, context: Deadline, session: Session = INTERNAL
     ) -> pb.CreatePartitionsResponse:
+        """Add partitions to each topic (Alter on the topic)."""
         checks.check_timeout_ms(request.timeout_ms)
-        response, grown = await self.blocking(self._create_partitions_now, request)
+        refused = self._refused_topics(
+            session, AclOperation.ALTER, [t.name for t in request.topics], audited=True
+        )
+        response, grown = await self.blocking(self._create_partitions_now, request, refused)
         await self._await_leaders(grown, wait_ms(request.timeout_ms, context))
         return response
 
+    def _refused_topics(
+        self, session: Session, operation: AclOperation, names: list[str], audited: bool = False
+    ) -> dict[str, Refusal]:
+        """TOPIC_AUTHORIZATION_FAILED for each of ``names`` the caller may not
+        ``operation``."""
+        denied = self._authorizer.denied(session, operation, TOPIC, names, audited=audited)
+        return {name: _topic_refusal(session, operation, name) for name in denied}
+
     def _create_partitions_now(
-        self, request: pb.CreatePartitionsRequest
+        self, request: pb.CreatePartitionsRequest, refused: dict[str, Refusal]
     ) -> tuple[pb.CreatePartitionsResponse, list[TopicPartition]]:
         repeated = checks.repeated(t.name for t in request.topics)
         response = pb.CreatePartitionsResponse()
@@ -242,7 +339,9 @@ class AdminManager:
             if topic.name in repeated:
                 refusal: Refusal | None = checks.repeated_refusal(topic.name)
             else:
-                refusal = self._grow_topic_now(topic, request.validate_only)
+                refusal = refused.get(topic.name) or self._grow_topic_now(
+                    topic, request.validate_only
+                )
             response.topics.add(
                 name=topic.name,
                 error=code(refusal.error) if refusal else pb.NONE,
@@ -290,10 +389,28 @@ class AdminManager:
         return None
 
     async def delete_topics(
-        self, request: pb.DeleteTopicsRequest, context: Deadline
+        self, request: pb.DeleteTopicsRequest, context: Deadline, session: Session = INTERNAL
     ) -> pb.DeleteTopicsResponse:
+        """Mark each topic for deletion (Delete on the topic), then wait for this
+        broker's cache to drop it; every topic is refused TOPIC_DELETION_DISABLED
+        when ``delete.topic.enable`` is false."""
         checks.check_timeout_ms(request.timeout_ms)
-        response, marked = await self.blocking(self._delete_topics_now, request)
+        if not self._config.delete_topic_enable:
+            return pb.DeleteTopicsResponse(
+                topics=[
+                    pb.TopicResult(
+                        name=name,
+                        error=pb.TOPIC_DELETION_DISABLED,
+                        error_message="topic deletion is disabled on this cluster "
+                        "(delete.topic.enable=false)",
+                    )
+                    for name in request.topics
+                ]
+            )
+        refused = self._refused_topics(
+            session, AclOperation.DELETE, list(request.topics), audited=True
+        )
+        response, marked = await self.blocking(self._delete_topics_now, request, refused)
         if marked:
             await self.wait_for_cache(
                 lambda cache: not any(t in cache.topics for t in marked),
@@ -302,13 +419,13 @@ class AdminManager:
         return response
 
     def _delete_topics_now(
-        self, request: pb.DeleteTopicsRequest
+        self, request: pb.DeleteTopicsRequest, refused: dict[str, Refusal]
     ) -> tuple[pb.DeleteTopicsResponse, list[str]]:
         repeated = checks.repeated(request.topics)
         response = pb.DeleteTopicsResponse()
         marked = []
         for name in request.topics:
-            refusal = checks.repeated_refusal(name) if name in repeated else None
+            refusal = checks.repeated_refusal(name) if name in repeated else refused.get(name)
             if refusal := refusal or self._topic_refusal_now(name):
                 response.topics.add(
                     name=name, error=code(refusal.error), error_message=refusal.message
@@ -322,17 +439,35 @@ class AdminManager:
     # -- configs -----------------------------------------------------------------------
 
     async def describe_configs(
-        self, request: pb.DescribeConfigsRequest
+        self, request: pb.DescribeConfigsRequest, session: Session = INTERNAL
     ) -> pb.DescribeConfigsResponse:
-        return await self.blocking(self._describe_configs_now, request)
+        """Each topic's configs (DescribeConfigs on the topic)."""
+        refused = self._refused_topics(session, AclOperation.DESCRIBE_CONFIGS, list(request.topics))
+        return await self.blocking(self._describe_configs_now, request, refused)
+
+    async def topic_configs(self, topic: str, include_defaults: bool) -> dict[str, str] | None:
+        """The broker's own read of a topic's overrides (with its defaults too), None
+        for a topic that does not exist.  Not authorized: for the Kafka listener's
+        AlterConfigs, which reads before it alters, and whose alteration is checked."""
+        request = pb.DescribeConfigsRequest(topics=[topic], include_defaults=include_defaults)
+        found = (await self.blocking(self._describe_configs_now, request, {})).topics[0]
+        return None if found.error != pb.NONE else {e.name: e.value for e in found.entries}
+
+    def broker_configs_refusal(self, session: Session, alter: bool = False) -> Refusal | None:
+        """Why the caller may not describe (DescribeConfigs on the cluster) or, with
+        ``alter``, change (AlterConfigs on it) a broker's configs; None when it may."""
+        operation = AclOperation.ALTER_CONFIGS if alter else AclOperation.DESCRIBE_CONFIGS
+        if self._authorizer.cluster(session, operation, audited=alter):
+            return None
+        return Refusal(errors.CLUSTER_AUTHORIZATION_FAILED, cluster_denial(session, operation))
 
     def _describe_configs_now(
-        self, request: pb.DescribeConfigsRequest
+        self, request: pb.DescribeConfigsRequest, refused: dict[str, Refusal]
     ) -> pb.DescribeConfigsResponse:
         defaults = self._config.log_config()
         response = pb.DescribeConfigsResponse()
         for name in request.topics:
-            if refusal := self._topic_refusal_now(name):
+            if refusal := refused.get(name) or self._topic_refusal_now(name):
                 response.topics.add(
                     name=name, error=code(refusal.error), error_message=refusal.message
                 )
@@ -351,17 +486,27 @@ class AdminManager:
             )
         return response
 
-    async def alter_configs(self, request: pb.AlterConfigsRequest) -> pb.AlterConfigsResponse:
-        return await self.blocking(self._alter_configs_now, request)
+    async def alter_configs(
+        self, request: pb.AlterConfigsRequest, session: Session = INTERNAL
+    ) -> pb.AlterConfigsResponse:
+        """Change each topic's overrides (AlterConfigs on the topic)."""
+        refused = self._refused_topics(
+            session, AclOperation.ALTER_CONFIGS, [t.name for t in request.topics], audited=True
+        )
+        return await self.blocking(self._alter_configs_now, request, refused)
 
-    def _alter_configs_now(self, request: pb.AlterConfigsRequest) -> pb.AlterConfigsResponse:
+    def _alter_configs_now(
+        self, request: pb.AlterConfigsRequest, refused: dict[str, Refusal]
+    ) -> pb.AlterConfigsResponse:
         """Validate each topic's new overrides as a whole, then write them (the
         brokers hosting it follow ``/config/changes``)."""
         response = pb.AlterConfigsResponse()
         for change in request.topics:
             result = response.topics.add(name=change.name)
-            refusal = self._topic_refusal_now(change.name) or self._alter_topic_config_now(
-                change, request.validate_only
+            refusal = (
+                refused.get(change.name)
+                or self._topic_refusal_now(change.name)
+                or self._alter_topic_config_now(change, request.validate_only)
             )
             if refusal is not None:
                 result.error = code(refusal.error)
@@ -401,12 +546,30 @@ class AdminManager:
     # -- elections and reassignments -----------------------------------------------------
 
     async def elect_leaders(
-        self, request: pb.ElectLeadersRequest, context: Deadline
+        self, request: pb.ElectLeadersRequest, context: Deadline, session: Session = INTERNAL
     ) -> pb.ElectLeadersResponse:
         """Preferred leader election: asks the controller through
         ``/admin/preferred_replica_election`` (as kafka-preferred-replica-election.sh
-        did) and answers once this broker's cache shows the new leaders."""
+        did) and answers once this broker's cache shows the new leaders.  Needs
+        Alter on the cluster: without it, the whole answer and every partition
+        named are CLUSTER_AUTHORIZATION_FAILED."""
         checks.check_timeout_ms(request.timeout_ms)
+        if not self._authorizer.cluster(session, AclOperation.ALTER, audited=True):
+            message = cluster_denial(session, AclOperation.ALTER)
+            return pb.ElectLeadersResponse(
+                error=pb.CLUSTER_AUTHORIZATION_FAILED,
+                error_message=message,
+                results=[
+                    pb.ElectionResult(
+                        topic=entry.topic,
+                        partition=partition,
+                        error=pb.CLUSTER_AUTHORIZATION_FAILED,
+                        error_message=message,
+                    )
+                    for entry in request.topic_partitions
+                    for partition in list(entry.partitions) or [-1]
+                ],
+            )
         deadline = time.monotonic() + wait_ms(request.timeout_ms, context) / 1000
         cache = self._metadata.snapshot()
         outcome: dict[TopicPartition, tuple[pb.ErrorCode.ValueType, str]] = {}
@@ -477,16 +640,40 @@ class AdminManager:
                 return
             await asyncio.sleep(ELECTION_RETRY_S)
 
-    async def list_reassignments(self) -> dict[TopicPartition, tuple[int, ...]]:
-        """The reassignments still running: partition → its target replicas."""
+    async def list_reassignments(
+        self, session: Session = INTERNAL
+    ) -> dict[TopicPartition, tuple[int, ...]] | Refusal:
+        """The reassignments still running: partition → its target replicas; a
+        CLUSTER_AUTHORIZATION_FAILED refusal for a caller that may not Describe the
+        cluster."""
+        if not self._authorizer.cluster(session, AclOperation.DESCRIBE):
+            return Refusal(
+                errors.CLUSTER_AUTHORIZATION_FAILED,
+                cluster_denial(session, AclOperation.DESCRIBE),
+            )
         found = await self.blocking(self._zk.get_reassignments)
         return {} if found is None else found[0]
 
     async def alter_partition_reassignments(
-        self, request: pb.AlterPartitionReassignmentsRequest
+        self, request: pb.AlterPartitionReassignmentsRequest, session: Session = INTERNAL
     ) -> pb.AlterPartitionReassignmentsResponse:
         """Checks each target and writes ``/admin/reassign_partitions`` for the
-        controller; answers at once (a move takes as long as copying the data)."""
+        controller; answers at once (a move takes as long as copying the data).
+        Needs Alter on the cluster (else every partition is
+        CLUSTER_AUTHORIZATION_FAILED)."""
+        if not self._authorizer.cluster(session, AclOperation.ALTER, audited=True):
+            message = cluster_denial(session, AclOperation.ALTER)
+            return pb.AlterPartitionReassignmentsResponse(
+                results=[
+                    pb.ReassignmentResult(
+                        topic=wanted.topic,
+                        partition=wanted.partition,
+                        error=pb.CLUSTER_AUTHORIZATION_FAILED,
+                        error_message=message,
+                    )
+                    for wanted in request.partitions
+                ]
+            )
         cache = self._metadata.snapshot()
         results: list[pb.ReassignmentResult] = []
         targets: dict[TopicPartition, tuple[int, ...]] = {}
@@ -516,6 +703,12 @@ class AdminManager:
                     result.error = pb.REASSIGNMENT_IN_PROGRESS
                     result.error_message = "another reassignment is still running"
         return pb.AlterPartitionReassignmentsResponse(results=results)
+
+
+def _topic_refusal(session: Session, operation: AclOperation, topic: str) -> Refusal:
+    return Refusal(
+        errors.TOPIC_AUTHORIZATION_FAILED, denial(session, operation, Resource(TOPIC, topic))
+    )
 
 
 def preferred_verdict(

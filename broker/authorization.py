@@ -12,7 +12,14 @@ see ``cluster_action``.
 The authorizer log (logger ``annal.authorizer``): every denial at INFO, with
 the principal, host, operation and resource; every allowed change to the
 cluster's state (``audited``: deleting a topic, changing a config, an ACL,
-a user, a group's offsets) at INFO too; other allowed requests at DEBUG.
+a user, a group's offsets) at INFO too; other allowed requests at DEBUG.  A
+check whose denial only narrows an answer or leads to another check
+(``log_denied=False``: listing the topics one may describe, Create on the
+cluster before Create on the topic) logs a denial at DEBUG, as Kafka's
+``logIfDenied = false`` keeps it out of the authorizer log.
+
+``denial`` words the message a refused request carries: the principal, the
+operation and the resource.
 
 Thread safety: the decision reads the ``AclCache``, which is thread-safe;
 everything else is immutable.
@@ -24,6 +31,7 @@ import logging
 from collections.abc import Iterable
 
 from annal.security.acl import (
+    ANONYMOUS,
     CLUSTER_NAME,
     AclOperation,
     KafkaPrincipal,
@@ -35,8 +43,14 @@ from annal.security.session import Session
 
 log = logging.getLogger("annal.authorizer")
 
+# Who an in-process caller is (tests, the broker's own work): the default session of
+# every handler.  It is asked about as User:ANONYMOUS, so a handler called without
+# a session is never allowed more than an unauthenticated client.
+INTERNAL = Session(ANONYMOUS, "", "")
+
 TOPIC = ResourceType.TOPIC
 GROUP = ResourceType.GROUP
+TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
 CLUSTER_RESOURCE = Resource(ResourceType.CLUSTER, CLUSTER_NAME)
 
 
@@ -68,6 +82,7 @@ class RequestAuthorizer:
         operation: AclOperation,
         resource: Resource,
         audited: bool = False,
+        log_denied: bool = True,
     ) -> bool:
         """Whether ``session`` may do ``operation`` on ``resource``; logged as the
         module docstring says."""
@@ -76,7 +91,7 @@ class RequestAuthorizer:
         decision = self._authorizer.authorize(
             session.principal, session.client_host, operation, resource
         )
-        _log(decision, session, operation, resource, audited)
+        _log(decision, session, operation, resource, audited, log_denied)
         return decision.allowed
 
     def denied(
@@ -86,6 +101,7 @@ class RequestAuthorizer:
         resource_type: ResourceType,
         names: Iterable[str],
         audited: bool = False,
+        log_denied: bool = True,
     ) -> set[str]:
         """The names of ``names`` (of one resource type) that ``session`` may not
         ``operation``; each asked once."""
@@ -94,11 +110,31 @@ class RequestAuthorizer:
         return {
             name
             for name in set(names)
-            if not self.allowed(session, operation, Resource(resource_type, name), audited)
+            if not self.allowed(
+                session, operation, Resource(resource_type, name), audited, log_denied
+            )
         }
 
-    def cluster(self, session: Session, operation: AclOperation, audited: bool = False) -> bool:
-        return self.allowed(session, operation, CLUSTER_RESOURCE, audited)
+    def cluster(
+        self,
+        session: Session,
+        operation: AclOperation,
+        audited: bool = False,
+        log_denied: bool = True,
+    ) -> bool:
+        return self.allowed(session, operation, CLUSTER_RESOURCE, audited, log_denied)
+
+    def authorized_operations(
+        self, session: Session, resource: Resource, operations: Iterable[AclOperation]
+    ) -> int:
+        """Kafka's bit field of the ``operations`` that ``session`` may do on
+        ``resource`` (bit ``1 << code`` per operation), as DescribeCluster reports
+        it; asked quietly, since nothing is refused."""
+        allowed = 0
+        for operation in operations:
+            if self.allowed(session, operation, resource, log_denied=False):
+                allowed |= 1 << operation.value
+        return allowed
 
     def cluster_action(self, session: Session) -> bool:
         """ClusterAction on the Cluster: what a request only a broker or the
@@ -118,14 +154,27 @@ class RequestAuthorizer:
         )
 
 
+def denial(session: Session, operation: AclOperation, resource: Resource) -> str:
+    """What a refused request is told: ``User:bob may not Delete Topic:orders``."""
+    return f"{session.principal} may not {operation.kafka_name} {resource}"
+
+
+def cluster_denial(session: Session, operation: AclOperation) -> str:
+    return denial(session, operation, CLUSTER_RESOURCE)
+
+
 def _log(
     decision: Decision,
     session: Session,
     operation: AclOperation,
     resource: Resource,
     audited: bool,
+    log_denied: bool = True,
 ) -> None:
-    level = logging.INFO if not decision.allowed or audited else logging.DEBUG
+    if decision.allowed:
+        level = logging.INFO if audited else logging.DEBUG
+    else:
+        level = logging.INFO if log_denied else logging.DEBUG
     if log.isEnabledFor(level):
         principal: KafkaPrincipal = session.principal
         log.log(

@@ -10,6 +10,15 @@ Every handler checks the request's fields first (``request_checks``):
 request-level faults raise ``InvalidRequest`` (INVALID_ARGUMENT, by the
 request guard), per-partition ones are answered with Kafka's error codes.
 
+Authorization (docs/security.md): each handler takes the caller's ``Session``
+and asks what Kafka 2.x asks, answering a refused topic's partitions
+TOPIC_AUTHORIZATION_FAILED: Produce needs Write on the topic, Fetch Read
+(a follower's fetch ClusterAction on the cluster), ListOffsets Describe,
+DeleteRecords Delete; OffsetsForLeaderEpoch needs ClusterAction on the
+cluster or Describe on the topic, and from a replica (``replica_id`` >= 0)
+ClusterAction (else CLUSTER_AUTHORIZATION_FAILED); DescribeLogDirs needs
+Describe on the cluster and answers no log dirs without it.
+
 Thread safety: runs on the event loop only.
 """
 
@@ -22,11 +31,17 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from annal.broker import request_checks as checks
-from annal.broker.authorization import ALLOW_ALL, TOPIC, RequestAuthorizer
+from annal.broker.authorization import (
+    ALLOW_ALL,
+    INTERNAL,
+    TOPIC,
+    RequestAuthorizer,
+    denial,
+)
 from annal.broker.delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, Purgatories
 from annal.broker.metrics import BrokerMetrics
 from annal.broker.replica_manager import AppendResult, ReadResult, ReplicaManager
-from annal.security.acl import ANONYMOUS, AclOperation
+from annal.security.acl import AclOperation, Resource
 from annal.security.session import Session
 from annal.storage.batch import count_records
 from annal.storage.files import TopicPartition
@@ -34,9 +49,6 @@ from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 from annal.errors import ErrorCode
-
-# who an in-process caller is (tests, the broker's own work): no authorizer asks
-INTERNAL = Session(ANONYMOUS, "", "")
 
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024
@@ -308,12 +320,18 @@ class DataApi:
 
     # -- log dirs ------------------------------------------------------------------
 
-    def describe_log_dirs(self, request: pb.DescribeLogDirsRequest) -> pb.DescribeLogDirsResponse:
+    def describe_log_dirs(
+        self, request: pb.DescribeLogDirsRequest, session: Session = INTERNAL
+    ) -> pb.DescribeLogDirsResponse:
         """Each log dir of this broker with the partitions in it (their size), as
-        Kafka's DescribeLogDirs answers; ``topics`` narrows the partitions."""
+        Kafka's DescribeLogDirs answers; ``topics`` narrows the partitions.  A
+        caller that may not Describe the cluster is answered no log dirs, as
+        Kafka 2.x answers it."""
+        response = pb.DescribeLogDirsResponse()
+        if not self._authorizer.cluster(session, AclOperation.DESCRIBE):
+            return response
         logs = self._replicas.logs
         wanted = set(request.topics)
-        response = pb.DescribeLogDirsResponse()
         by_dir = {str(d): response.log_dirs.add(path=str(d)) for d in logs.log_dirs}
         for path, entry in by_dir.items():
             try:
@@ -338,13 +356,19 @@ class DataApi:
 
     # -- offsets -------------------------------------------------------------------
 
-    def list_offsets(self, request: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
+    def list_offsets(
+        self, request: pb.ListOffsetsRequest, session: Session = INTERNAL
+    ) -> pb.ListOffsetsResponse:
+        """Each partition's offset for its timestamp (Describe on the topic)."""
         checks.check_replica_id(request.replica_id)
+        refused = self._refused_topics(
+            session, AclOperation.DESCRIBE, [t.name for t in request.topics]
+        )
         response = pb.ListOffsetsResponse()
         for topic in request.topics:
             out = response.topics.add(name=topic.name)
             for p in topic.partitions:
-                refusal = checks.list_offsets_partition(
+                refusal = refused.get(topic.name) or checks.list_offsets_partition(
                     topic.name, p.partition, p.timestamp, p.current_leader_epoch
                 )
                 if refusal is not None:
@@ -363,16 +387,29 @@ class DataApi:
         return response
 
     def offsets_for_leader_epoch(
-        self, request: pb.OffsetsForLeaderEpochRequest
+        self, request: pb.OffsetsForLeaderEpochRequest, session: Session = INTERNAL
     ) -> pb.OffsetsForLeaderEpochResponse:
         """Where each asked-for leader epoch ends on this leader (KIP-101/279): what
-        a follower truncates to before it fetches."""
+        a follower truncates to before it fetches, and a consumer checks after a
+        leader change (KIP-320).  ClusterAction on the cluster allows every
+        partition; without it a replica (``replica_id`` >= 0) is refused
+        CLUSTER_AUTHORIZATION_FAILED and a consumer needs Describe on each topic."""
         checks.check_replica_id(request.replica_id)
+        names = [t.name for t in request.topics]
+        refused: dict[str, checks.Refusal] = {}
+        if not self._authorizer.cluster(
+            session, AclOperation.CLUSTER_ACTION, log_denied=request.replica_id >= 0
+        ):
+            if request.replica_id >= 0:
+                replica = _refused_replica(session, request.replica_id, "OffsetsForLeaderEpoch")
+                refused = dict.fromkeys(names, replica)
+            else:
+                refused = self._refused_topics(session, AclOperation.DESCRIBE, names)
         response = pb.OffsetsForLeaderEpochResponse()
         for topic in request.topics:
             out = response.topics.add(name=topic.name)
             for p in topic.partitions:
-                refusal = checks.epoch_partition(
+                refusal = refused.get(topic.name) or checks.epoch_partition(
                     topic.name, p.partition, p.current_leader_epoch, p.leader_epoch
                 )
                 if refusal is not None:
@@ -394,16 +431,22 @@ class DataApi:
     # -- delete records ------------------------------------------------------------
 
     async def delete_records(
-        self, request: pb.DeleteRecordsRequest, context: Deadline
+        self, request: pb.DeleteRecordsRequest, context: Deadline, session: Session = INTERNAL
     ) -> pb.DeleteRecordsResponse:
         """Move each partition's log start on its leader (this broker), then answer
-        once the in-sync followers have followed (or the wait ran out)."""
+        once the in-sync followers have followed (or the wait ran out).  Needs
+        Delete on the topic."""
         checks.check_timeout_ms(request.timeout_ms)
+        refused = self._refused_topics(
+            session, AclOperation.DELETE, [p.topic for p in request.partitions], audited=True
+        )
         outcomes: dict[int, tuple[ErrorCode, int, str]] = {}
         targets: dict[TopicPartition, int] = {}
         slots: dict[int, TopicPartition] = {}
         for slot, wanted in enumerate(request.partitions):
-            refusal = checks.delete_records_partition(wanted.topic, wanted.partition, wanted.offset)
+            refusal = refused.get(wanted.topic) or checks.delete_records_partition(
+                wanted.topic, wanted.partition, wanted.offset
+            )
             if refusal is not None:
                 outcomes[slot] = (refusal.error, -1, refusal.message)
                 continue
@@ -437,6 +480,24 @@ class DataApi:
             )
         return response
 
+    def _refused_topics(
+        self,
+        session: Session,
+        operation: AclOperation,
+        names: list[str],
+        audited: bool = False,
+    ) -> dict[str, checks.Refusal]:
+        """TOPIC_AUTHORIZATION_FAILED, naming the caller, for each topic of ``names``
+        it may not ``operation``."""
+        denied = self._authorizer.denied(session, operation, TOPIC, names, audited=audited)
+        return {
+            name: checks.Refusal(
+                errors.TOPIC_AUTHORIZATION_FAILED,
+                denial(session, operation, Resource(TOPIC, name)),
+            )
+            for name in denied
+        }
+
 
 def _size(response: pb.FetchResponse) -> int:
     return sum(len(p.records) for t in response.topics for p in t.partitions)
@@ -459,10 +520,10 @@ def _unauthorized_read() -> checks.Refusal:
     return checks.Refusal(errors.TOPIC_AUTHORIZATION_FAILED, "not authorized to read the topic")
 
 
-def _refused_replica(session: Session, replica_id: int) -> checks.Refusal:
+def _refused_replica(session: Session, replica_id: int, what: str = "a fetch") -> checks.Refusal:
     return checks.Refusal(
         errors.CLUSTER_AUTHORIZATION_FAILED,
-        f"a fetch as replica {replica_id} needs ClusterAction on the cluster, which "
+        f"{what} as replica {replica_id} needs ClusterAction on the cluster, which "
         f"{session.principal} does not have",
     )
 

@@ -1,6 +1,27 @@
 """Group rpcs: FindCoordinator, OffsetCommit, OffsetFetch, answered through the
 group coordinator (``coordinator.py``); ListGroups and DescribeGroup from the
-membership of Kafka's clients' groups (``group_membership.py``).
+membership of Kafka's clients' groups (``group_membership.py``).  Both
+protocols come here: the gRPC service and the Kafka listener
+(``kafkaproto/groups.py``), whose JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+DescribeGroups, DeleteGroups and OffsetDelete reach the membership through
+this class too, so that every group request is authorized in one place.
+
+Authorization (docs/security.md), for the caller's ``Session``, as Kafka 2.x:
+
+* FindCoordinator needs Describe on the group (on the transactional id for a
+  transaction coordinator); DescribeGroups Describe on each group; DeleteGroups
+  Delete on each group;
+* JoinGroup, SyncGroup, Heartbeat and LeaveGroup need Read on the group;
+* OffsetCommit needs Read on the group, then Read on each topic (its
+  partitions are TOPIC_AUTHORIZATION_FAILED otherwise); OffsetFetch Describe
+  on the group, then Describe on each topic (named partitions of other topics
+  are TOPIC_AUTHORIZATION_FAILED, the others left out); OffsetDelete Delete on
+  the group, then Read on each topic;
+* ListGroups lists every group to a caller that may Describe the cluster,
+  else only the groups it may Describe.
+
+A refused group is GROUP_AUTHORIZATION_FAILED, with a message naming the
+principal, the operation and the group.
 
 Thread safety: runs on the event loop; creating the offsets topic runs on
 the admin pool.
@@ -8,14 +29,27 @@ the admin pool.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from annal.broker import request_checks as checks
 from annal.broker.admin_manager import AdminManager
+from annal.broker.authorization import (
+    ALLOW_ALL,
+    GROUP,
+    INTERNAL,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    RequestAuthorizer,
+    denial,
+)
 from annal.broker.coordinator import OFFSETS_TOPIC, CommitEntry, OffsetsCoordinator
 from annal.broker.data_api import Deadline, code, wait_ms
-from annal.broker.group_membership import GroupMembership
+from annal.broker.group_membership import Group, GroupMembership, JoinResult, SyncResult
 from annal.broker.metadata_cache import MetadataCache
+from annal.security.acl import AclOperation, Resource
+from annal.security.session import Session
 from annal.v1 import annal_pb2 as pb
 from kio.schema.consumer_protocol_assignment.v0.data import (
     ConsumerProtocolAssignment as AssignmentV0,
@@ -37,6 +71,17 @@ from annal.errors import ErrorCode
 from annal.topic_partition import TopicPartition
 
 _ASSIGNMENTS: list[Any] = [AssignmentV0, AssignmentV1, AssignmentV2, AssignmentV3]
+DELETE_TIMEOUT_MS = 30_000  # OffsetDelete's wait for its tombstones to be replicated
+
+
+@dataclass(frozen=True, slots=True)
+class CommitMember:
+    """Who commits, in a Kafka client's OffsetCommit: checked against the group's
+    membership (``GroupMembership.check_commit``) once the commit is authorized."""
+
+    generation: int
+    member_id: str
+    instance_id: str | None
 
 
 class GroupApi:
@@ -48,18 +93,58 @@ class GroupApi:
         metadata: MetadataCache,
         admin: AdminManager,
         membership: GroupMembership,
+        authorizer: RequestAuthorizer = ALLOW_ALL,
     ) -> None:
         self._membership = membership
         self._coordinator = coordinator
         self._metadata = metadata
         self._admin = admin
+        self._authorizer = authorizer
+
+    # -- authorization -----------------------------------------------------------------
+
+    def _group_refusal(
+        self, session: Session, operation: AclOperation, group: str, audited: bool = False
+    ) -> checks.Refusal | None:
+        """GROUP_AUTHORIZATION_FAILED when the caller may not ``operation`` the group."""
+        resource = Resource(GROUP, group)
+        if self._authorizer.allowed(session, operation, resource, audited):
+            return None
+        return checks.Refusal(
+            errors.GROUP_AUTHORIZATION_FAILED, denial(session, operation, resource)
+        )
+
+    def _refused_topics(
+        self,
+        session: Session,
+        operation: AclOperation,
+        names: Sequence[str],
+        audited: bool = False,
+        log_denied: bool = True,
+    ) -> dict[str, checks.Refusal]:
+        """TOPIC_AUTHORIZATION_FAILED for each topic of ``names`` the caller may not
+        ``operation``."""
+        denied = self._authorizer.denied(
+            session, operation, TOPIC, names, audited=audited, log_denied=log_denied
+        )
+        return {
+            name: checks.Refusal(
+                errors.TOPIC_AUTHORIZATION_FAILED,
+                denial(session, operation, Resource(TOPIC, name)),
+            )
+            for name in denied
+        }
+
+    # -- coordinators --------------------------------------------------------------------
 
     async def find_coordinator(
-        self, request: pb.FindCoordinatorRequest
+        self, request: pb.FindCoordinatorRequest, session: Session = INTERNAL
     ) -> pb.FindCoordinatorResponse:
         """The leader of the group's offsets partition; the offsets topic is
-        created on first use (COORDINATOR_NOT_AVAILABLE until it has leaders)."""
-        if refusal := checks.group_id(request.group):
+        created on first use (COORDINATOR_NOT_AVAILABLE until it has leaders).
+        Needs Describe on the group."""
+        refusal = self._group_refusal(session, AclOperation.DESCRIBE, request.group)
+        if refusal := refusal or checks.group_id(request.group):
             return pb.FindCoordinatorResponse(
                 error=code(refusal.error), error_message=refusal.message
             )
@@ -82,17 +167,110 @@ class GroupApi:
             coordinator=pb.Broker(id=broker.broker_id, host=broker.host, port=broker.port)
         )
 
+    def find_transaction_coordinator(
+        self, transactional_id: str, session: Session = INTERNAL
+    ) -> pb.FindCoordinatorResponse:
+        """A transaction coordinator (Kafka's listener only): annal has none
+        (COORDINATOR_NOT_AVAILABLE), but a caller that may not Describe the
+        transactional id is told TRANSACTIONAL_ID_AUTHORIZATION_FAILED first."""
+        resource = Resource(TRANSACTIONAL_ID, transactional_id)
+        if not self._authorizer.allowed(session, AclOperation.DESCRIBE, resource):
+            return pb.FindCoordinatorResponse(
+                error=pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                error_message=denial(session, AclOperation.DESCRIBE, resource),
+            )
+        return pb.FindCoordinatorResponse(
+            error=pb.COORDINATOR_NOT_AVAILABLE, error_message="annal has no transactions"
+        )
+
+    # -- membership (Kafka's clients) ------------------------------------------------------
+
+    async def join(
+        self,
+        session: Session,
+        group: str,
+        member_id: str,
+        instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: Sequence[tuple[str, bytes]],
+        member_id_required: bool = False,
+    ) -> JoinResult:
+        """JoinGroup (``GroupMembership.join``), with Read on the group."""
+        if self._group_refusal(session, AclOperation.READ, group):
+            return JoinResult(errors.GROUP_AUTHORIZATION_FAILED)
+        return await self._membership.join(
+            group, member_id, instance_id, client_id, client_host, session_timeout_ms,
+            rebalance_timeout_ms, protocol_type, protocols, member_id_required,
+        )  # fmt: skip
+
+    async def sync(
+        self,
+        session: Session,
+        group: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        assignments: dict[str, bytes],
+    ) -> SyncResult:
+        """SyncGroup (``GroupMembership.sync``), with Read on the group."""
+        if self._group_refusal(session, AclOperation.READ, group):
+            return SyncResult(errors.GROUP_AUTHORIZATION_FAILED)
+        return await self._membership.sync(group, generation, member_id, instance_id, assignments)
+
+    def heartbeat(
+        self,
+        session: Session,
+        group: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+    ) -> ErrorCode:
+        """Heartbeat (``GroupMembership.heartbeat``), with Read on the group."""
+        if self._group_refusal(session, AclOperation.READ, group):
+            return errors.GROUP_AUTHORIZATION_FAILED
+        return self._membership.heartbeat(group, generation, member_id, instance_id)
+
+    def leave(
+        self, session: Session, group: str, leaving: Sequence[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """LeaveGroup (``GroupMembership.leave``), with Read on the group."""
+        if self._group_refusal(session, AclOperation.READ, group):
+            return errors.GROUP_AUTHORIZATION_FAILED, []
+        return self._membership.leave(group, leaving)
+
+    # -- offsets -------------------------------------------------------------------------
+
     async def offset_commit(
-        self, request: pb.OffsetCommitRequest, context: Deadline
+        self,
+        request: pb.OffsetCommitRequest,
+        context: Deadline,
+        session: Session = INTERNAL,
+        member: CommitMember | None = None,
     ) -> pb.OffsetCommitResponse:
+        """Commit each partition's offset: Read on the group (else every partition
+        is GROUP_AUTHORIZATION_FAILED), then Read on each topic.  ``member``: the
+        Kafka client's generation and member id, checked against the group's
+        membership for the partitions that are authorized."""
         checks.check_timeout_ms(request.timeout_ms)
-        group_refusal = checks.group_id(request.group)
+        group_refusal = self._group_refusal(session, AclOperation.READ, request.group)
+        refused = (
+            {}
+            if group_refusal
+            else self._refused_topics(session, AclOperation.READ, [t.name for t in request.topics])
+        )
+        group_refusal = group_refusal or checks.group_id(request.group)
         outcome: dict[TopicPartition, tuple[ErrorCode, str]] = {}
         entries = []
         for t in request.topics:
             for p in t.partitions:
-                refusal = group_refusal or checks.commit_partition(
-                    t.name, p.partition, p.offset, p.leader_epoch
+                refusal = (
+                    group_refusal
+                    or refused.get(t.name)
+                    or checks.commit_partition(t.name, p.partition, p.offset, p.leader_epoch)
                 )
                 if refusal is not None:
                     outcome[TopicPartition(t.name, p.partition)] = (refusal.error, refusal.message)
@@ -100,6 +278,14 @@ class GroupApi:
                     entries.append(
                         CommitEntry(t.name, p.partition, p.offset, p.leader_epoch, p.metadata)
                     )
+        if entries and member is not None:
+            error = self._membership.check_commit(
+                request.group, member.generation, member.member_id, member.instance_id
+            )
+            if error != errors.NONE:
+                for e in entries:
+                    outcome[TopicPartition(e.topic, e.partition)] = (error, "")
+                entries = []
         if entries:
             outcome.update(
                 await self._coordinator.commit(
@@ -114,25 +300,52 @@ class GroupApi:
                 out.partitions.add(partition=p.partition, error=code(error), error_message=message)
         return response
 
-    def offset_fetch(self, request: pb.OffsetFetchRequest) -> pb.OffsetFetchResponse:
+    def offset_fetch(
+        self, request: pb.OffsetFetchRequest, session: Session = INTERNAL
+    ) -> pb.OffsetFetchResponse:
         """The group's committed offsets; the response has one error field, so a
-        refused group id, topic name or partition answers the whole request."""
-        refusal = checks.group_id(request.group)
+        refused group id, topic name or partition answers the whole request.
+        Needs Describe on the group (else GROUP_AUTHORIZATION_FAILED), then
+        Describe on each topic: a partition asked for by name of a topic the
+        caller may not describe is answered TOPIC_AUTHORIZATION_FAILED, and such
+        topics are left out of an answer about every partition."""
+        refusal = self._group_refusal(session, AclOperation.DESCRIBE, request.group)
+        refusal = refusal or checks.group_id(request.group)
         for t in request.topics:
             refusal = refusal or checks.topic_name(t.topic)
             for p in t.partitions:
                 refusal = refusal or checks.partition_index(t.topic, p)
         if refusal is not None:
             return pb.OffsetFetchResponse(error=code(refusal.error), error_message=refusal.message)
-        wanted = [TopicPartition(t.topic, p) for t in request.topics for p in t.partitions] or None
-        error, found = self._coordinator.fetch(request.group, wanted)
+        asked = [TopicPartition(t.topic, p) for t in request.topics for p in t.partitions]
+        if asked:
+            hidden = self._refused_topics(
+                session, AclOperation.DESCRIBE, [tp.topic for tp in asked]
+            )
+            wanted = [tp for tp in asked if tp.topic not in hidden]
+            error, found = self._coordinator.fetch(request.group, wanted)
+            if error == errors.NONE:
+                found.update((tp, None) for tp in asked if tp.topic in hidden)
+        else:  # every partition: what the caller may not describe is left out
+            error, found = self._coordinator.fetch(request.group, None)
+            hidden = self._refused_topics(
+                session, AclOperation.DESCRIBE, sorted({tp.topic for tp in found}), log_denied=False
+            )
+            found = {tp: value for tp, value in found.items() if tp.topic not in hidden}
         response = pb.OffsetFetchResponse(error=code(error))
         by_topic: dict[str, pb.OffsetFetchTopic] = {}
         for (topic, partition), value in sorted(found.items()):
             out = by_topic.get(topic)
             if out is None:
                 out = by_topic[topic] = response.topics.add(name=topic)
-            if value is None:
+            if topic in hidden:
+                out.partitions.add(
+                    partition=partition,
+                    offset=-1,
+                    leader_epoch=-1,
+                    error=pb.TOPIC_AUTHORIZATION_FAILED,
+                )
+            elif value is None:
                 out.partitions.add(partition=partition, offset=-1, leader_epoch=-1)
             else:
                 out.partitions.add(
@@ -143,16 +356,67 @@ class GroupApi:
                 )
         return response
 
-    def list_groups(self) -> pb.ListGroupsResponse:
+    async def offset_delete(
+        self, session: Session, group: str, partitions: Sequence[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete (Kafka's listener): (the group's error, each partition's).
+        Needs Delete on the group (else GROUP_AUTHORIZATION_FAILED and no
+        partitions), then Read on each topic; refused while the group has members
+        (GROUP_SUBSCRIBED_TO_TOPIC)."""
+        if self._group_refusal(session, AclOperation.DELETE, group, audited=True):
+            return errors.GROUP_AUTHORIZATION_FAILED, {}
+        refused = self._refused_topics(
+            session, AclOperation.READ, [tp.topic for tp in partitions], audited=True
+        )
+        unauthorized = errors.TOPIC_AUTHORIZATION_FAILED
+        outcome = {tp: unauthorized for tp in partitions if tp.topic in refused}
+        wanted = [tp for tp in partitions if tp.topic not in refused]
+        error, found = self._membership.describe(group)
+        if error != errors.NONE:
+            outcome.update(dict.fromkeys(wanted, error))
+        elif found is not None and found.members:
+            outcome.update(dict.fromkeys(wanted, errors.GROUP_SUBSCRIBED_TO_TOPIC))
+        else:
+            if wanted:
+                error, _ = await self._coordinator.delete_offsets(group, wanted, DELETE_TIMEOUT_MS)
+            outcome.update(dict.fromkeys(wanted, errors.NONE))
+        return error, outcome
+
+    # -- listing, describing, deleting -------------------------------------------------
+
+    def listing(self, session: Session = INTERNAL) -> list[tuple[str, str, str]]:
+        """(group, protocol type, state) of the groups this broker coordinates: all
+        of them for a caller that may Describe the cluster, else those it may
+        Describe (asked quietly: a listing is narrowed, not refused)."""
+        groups = self._membership.listing()
+        authorizer = self._authorizer
+        if authorizer.cluster(session, AclOperation.DESCRIBE, log_denied=False):
+            return groups
+        hidden = authorizer.denied(
+            session, AclOperation.DESCRIBE, GROUP, [g for g, _, _ in groups], log_denied=False
+        )
+        return [listed for listed in groups if listed[0] not in hidden]
+
+    def list_groups(self, session: Session = INTERNAL) -> pb.ListGroupsResponse:
         return pb.ListGroupsResponse(
             groups=[
                 pb.GroupListing(group=g, protocol_type=t, state=s)
-                for g, t, s in self._membership.listing()
+                for g, t, s in self.listing(session)
             ]
         )
 
-    async def delete_group(self, request: pb.DeleteGroupRequest) -> pb.DeleteGroupResponse:
-        if refusal := checks.group_id(request.group):
+    async def delete(self, session: Session, group: str) -> ErrorCode:
+        """Delete a group without members (``GroupMembership.delete``), with Delete
+        on the group."""
+        if self._group_refusal(session, AclOperation.DELETE, group, audited=True):
+            return errors.GROUP_AUTHORIZATION_FAILED
+        return await self._membership.delete(group)
+
+    async def delete_group(
+        self, request: pb.DeleteGroupRequest, session: Session = INTERNAL
+    ) -> pb.DeleteGroupResponse:
+        refusal = self._group_refusal(session, AclOperation.DELETE, request.group, audited=True)
+        if refusal := refusal or checks.group_id(request.group):
             return pb.DeleteGroupResponse(error=code(refusal.error), error_message=refusal.message)
         error = await self._membership.delete(request.group)
         messages = {
@@ -161,8 +425,18 @@ class GroupApi:
         }
         return pb.DeleteGroupResponse(error=code(error), error_message=messages.get(error, ""))
 
-    def describe_group(self, request: pb.DescribeGroupRequest) -> pb.DescribeGroupResponse:
-        if refusal := checks.group_id(request.group):
+    def describe(self, session: Session, group: str) -> tuple[ErrorCode, Group | None]:
+        """The group's membership (``GroupMembership.describe``), with Describe on the
+        group (else GROUP_AUTHORIZATION_FAILED)."""
+        if self._group_refusal(session, AclOperation.DESCRIBE, group):
+            return errors.GROUP_AUTHORIZATION_FAILED, None
+        return self._membership.describe(group)
+
+    def describe_group(
+        self, request: pb.DescribeGroupRequest, session: Session = INTERNAL
+    ) -> pb.DescribeGroupResponse:
+        refusal = self._group_refusal(session, AclOperation.DESCRIBE, request.group)
+        if refusal := refusal or checks.group_id(request.group):
             return pb.DescribeGroupResponse(
                 error=code(refusal.error), error_message=refusal.message
             )

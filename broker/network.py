@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -99,19 +99,22 @@ class NetworkLayer:
         address: str,
         add_services: Callable[[grpc.aio.Server], None],
         credentials: grpc.ServerCredentials | None = None,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     ) -> int:
         """Bind ``address`` (over TLS with ``credentials``), add the services and
-        start serving; the port bound.  RuntimeError when it cannot be bound."""
-        return self.call(self._serve(address, add_services, credentials))
+        start serving; the port bound.  RuntimeError when it cannot be bound.
+        ``interceptors`` run before the request guard (authentication first)."""
+        return self.call(self._serve(address, add_services, credentials, interceptors))
 
     async def _serve(
         self,
         address: str,
         add_services: Callable[[grpc.aio.Server], None],
         credentials: grpc.ServerCredentials | None,
+        interceptors: Sequence[grpc.aio.ServerInterceptor],
     ) -> int:
         server = grpc.aio.server(
-            interceptors=[RequestGuard(self.limits, self.metrics)],
+            interceptors=[*interceptors, RequestGuard(self.limits, self.metrics)],
             options=[
                 ("grpc.max_receive_message_length", self._max_request_bytes),
                 ("grpc.max_send_message_length", self._max_request_bytes),

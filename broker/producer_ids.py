@@ -12,6 +12,12 @@ Annal has no transactions: a request with a transactional id is answered
 INVALID_REQUEST.  A reservation that fails (ZooKeeper unreachable) is
 answered COORDINATOR_NOT_AVAILABLE, which clients retry.
 
+Authorization (docs/security.md), as Kafka 2.x: an idempotent producer (no
+transactional id) needs IdempotentWrite on the cluster or Write on some topic
+(else CLUSTER_AUTHORIZATION_FAILED); a transactional id needs Write on it
+(else TRANSACTIONAL_ID_AUTHORIZATION_FAILED), checked before the refusal
+above.
+
 Thread safety: ``ProducerIdManager`` is thread-safe.  ``_lock`` guards the
 current block and the next id; ``_reserve_lock`` lets one thread at a time
 reserve a block.  Handing out an id from the current block runs inline on
@@ -24,6 +30,17 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
+from annal.broker.authorization import (
+    ALLOW_ALL,
+    INTERNAL,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    RequestAuthorizer,
+    cluster_denial,
+    denial,
+)
+from annal.security.acl import AclOperation, Resource
+from annal.security.session import Session
 from annal.v1 import annal_pb2 as pb
 from annal.zk.client import ZkError
 from annal.zk.layout import ProducerIdBlock
@@ -73,18 +90,36 @@ class InitProducerIdApi:
         self,
         ids: ProducerIdManager,
         run_admin: Callable[[Callable[[], Any]], Awaitable[Any]],
+        authorizer: RequestAuthorizer = ALLOW_ALL,
     ) -> None:
         self._ids = ids
         self._run_admin = run_admin
+        self._authorizer = authorizer
 
     async def init_producer_id(
-        self, request: pb.InitProducerIdRequest
+        self, request: pb.InitProducerIdRequest, session: Session = INTERNAL
     ) -> pb.InitProducerIdResponse:
+        """A new producer id at epoch 0, if the caller may have one (module docstring)."""
+        authorizer = self._authorizer
         if request.transactional_id:
+            resource = Resource(TRANSACTIONAL_ID, request.transactional_id)
+            if not authorizer.allowed(session, AclOperation.WRITE, resource):
+                return _refused(
+                    errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    denial(session, AclOperation.WRITE, resource),
+                )
             return _refused(
                 errors.INVALID_REQUEST,
                 f"transactional id {request.transactional_id!r}: annal has no transactions; "
                 "idempotent producers send an empty transactional id",
+            )
+        idempotent = AclOperation.IDEMPOTENT_WRITE
+        if not authorizer.cluster(
+            session, idempotent, log_denied=False
+        ) and not authorizer.any_resource(session, AclOperation.WRITE, TOPIC):
+            return _refused(
+                errors.CLUSTER_AUTHORIZATION_FAILED,
+                f"{cluster_denial(session, idempotent)}, nor Write any topic",
             )
         producer_id = self._ids.next_from_block()
         if producer_id is None:

@@ -24,8 +24,11 @@ SECURITY_DISABLED, as Kafka does; credentials are managed either way.
 Every change is logged at INFO, naming the principal, the resource and the operation,
 or the user and the mechanism; a salt, key or password never reaches a log or a reply.
 
-Authorization is not wired yet: ``REQUIRED_ACCESS`` says, per API, what a caller will
-need (Kafka's checks), beside each handler.
+Authorization: each handler takes the caller's ``Session`` and checks, before anything
+else, the access ``REQUIRED_ACCESS`` names (Kafka's checks: Alter on the cluster to
+create or delete ACLs and to alter credentials, KIP-554; Describe on it to describe
+either).  A refusal is CLUSTER_AUTHORIZATION_FAILED where the error goes: on every
+creation, filter or user of the request, or on the whole answer of a Describe.
 
 Thread safety: the handlers run on the event loop; ``_..._now`` methods on the admin
 pool, touching only ZooKeeper and the thread-safe store.
@@ -39,6 +42,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from annal.broker.authorization import ALLOW_ALL, INTERNAL, RequestAuthorizer, denial
 from annal.broker.data_api import code
 from annal.broker.request_checks import Refusal
 from annal.broker.security_requests import (
@@ -61,6 +65,7 @@ from annal.security.acl import (
     ResourcePattern,
 )
 from annal.security.scram import MECHANISMS, ScramConfigError
+from annal.security.session import Session
 from annal.v1 import annal_pb2 as pb
 from annal.zk.client import CredentialNotFoundError, ZkClient, ZkError
 from annal.zk.layout import LayoutError
@@ -82,14 +87,12 @@ class Access:
 
 
 _CLUSTER = Resource.cluster()
-# What each API will check.  The two SCRAM APIs ask for DescribeConfigs / AlterConfigs
-# on the cluster, as annal's design says; Kafka's own broker (KIP-554) checks Describe /
-# Alter there instead: settle which when authorization is wired.
+# What each API checks: Kafka's checks (the two SCRAM APIs as KIP-554 has them).
 CREATE_ACLS_ACCESS = Access(AclOperation.ALTER, _CLUSTER)
 DESCRIBE_ACLS_ACCESS = Access(AclOperation.DESCRIBE, _CLUSTER)
 DELETE_ACLS_ACCESS = Access(AclOperation.ALTER, _CLUSTER)
-DESCRIBE_SCRAM_ACCESS = Access(AclOperation.DESCRIBE_CONFIGS, _CLUSTER)
-ALTER_SCRAM_ACCESS = Access(AclOperation.ALTER_CONFIGS, _CLUSTER)
+DESCRIBE_SCRAM_ACCESS = Access(AclOperation.DESCRIBE, _CLUSTER)
+ALTER_SCRAM_ACCESS = Access(AclOperation.ALTER, _CLUSTER)
 REQUIRED_ACCESS = {
     "CreateAcls": CREATE_ACLS_ACCESS,
     "DescribeAcls": DESCRIBE_ACLS_ACCESS,
@@ -118,25 +121,42 @@ class SecurityAdmin:
         store: SecurityStore,
         run_admin: RunAdmin,
         acls_enabled: bool = True,
+        authorizer: RequestAuthorizer = ALLOW_ALL,
     ) -> None:
         """``run_admin`` runs a blocking call on the admin pool (``NetworkLayer.run_admin``).
         With ``acls_enabled=False`` the three ACL APIs answer SECURITY_DISABLED, as Kafka
-        does on a broker without an authorizer; credentials are served either way."""
+        does on a broker without an authorizer; credentials are served either way.
+        ``authorizer`` decides who may call each API (``REQUIRED_ACCESS``)."""
         self._zk = zk
         self._store = store
         self._run_admin = run_admin
         self._acls_enabled = acls_enabled
+        self._authorizer = authorizer
 
     async def _blocking(self, fn: Callable[..., T], *args: object) -> T:
         result: T = await self._run_admin(functools.partial(fn, *args))
         return result
 
+    def _refusal(self, session: Session, access: Access, audited: bool = False) -> Refusal | None:
+        """CLUSTER_AUTHORIZATION_FAILED, naming the caller, unless it has ``access``."""
+        if self._authorizer.allowed(session, access.operation, access.resource, audited):
+            return None
+        return Refusal(
+            errors.CLUSTER_AUTHORIZATION_FAILED,
+            denial(session, access.operation, access.resource),
+        )
+
     # -- ACLs ---------------------------------------------------------------------------
 
-    async def create_acls(self, request: pb.CreateAclsRequest) -> pb.CreateAclsResponse:
+    async def create_acls(
+        self, request: pb.CreateAclsRequest, session: Session = INTERNAL
+    ) -> pb.CreateAclsResponse:
         """Authorization: CREATE_ACLS_ACCESS (Alter on the cluster)."""
-        if not self._acls_enabled:
-            return pb.CreateAclsResponse(results=[_result(_DISABLED)] * len(request.creations))
+        refused = self._refusal(session, CREATE_ACLS_ACCESS, audited=True)
+        if refused is None and not self._acls_enabled:
+            refused = _DISABLED
+        if refused is not None:
+            return pb.CreateAclsResponse(results=[_result(refused)] * len(request.creations))
         return await self._blocking(self._create_acls_now, request)
 
     def _create_acls_now(self, request: pb.CreateAclsRequest) -> pb.CreateAclsResponse:
@@ -161,20 +181,29 @@ class SecurityAdmin:
                 logger.info("ACL added: %s", AclBinding(pattern, entry))
         return pb.CreateAclsResponse(results=[_result(r) for r in results])
 
-    async def describe_acls(self, request: pb.DescribeAclsRequest) -> pb.DescribeAclsResponse:
+    async def describe_acls(
+        self, request: pb.DescribeAclsRequest, session: Session = INTERNAL
+    ) -> pb.DescribeAclsResponse:
         """Authorization: DESCRIBE_ACLS_ACCESS (Describe on the cluster)."""
-        parsed = filter_from_pb(request.filter) if self._acls_enabled else _DISABLED
+        parsed = self._refusal(session, DESCRIBE_ACLS_ACCESS) or (
+            filter_from_pb(request.filter) if self._acls_enabled else _DISABLED
+        )
         if isinstance(parsed, Refusal):
             return pb.DescribeAclsResponse(error=code(parsed.error), error_message=parsed.message)
         return pb.DescribeAclsResponse(
             acls=[binding_to_pb(b) for b in self._store.acls.acls(parsed)]
         )
 
-    async def delete_acls(self, request: pb.DeleteAclsRequest) -> pb.DeleteAclsResponse:
+    async def delete_acls(
+        self, request: pb.DeleteAclsRequest, session: Session = INTERNAL
+    ) -> pb.DeleteAclsResponse:
         """Authorization: DELETE_ACLS_ACCESS (Alter on the cluster)."""
-        if not self._acls_enabled:
+        refused = self._refusal(session, DELETE_ACLS_ACCESS, audited=True)
+        if refused is None and not self._acls_enabled:
+            refused = _DISABLED
+        if refused is not None:
             return pb.DeleteAclsResponse(
-                results=[pb.DeleteAclsResult(**_fields(_DISABLED)) for _ in request.filters]
+                results=[pb.DeleteAclsResult(**_fields(refused)) for _ in request.filters]
             )
         return await self._blocking(self._delete_acls_now, request)
 
@@ -240,9 +269,11 @@ class SecurityAdmin:
     # -- SCRAM credentials ------------------------------------------------------------------
 
     async def describe_user_scram_credentials(
-        self, request: pb.DescribeUserScramCredentialsRequest
+        self, request: pb.DescribeUserScramCredentialsRequest, session: Session = INTERNAL
     ) -> pb.DescribeUserScramCredentialsResponse:
-        """Authorization: DESCRIBE_SCRAM_ACCESS (DescribeConfigs on the cluster)."""
+        """Authorization: DESCRIBE_SCRAM_ACCESS (Describe on the cluster)."""
+        if refused := self._refusal(session, DESCRIBE_SCRAM_ACCESS):
+            return pb.DescribeUserScramCredentialsResponse(**_fields(refused))
         return await self._blocking(self._describe_scram_now, list(request.users))
 
     def _describe_scram_now(self, asked: list[str]) -> pb.DescribeUserScramCredentialsResponse:
@@ -284,9 +315,14 @@ class SecurityAdmin:
                 result.credentials.add(mechanism=mechanism, iterations=found[mechanism].iterations)
 
     async def alter_user_scram_credentials(
-        self, request: pb.AlterUserScramCredentialsRequest
+        self, request: pb.AlterUserScramCredentialsRequest, session: Session = INTERNAL
     ) -> pb.AlterUserScramCredentialsResponse:
-        """Authorization: ALTER_SCRAM_ACCESS (AlterConfigs on the cluster)."""
+        """Authorization: ALTER_SCRAM_ACCESS (Alter on the cluster)."""
+        if refused := self._refusal(session, ALTER_SCRAM_ACCESS, audited=True):
+            users = dict.fromkeys(item.user for item in alteration_items(request))
+            return pb.AlterUserScramCredentialsResponse(
+                results=[pb.AlterUserScramResult(user=user, **_fields(refused)) for user in users]
+            )
         return await self._blocking(self._alter_scram_now, request)
 
     def _alter_scram_now(

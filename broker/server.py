@@ -45,6 +45,7 @@ from annal.broker.data_api import DataApi
 from annal.broker.delayed import Purgatories
 from annal.broker.group_api import GroupApi
 from annal.broker.group_membership import GroupMembership
+from annal.broker.grpc_auth import PasswordCheck, PasswordGuard
 from annal.broker.isr_changes import IsrChangeWriter
 from annal.broker.listeners import PLAINTEXT, KafkaListenerConfig
 from annal.broker.metadata_cache import MetadataCache
@@ -230,16 +231,26 @@ class BrokerServer:
             self.replicas, purgatories, network.run_storage, self.metrics, self.authorizer
         )
         admin = AdminManager(
-            config, self.zk, self.metadata, purgatories, network.run_admin, lambda: self.cluster_id
+            config,
+            self.zk,
+            self.metadata,
+            purgatories,
+            network.run_admin,
+            lambda: self.cluster_id,
+            self.authorizer,
         )
         producer_ids = ProducerIdManager(
             lambda: reserve_producer_id_block(self.zk, config.broker_id)
         )
         membership = GroupMembership(self.coordinator, config.group_initial_rebalance_delay_ms)
-        groups = GroupApi(self.coordinator, self.metadata, admin, membership)
-        init_producer_id = InitProducerIdApi(producer_ids, network.run_admin)
+        groups = GroupApi(self.coordinator, self.metadata, admin, membership, self.authorizer)
+        init_producer_id = InitProducerIdApi(producer_ids, network.run_admin, self.authorizer)
         security_admin = SecurityAdmin(
-            self.zk, self.security, network.run_admin, acls_enabled=self.authorizer.enabled
+            self.zk,
+            self.security,
+            network.run_admin,
+            acls_enabled=self.authorizer.enabled,
+            authorizer=self.authorizer,
         )
         service = AnnalService(data, admin, groups, init_producer_id, security_admin)
         control = ControlService(
@@ -261,7 +272,12 @@ class BrokerServer:
         # it appears in /brokers/ids, and a LeaderAndIsr or UpdateMetadata sent
         # to a port not yet listening would be lost.
         try:
-            self.port = network.serve(address, add_services, config.server_credentials())
+            password_guard = PasswordGuard(
+                PasswordCheck(self.security.credentials), tls=config.tls is not None
+            )
+            self.port = network.serve(
+                address, add_services, config.server_credentials(), [password_guard]
+            )
         except SecurityConfigError as exc:
             self._abort()
             raise BrokerStartupError(str(exc)) from exc

@@ -12,6 +12,13 @@ file, in Kafka's names (``security.protocol``, ``ssl.truststore.location``,
 ``ssl.keystore.location``) or librdkafka's (``ssl.ca.location``,
 ``ssl.certificate.location``, ``ssl.key.location``).
 
+``Security("SASL_SSL", cafile, sasl_username="alice", sasl_password=...)``
+proves a user instead, with the password the broker checks against the
+user's SCRAM credentials (docs/security.md): gRPC over TLS, the user and
+password in each call's metadata (``annal-sasl-username``,
+``annal-sasl-password``), never over plaintext.  Properties files take Kafka's
+``sasl.username``/``sasl.password`` or ``sasl.jaas.config``.
+
 Brokers use it too, towards each other: with a ``GRPCS://`` listener they
 speak TLS to every broker, presenting their own certificate.
 """
@@ -20,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +35,11 @@ import grpc
 
 PLAINTEXT = "PLAINTEXT"
 SSL = "SSL"
+SASL_SSL = "SASL_SSL"
+USER_HEADER = "annal-sasl-username"
+PASSWORD_HEADER = "annal-sasl-password"
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_JAAS_VALUE = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 _PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----.+?-----END \1-----\s*", re.S)
 
@@ -37,6 +49,11 @@ _CERT_KEYS = ("ssl.keystore.location", "ssl.certificate.location")
 _KEY_KEYS = ("ssl.keystore.location", "ssl.key.location")
 _KNOWN_KEYS = {
     "security.protocol",
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.username",
+    "sasl.password",
+    "sasl.jaas.config",
     "ssl.truststore.type",
     "ssl.keystore.type",
     "ssl.endpoint.identification.algorithm",
@@ -79,15 +96,31 @@ class Security:
     cafile: str | None = None
     certfile: str | None = None
     keyfile: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    sasl_mechanism: str = "SCRAM-SHA-512"  # what the password is checked against
 
     def __post_init__(self) -> None:
-        if self.protocol not in (PLAINTEXT, SSL):
+        if self.protocol not in (PLAINTEXT, SSL, SASL_SSL):
             raise SecurityConfigError(
-                f"security_protocol {self.protocol!r}: expected PLAINTEXT or SSL"
+                f"security_protocol {self.protocol!r}: expected PLAINTEXT, SSL or SASL_SSL "
+                "(annal's gRPC clients send passwords over TLS only)"
             )
         if self.protocol == PLAINTEXT and (self.cafile or self.certfile or self.keyfile):
             raise SecurityConfigError(
                 "ssl files given with security_protocol PLAINTEXT: set security_protocol='SSL'"
+            )
+        if (self.protocol == SASL_SSL) != bool(self.sasl_username):
+            raise SecurityConfigError(
+                "security_protocol SASL_SSL needs sasl_plain_username and sasl_plain_password"
+                if self.protocol == SASL_SSL
+                else "a SASL user is given: set security_protocol='SASL_SSL' (TLS)"
+            )
+        if self.protocol == SASL_SSL and self.sasl_password is None:
+            raise SecurityConfigError(f"no sasl password for user {self.sasl_username!r}")
+        if self.sasl_mechanism not in SASL_MECHANISMS:
+            raise SecurityConfigError(
+                f"sasl_mechanism {self.sasl_mechanism!r}: expected one of {SASL_MECHANISMS}"
             )
         for what, path in (("ssl_cafile", self.cafile), ("ssl_certfile", self.certfile),
                            ("ssl_keyfile", self.keyfile)):  # fmt: skip
@@ -101,7 +134,7 @@ class Security:
 
     @property
     def tls(self) -> bool:
-        return self.protocol == SSL
+        return self.protocol in (SSL, SASL_SSL)
 
     def credentials(self) -> grpc.ChannelCredentials:
         """The files read now (so a renewed certificate is picked up by new channels)."""
@@ -111,7 +144,20 @@ class Security:
             chain = pem_blocks(read_pem(self.certfile, "ssl certificate"), self.certfile,
                                "CERTIFICATE")  # fmt: skip
             key = pem_blocks(read_pem(self.keyfile, "ssl key"), self.keyfile, "PRIVATE KEY")
-        return grpc.ssl_channel_credentials(ca, key, chain)
+        channel = grpc.ssl_channel_credentials(ca, key, chain)
+        if self.sasl_username is None:
+            return channel
+        user_password = (
+            (USER_HEADER, self.sasl_username),
+            (PASSWORD_HEADER, self.sasl_password or ""),
+        )
+
+        def add_password(_context: Any, callback: Any) -> None:
+            callback(user_password, None)
+
+        return grpc.composite_channel_credentials(
+            channel, grpc.metadata_call_credentials(add_password, name="annal-sasl")
+        )
 
     def channel(self, endpoint: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
         if self.tls:
@@ -133,8 +179,18 @@ class Security:
         def first(keys: Sequence[str]) -> str | None:
             return next((props[k].strip() for k in keys if props.get(k, "").strip()), None)
 
+        user, password = props.get("sasl.username"), props.get("sasl.password")
+        jaas = {  # Java's quoting: a backslash escapes the next character
+            key: re.sub(r"\\(.)", r"\1", value)
+            for key, value in _JAAS_VALUE.findall(props.get("sasl.jaas.config", ""))
+        }
+        user, password = user or jaas.get("username"), password or jaas.get("password")
+        mechanism = (first(("sasl.mechanism", "sasl.mechanisms")) or "SCRAM-SHA-512").upper()
         try:
-            return cls(protocol, first(_CA_KEYS), first(_CERT_KEYS), first(_KEY_KEYS))
+            return cls(
+                protocol, first(_CA_KEYS), first(_CERT_KEYS), first(_KEY_KEYS),
+                user, password, mechanism,
+            )  # fmt: skip
         except SecurityConfigError as exc:
             raise SecurityConfigError(f"{where}: {exc}") from None
 
@@ -158,8 +214,15 @@ def client_security(
     ssl_cafile: str | None,
     ssl_certfile: str | None,
     ssl_keyfile: str | None,
+    sasl_plain_username: str | None = None,
+    sasl_plain_password: str | None = None,
+    sasl_mechanism: str | None = None,
 ) -> Security:
     """A client's settings (kafka-python's names); the process default when none given."""
-    if security_protocol is None and not (ssl_cafile or ssl_certfile or ssl_keyfile):
+    given = (ssl_cafile, ssl_certfile, ssl_keyfile, sasl_plain_username)
+    if security_protocol is None and not any(given):
         return default_security()
-    return Security((security_protocol or PLAINTEXT).upper(), ssl_cafile, ssl_certfile, ssl_keyfile)
+    return Security(
+        (security_protocol or PLAINTEXT).upper(), ssl_cafile, ssl_certfile, ssl_keyfile,
+        sasl_plain_username, sasl_plain_password, (sasl_mechanism or "SCRAM-SHA-512").upper(),
+    )  # fmt: skip

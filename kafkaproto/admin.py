@@ -16,7 +16,15 @@ Kafka's API and annal's differ:
 * configs of resources other than topics: DescribeConfigs of a broker lists
   its settings as given (read-only, static); altering them is refused;
 * ElectLeaders elects preferred leaders; unclean elections are refused;
-  AlterPartitionReassignments cannot cancel a reassignment (null replicas).
+  AlterPartitionReassignments cannot cancel a reassignment (null replicas);
+* DeleteTopics before v3 has no TOPIC_DELETION_DISABLED: a broker with
+  ``delete.topic.enable=false`` answers those INVALID_REQUEST, as Kafka does.
+
+Authorization is the broker code's (``AdminManager``, ``DataApi``): each
+handler passes the connection's session, and only maps the answer back.  A
+broker's configs are the exception in where they are read, not in who decides:
+``AdminManager.broker_configs_refusal`` says whether the caller may see or
+change them.
 
 Thread safety: runs on the broker's event loop only.
 """
@@ -29,6 +37,7 @@ from typing import Any
 from annal.broker.admin_manager import AdminManager
 from annal.broker.data_api import DataApi
 from annal.broker.metadata_cache import MetadataCache
+from annal.broker.request_checks import Refusal
 from annal.kafkaproto.apis import KafkaApis, Values
 from annal.kafkaproto.cluster import NO_TOPIC_ID
 from annal.kafkaproto.data import NO_DEADLINE
@@ -45,6 +54,8 @@ PREFERRED = 0
 
 INVALID_REQUEST = errors.INVALID_REQUEST.number
 INVALID_CONFIG = errors.INVALID_CONFIG.number
+TOPIC_DELETION_DISABLED = errors.TOPIC_DELETION_DISABLED.number
+CLUSTER_AUTHORIZATION_FAILED = errors.CLUSTER_AUTHORIZATION_FAILED.number
 
 
 class AdminApis:
@@ -92,7 +103,7 @@ class AdminApis:
             )
             for a in topic.assignments:
                 wanted.assignment[a.partition_index].brokers.extend(a.broker_ids)
-        answer = await self._admin.create_topics(ask, NO_DEADLINE)
+        answer = await self._admin.create_topics(ask, NO_DEADLINE, request.session)
         cache = self._metadata.snapshot()
         results = []
         for t in answer.topics:
@@ -110,8 +121,14 @@ class AdminApis:
         answer = await self._admin.delete_topics(
             pb.DeleteTopicsRequest(topics=list(body.topic_names), timeout_ms=millis(body.timeout)),
             NO_DEADLINE,
+            request.session,
         )
-        return {"throttle_time": 0, "responses": _topic_results(answer.topics)}
+        results = _topic_results(answer.topics)
+        if request.head.api_version < 3:  # TOPIC_DELETION_DISABLED came with v3
+            for result in results:
+                if result["error_code"] == TOPIC_DELETION_DISABLED:
+                    result["error_code"] = INVALID_REQUEST
+        return {"throttle_time": 0, "responses": results}
 
     async def create_partitions(self, request: Request) -> Values:
         body = request.body
@@ -122,7 +139,7 @@ class AdminApis:
             wanted = ask.topics.add(name=topic.name, count=topic.count)
             for a in topic.assignments or ():
                 wanted.assignment.add(brokers=list(a.broker_ids))
-        answer = await self._admin.create_partitions(ask, NO_DEADLINE)
+        answer = await self._admin.create_partitions(ask, NO_DEADLINE, request.session)
         return {"throttle_time": 0, "results": _topic_results(answer.topics)}
 
     async def delete_records(self, request: Request) -> Values:
@@ -131,7 +148,7 @@ class AdminApis:
         for topic in body.topics:
             for p in topic.partitions:
                 ask.partitions.add(topic=topic.name, partition=p.partition_index, offset=p.offset)
-        answer = await self._data.delete_records(ask, NO_DEADLINE)
+        answer = await self._data.delete_records(ask, NO_DEADLINE, request.session)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for r in answer.results:
             by_topic.setdefault(r.topic, []).append(
@@ -150,13 +167,19 @@ class AdminApis:
         for resource in request.body.resources:
             keys = resource.configuration_keys
             if resource.resource_type == BROKER:
-                results.append(self._broker_configs(resource.resource_name, keys))
+                refusal = self._admin.broker_configs_refusal(request.session)
+                if refusal is not None:
+                    error = refusal.error.number
+                    results.append(_resource_refused(resource, error, refusal.message))
+                else:
+                    results.append(self._broker_configs(resource.resource_name, keys))
                 continue
             if resource.resource_type != TOPIC:
                 results.append(_resource_refused(resource, INVALID_REQUEST, "unknown resource"))
                 continue
             answer = await self._admin.describe_configs(
-                pb.DescribeConfigsRequest(topics=[resource.resource_name], include_defaults=True)
+                pb.DescribeConfigsRequest(topics=[resource.resource_name], include_defaults=True),
+                request.session,
             )
             found = answer.topics[0]
             results.append({
@@ -191,7 +214,7 @@ class AdminApis:
         responses: list[dict[str, Any]] = []
         for resource in body.resources:
             if resource.resource_type != TOPIC:
-                responses.append(_altered(resource, INVALID_REQUEST, "only topic configs change"))
+                responses.append(self._not_a_topic(request, resource))
                 continue
             wanted = {c.name: c.value for c in resource.configs if c.value is not None}
             current = await self._overrides(resource.resource_name)
@@ -200,15 +223,25 @@ class AdminApis:
                 set=wanted,
                 delete=sorted(set(current or {}) - set(wanted)),
             )
-            responses.append(await self._alter(resource, change, body.validate_only))
+            responses.append(await self._alter(request, resource, change, body.validate_only))
         return {"throttle_time": 0, "responses": responses}
+
+    def _not_a_topic(self, request: Request, resource: Any) -> dict[str, Any]:
+        """Altering a broker's configs (refused, as annal's are static) or another
+        resource's: CLUSTER_AUTHORIZATION_FAILED first for a broker's, as Kafka checks
+        AlterConfigs on the cluster before it looks further."""
+        if resource.resource_type == BROKER:
+            refusal = self._admin.broker_configs_refusal(request.session, alter=True)
+            if refusal is not None:
+                return _altered(resource, refusal.error.number, refusal.message)
+        return _altered(resource, INVALID_REQUEST, "only topic configs change")
 
     async def incremental_alter_configs(self, request: Request) -> Values:
         body = request.body
         responses: list[dict[str, Any]] = []
         for resource in body.resources:
             if resource.resource_type != TOPIC:
-                responses.append(_altered(resource, INVALID_REQUEST, "only topic configs change"))
+                responses.append(self._not_a_topic(request, resource))
                 continue
             current = await self._effective(resource.resource_name)
             overrides = await self._overrides(resource.resource_name) or {}
@@ -234,25 +267,22 @@ class AdminApis:
                     ))  # fmt: skip
                     break
             if change.name:
-                responses.append(await self._alter(resource, change, body.validate_only))
+                responses.append(await self._alter(request, resource, change, body.validate_only))
         return {"throttle_time": 0, "responses": responses}
 
     async def _overrides(self, topic: str) -> dict[str, str] | None:
-        answer = await self._admin.describe_configs(pb.DescribeConfigsRequest(topics=[topic]))
-        found = answer.topics[0]
-        return None if found.error != pb.NONE else {e.name: e.value for e in found.entries}
+        """The topic's overrides, read by the broker itself (the alteration that
+        follows is what the caller's session is checked for)."""
+        return await self._admin.topic_configs(topic, include_defaults=False)
 
     async def _effective(self, topic: str) -> dict[str, str]:
-        answer = await self._admin.describe_configs(
-            pb.DescribeConfigsRequest(topics=[topic], include_defaults=True)
-        )
-        return {e.name: e.value for e in answer.topics[0].entries}
+        return await self._admin.topic_configs(topic, include_defaults=True) or {}
 
     async def _alter(
-        self, resource: Any, change: pb.TopicConfigChange, only: bool
+        self, request: Request, resource: Any, change: pb.TopicConfigChange, only: bool
     ) -> dict[str, Any]:
         answer = await self._admin.alter_configs(
-            pb.AlterConfigsRequest(topics=[change], validate_only=only)
+            pb.AlterConfigsRequest(topics=[change], validate_only=only), request.session
         )
         result = answer.topics[0]
         return _altered(resource, result.error, result.error_message)
@@ -267,7 +297,7 @@ class AdminApis:
         ask = pb.ElectLeadersRequest(timeout_ms=millis(body.timeout))
         for entry in body.topic_partitions or ():
             ask.topic_partitions.add(topic=entry.topic, partitions=list(entry.partitions))
-        answer = await self._admin.elect_leaders(ask, NO_DEADLINE)
+        answer = await self._admin.elect_leaders(ask, NO_DEADLINE, request.session)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for r in answer.results:
             by_topic.setdefault(r.topic, []).append(
@@ -276,7 +306,7 @@ class AdminApis:
             )  # fmt: skip
         return {
             "throttle_time": 0,
-            "error_code": errors.NONE.number,
+            "error_code": answer.error,
             "replica_election_results": [
                 {"topic": t, "partition_result": ps} for t, ps in by_topic.items()
             ],
@@ -293,26 +323,35 @@ class AdminApis:
                     ask.partitions.add(
                         topic=topic.name, partition=p.partition_index, replicas=list(p.replicas)
                     )
-        results = (await self._admin.alter_partition_reassignments(ask)).results
+        results = (await self._admin.alter_partition_reassignments(ask, request.session)).results
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for r in results:
             by_topic.setdefault(r.topic, []).append(
                 {"partition_index": r.partition, "error_code": r.error,
                  "error_message": r.error_message or None}
             )  # fmt: skip
+        # Alter on the cluster is asked of the whole request: a refusal is the answer's
+        refused = next((r for r in results if r.error == CLUSTER_AUTHORIZATION_FAILED), None)
         for topic, partition in cancels:
             by_topic.setdefault(topic, []).append(
                 {"partition_index": partition, "error_code": INVALID_REQUEST,
                  "error_message": "annal cannot cancel a running reassignment"}
+                if refused is None else
+                {"partition_index": partition, "error_code": refused.error,
+                 "error_message": refused.error_message}
             )  # fmt: skip
         return {
             "throttle_time": 0,
-            "error_code": errors.NONE.number,
+            "error_code": errors.NONE.number if refused is None else refused.error,
+            "error_message": None if refused is None else refused.error_message,
             "responses": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
         }
 
     async def list_reassignments(self, request: Request) -> Values:
-        running = await self._admin.list_reassignments()
+        running = await self._admin.list_reassignments(request.session)
+        if isinstance(running, Refusal):
+            return {"throttle_time": 0, "error_code": running.error.number,
+                    "error_message": running.message, "topics": []}  # fmt: skip
         cache = self._metadata.snapshot()
         wanted = {
             (t.name, p) for t in request.body.topics or () for p in t.partition_indexes

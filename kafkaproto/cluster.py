@@ -10,6 +10,12 @@ Kafka's Metadata tells "all topics" (a null list) from "no topics" (an empty
 one), and v0 asks for all with an empty list; annal's request says all with
 an empty list, so "no topics" is answered here with the brokers only.
 
+Authorization is ``AdminManager``'s: Metadata lists the topics the caller may
+Describe (and refuses the others it names).  DescribeCluster is refused to no
+one, as on Kafka's brokers; the cluster's authorized operations it may be
+asked for are reported only to a caller that may Describe the cluster (0 to
+others).
+
 Thread safety: runs on the broker's event loop only.
 """
 
@@ -76,7 +82,8 @@ class ClusterApis:
             pb.MetadataRequest(
                 topics=[] if everything else [t.name for t in names],
                 allow_auto_topic_creation=getattr(body, "allow_auto_topic_creation", True),
-            )
+            ),
+            request.session,
         )
         values["topics"] = [
             {
@@ -102,7 +109,7 @@ class ClusterApis:
         return values
 
     async def describe_cluster(self, request: Request) -> Values:
-        return {
+        values: dict[str, Any] = {
             "throttle_time": 0,
             "error_code": errors.NONE.number,
             "endpoint_type": 1,  # brokers
@@ -110,3 +117,8 @@ class ClusterApis:
             "controller_id": self._metadata.snapshot().controller_id,
             "brokers": self._brokers(request),
         }
+        if request.body.include_cluster_authorized_operations:
+            values["cluster_authorized_operations"] = self._admin.cluster_authorized_operations(
+                request.session
+            )
+        return values

@@ -14,7 +14,11 @@ does not (fetch sessions, transactions) is answered as Kafka allows:
   transactions;
 * InitProducerId always hands out a new producer id at epoch 0, as Kafka does
   for a producer without a transactional id (the id and epoch a v3+ request
-  carries are not needed to bump an epoch then).
+  carries are not needed to bump an epoch then); one with a transactional id
+  is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, authorized or not.
+
+Each handler passes the connection's session along; the broker code decides
+what it may do (docs/security.md).
 
 Thread safety: runs on the broker's event loop only.
 """
@@ -160,7 +164,7 @@ class DataApis:
                     timestamp=p.timestamp,
                     current_leader_epoch=getattr(p, "current_leader_epoch", -1),
                 )
-        answer = self._data.list_offsets(ask)
+        answer = self._data.list_offsets(ask, request.session)
         return {
             "throttle_time": 0,
             "topics": [
@@ -192,7 +196,7 @@ class DataApis:
                     current_leader_epoch=p.current_leader_epoch,
                     leader_epoch=p.leader_epoch,
                 )
-        answer = self._data.offsets_for_leader_epoch(ask)
+        answer = self._data.offsets_for_leader_epoch(ask, request.session)
         return {
             "throttle_time": 0,
             "topics": [
@@ -214,19 +218,21 @@ class DataApis:
 
     async def init_producer_id(self, request: Request) -> Values:
         body = request.body
-        if body.transactional_id is not None:
-            return {
-                "throttle_time": 0,
-                "error_code": KioErrorCode.transactional_id_authorization_failed.value,
-                "producer_id": -1,
-                "producer_epoch": -1,
-            }
         answer = await self._producer_ids.init_producer_id(
-            pb.InitProducerIdRequest(transaction_timeout_ms=millis(body.transaction_timeout))
+            pb.InitProducerIdRequest(
+                transactional_id=body.transactional_id or "",
+                transaction_timeout_ms=millis(body.transaction_timeout),
+            ),
+            request.session,
         )
+        error = int(answer.error)
+        if body.transactional_id is not None:
+            # authorized or not, a transactional producer cannot go on: Kafka's
+            # clients give up on this code (annal's own answer is INVALID_REQUEST)
+            error = int(KioErrorCode.transactional_id_authorization_failed.value)
         return {
             "throttle_time": 0,
-            "error_code": answer.error,
+            "error_code": error,
             "producer_id": answer.producer_id,
             "producer_epoch": answer.producer_epoch,
         }

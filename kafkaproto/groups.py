@@ -15,6 +15,13 @@ FindCoordinator answers with the coordinator's Kafka endpoint; transaction
 coordinators do not exist (COORDINATOR_NOT_AVAILABLE).  OffsetDelete refuses
 (GROUP_SUBSCRIBED_TO_TOPIC) while the group has members.
 
+Every request goes through ``GroupApi`` with the connection's session, which
+authorizes it (docs/security.md); this module only maps the answers onto
+Kafka's responses.  A refused group is GROUP_AUTHORIZATION_FAILED where the
+response carries its error: the top-level code, each partition of an
+OffsetCommit (and of an OffsetFetch v1, which has no top-level code), each
+group of DescribeGroups or DeleteGroups.
+
 Thread safety: runs on the broker's event loop only.
 """
 
@@ -23,14 +30,14 @@ from __future__ import annotations
 from typing import Any
 
 from annal.broker.coordinator import OffsetsCoordinator
-from annal.broker.group_api import GroupApi
+from annal.broker.group_api import CommitMember, GroupApi
 from annal.broker.group_membership import GroupMembership
 from annal.broker.metadata_cache import MetadataCache
 from annal.kafkaproto.apis import KafkaApis, Values
 from annal.kafkaproto.data import NO_DEADLINE
 from annal.kafkaproto.wire import Request, millis
+from annal.security.session import Session
 from annal.v1 import annal_pb2 as pb
-from kio.schema.errors import ErrorCode as KioErrorCode
 
 from annal import errors
 from annal.topic_partition import TopicPartition
@@ -76,19 +83,19 @@ class GroupApis:
         if not batched:
             keys = [body.key]
         key_type = getattr(body, "key_type", GROUP_KEY)
-        listener = request.session.listener or "PLAINTEXT"
-        found = [await self._coordinator_of(k, key_type, listener) for k in keys]
+        found = [await self._coordinator_of(k, key_type, request.session) for k in keys]
         if batched:
             return {"throttle_time": 0, "coordinators": found}
         return {"throttle_time": 0, **found[0]}
 
-    async def _coordinator_of(self, key: str, key_type: int, listener: str) -> dict[str, Any]:
+    async def _coordinator_of(self, key: str, key_type: int, session: Session) -> dict[str, Any]:
+        listener = session.listener or "PLAINTEXT"
         if key_type != GROUP_KEY:
-            answer = pb.FindCoordinatorResponse(
-                error=pb.COORDINATOR_NOT_AVAILABLE, error_message="annal has no transactions"
-            )
+            answer = self._groups.find_transaction_coordinator(key, session)
         else:
-            answer = await self._groups.find_coordinator(pb.FindCoordinatorRequest(group=key))
+            answer = await self._groups.find_coordinator(
+                pb.FindCoordinatorRequest(group=key), session
+            )
         broker = self._metadata.snapshot().brokers.get(answer.coordinator.id)
         endpoint = None if broker is None else broker.kafka_endpoint_for(listener)
         if answer.error == pb.NONE and endpoint is None:
@@ -112,7 +119,8 @@ class GroupApis:
         body = request.body
         session_ms = millis(body.session_timeout)
         rebalance = getattr(body, "rebalance_timeout", None)
-        result = await self._membership.join(
+        result = await self._groups.join(
+            request.session,
             body.group_id,
             body.member_id,
             getattr(body, "group_instance_id", None),
@@ -140,7 +148,8 @@ class GroupApis:
 
     async def sync_group(self, request: Request) -> Values:
         body = request.body
-        result = await self._membership.sync(
+        result = await self._groups.sync(
+            request.session,
             body.group_id,
             body.generation_id,
             body.member_id,
@@ -157,8 +166,8 @@ class GroupApis:
 
     async def heartbeat(self, request: Request) -> Values:
         body = request.body
-        error = self._membership.heartbeat(
-            body.group_id, body.generation_id, body.member_id,
+        error = self._groups.heartbeat(
+            request.session, body.group_id, body.generation_id, body.member_id,
             getattr(body, "group_instance_id", None),
         )  # fmt: skip
         return {"throttle_time": 0, "error_code": error.number}
@@ -169,7 +178,7 @@ class GroupApis:
             leaving = [(body.member_id, None)]
         else:
             leaving = [(m.member_id, m.group_instance_id) for m in body.members]
-        error, results = self._membership.leave(body.group_id, leaving)
+        error, results = self._groups.leave(request.session, body.group_id, leaving)
         if request.head.api_version < 3 and error == errors.NONE:
             error = results[0] if results else errors.UNKNOWN_MEMBER_ID
         return {
@@ -185,21 +194,11 @@ class GroupApis:
 
     async def offset_commit(self, request: Request) -> Values:
         body = request.body
-        generation = getattr(body, "generation_id_or_member_epoch", -1)
-        refused = self._membership.check_commit(
-            body.group_id, generation, getattr(body, "member_id", ""),
+        member = CommitMember(
+            getattr(body, "generation_id_or_member_epoch", -1),
+            getattr(body, "member_id", ""),
             getattr(body, "group_instance_id", None),
-        )  # fmt: skip
-        if refused != errors.NONE:
-            return {
-                "throttle_time": 0,
-                "topics": [
-                    {"name": t.name, "partitions": [
-                        {"partition_index": p.partition_index, "error_code": refused.number}
-                        for p in t.partitions]}
-                    for t in body.topics
-                ],
-            }  # fmt: skip
+        )
         ask = pb.OffsetCommitRequest(group=body.group_id, timeout_ms=COMMIT_TIMEOUT_MS)
         for t in body.topics:
             out = ask.topics.add(name=t.name)
@@ -210,7 +209,7 @@ class GroupApis:
                     leader_epoch=getattr(p, "committed_leader_epoch", -1),
                     metadata=p.committed_metadata or "",
                 )
-        answer = await self._groups.offset_commit(ask, NO_DEADLINE)
+        answer = await self._groups.offset_commit(ask, NO_DEADLINE, request.session, member)
         return {
             "throttle_time": 0,
             "topics": [
@@ -226,7 +225,16 @@ class GroupApis:
         ask = pb.OffsetFetchRequest(group=body.group_id)
         for t in body.topics or ():
             ask.topics.add(topic=t.name, partitions=list(t.partition_indexes))
-        answer = self._groups.offset_fetch(ask)
+        answer = self._groups.offset_fetch(ask, request.session)
+        if request.head.api_version < 2 and answer.error != pb.NONE:
+            # no top-level code before v2: each partition asked about carries it
+            return {"throttle_time": 0, "topics": [
+                {"name": t.name, "partitions": [
+                    {"partition_index": p, "committed_offset": -1, "metadata": "",
+                     "error_code": answer.error}
+                    for p in t.partition_indexes]}
+                for t in body.topics or ()
+            ]}  # fmt: skip
         return {
             "throttle_time": 0,
             "error_code": answer.error,
@@ -234,7 +242,7 @@ class GroupApis:
                 {"name": t.name, "partitions": [
                     {"partition_index": p.partition, "committed_offset": p.offset,
                      "committed_leader_epoch": p.leader_epoch, "metadata": p.metadata,
-                     "error_code": errors.NONE.number}
+                     "error_code": p.error}
                     for p in t.partitions]}
                 for t in answer.topics
             ],
@@ -242,39 +250,31 @@ class GroupApis:
 
     async def offset_delete(self, request: Request) -> Values:
         body = request.body
-        error, group = self._membership.describe(body.group_id)
         wanted = [
             TopicPartition(t.name, p.partition_index) for t in body.topics for p in t.partitions
         ]
-        per: int
-        if error == errors.NONE and group is not None and group.members:
-            per = int(KioErrorCode.group_subscribed_to_topic.value)
-        elif error == errors.NONE:
-            error, _ = await self._coordinator.delete_offsets(
-                body.group_id, wanted, COMMIT_TIMEOUT_MS
-            )
-            per = errors.NONE.number
-        else:
-            per = error.number
-        return {
-            "throttle_time": 0,
-            "error_code": error.number,
-            "topics": [
-                {"name": t.name, "partitions": [
-                    {"partition_index": p.partition_index, "error_code": per}
-                    for p in t.partitions]}
-                for t in body.topics
-            ],
-        }  # fmt: skip
+        error, outcome = await self._groups.offset_delete(request.session, body.group_id, wanted)
+        topics = []
+        for t in body.topics:
+            partitions = [
+                {"partition_index": p.partition_index, "error_code": code.number}
+                for p in t.partitions
+                if (code := outcome.get(TopicPartition(t.name, p.partition_index))) is not None
+            ]
+            if partitions:
+                topics.append({"name": t.name, "partitions": partitions})
+        return {"throttle_time": 0, "error_code": error.number, "topics": topics}
 
     # -- describing, listing, deleting ------------------------------------------------
 
     async def describe_groups(self, request: Request) -> Values:
         described = []
         for name in request.body.groups:
-            error, group = self._membership.describe(name)
+            error, group = self._groups.describe(request.session, name)
             if group is None:
                 state = "Dead" if error != errors.NONE else "Empty"
+                if error == errors.GROUP_AUTHORIZATION_FAILED:
+                    state = ""  # nothing is told about a group one may not describe
                 described.append({"error_code": error.number, "group_id": name,
                                   "group_state": state, "protocol_type": "",
                                   "protocol_data": "", "members": []})  # fmt: skip
@@ -300,7 +300,7 @@ class GroupApis:
             "error_code": errors.NONE.number,
             "groups": [
                 {"group_id": g, "protocol_type": t, "group_state": s}
-                for g, t, s in self._membership.listing()
+                for g, t, s in self._groups.listing(request.session)
                 if not states or s in states
             ],
         }
@@ -308,6 +308,6 @@ class GroupApis:
     async def delete_groups(self, request: Request) -> Values:
         results = []
         for name in request.body.groups_names:
-            error = await self._membership.delete(name)
+            error = await self._groups.delete(request.session, name)
             results.append({"group_id": name, "error_code": error.number})
         return {"throttle_time": 0, "results": results}

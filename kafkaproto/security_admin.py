@@ -12,8 +12,8 @@ Kafka messages and annal's differ:
   UNSUPPORTED_SASL_MECHANISM, naming it;
 * DescribeAcls answers ACLs grouped by resource pattern, as Kafka does.
 
-What a caller will need once authorization is wired is in ``REQUIRED_ACCESS`` and
-beside each handler.
+What a caller needs is in ``REQUIRED_ACCESS`` and beside each handler; ``SecurityAdmin``
+checks it for the connection's session, which each handler passes along.
 
 Thread safety: runs on the broker's event loop only.
 """
@@ -38,13 +38,13 @@ from annal.v1 import annal_pb2 as pb
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 
-# What a caller will need, per api key, once authorization is wired (Kafka's checks).
+# What a caller needs, per api key (Kafka's checks).
 REQUIRED_ACCESS = {
     CREATE_ACLS: CREATE_ACLS_ACCESS,  # Alter on the cluster
     DESCRIBE_ACLS: DESCRIBE_ACLS_ACCESS,  # Describe on the cluster
     DELETE_ACLS: DELETE_ACLS_ACCESS,  # Alter on the cluster
-    DESCRIBE_USER_SCRAM_CREDENTIALS: DESCRIBE_SCRAM_ACCESS,  # DescribeConfigs on the cluster
-    ALTER_USER_SCRAM_CREDENTIALS: ALTER_SCRAM_ACCESS,  # AlterConfigs on the cluster
+    DESCRIBE_USER_SCRAM_CREDENTIALS: DESCRIBE_SCRAM_ACCESS,  # Describe on the cluster
+    ALTER_USER_SCRAM_CREDENTIALS: ALTER_SCRAM_ACCESS,  # Alter on the cluster
 }
 
 MECHANISM_TYPES = {1: SCRAM_SHA_256, 2: SCRAM_SHA_512}  # Kafka's ScramMechanism types
@@ -97,7 +97,7 @@ class SecurityAdminApis:
                 for c in request.body.creations
             ]
         )
-        answer = await self._security.create_acls(ask)
+        answer = await self._security.create_acls(ask, request.session)
         return {
             "throttle_time": 0,
             "results": [
@@ -109,7 +109,7 @@ class SecurityAdminApis:
     async def describe_acls(self, request: Request) -> Values:
         """Needs DESCRIBE_ACLS_ACCESS: Describe on the cluster."""
         answer = await self._security.describe_acls(
-            pb.DescribeAclsRequest(filter=_filter(request.body))
+            pb.DescribeAclsRequest(filter=_filter(request.body)), request.session
         )
         resources: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
         for acl in answer.acls:
@@ -131,7 +131,7 @@ class SecurityAdminApis:
     async def delete_acls(self, request: Request) -> Values:
         """Needs DELETE_ACLS_ACCESS: Alter on the cluster."""
         ask = pb.DeleteAclsRequest(filters=[_filter(f) for f in request.body.filters])
-        answer = await self._security.delete_acls(ask)
+        answer = await self._security.delete_acls(ask, request.session)
         return {
             "throttle_time": 0,
             "filter_results": [
@@ -147,10 +147,10 @@ class SecurityAdminApis:
     # -- SCRAM credentials ------------------------------------------------------------------
 
     async def describe_user_scram_credentials(self, request: Request) -> Values:
-        """Needs DESCRIBE_SCRAM_ACCESS: DescribeConfigs on the cluster."""
+        """Needs DESCRIBE_SCRAM_ACCESS: Describe on the cluster."""
         users = [u.name for u in request.body.users or ()]
         answer = await self._security.describe_user_scram_credentials(
-            pb.DescribeUserScramCredentialsRequest(users=users)
+            pb.DescribeUserScramCredentialsRequest(users=users), request.session
         )
         return {
             "throttle_time": 0,
@@ -171,7 +171,7 @@ class SecurityAdminApis:
         }
 
     async def alter_user_scram_credentials(self, request: Request) -> Values:
-        """Needs ALTER_SCRAM_ACCESS: AlterConfigs on the cluster."""
+        """Needs ALTER_SCRAM_ACCESS: Alter on the cluster."""
         body = request.body
         ask = pb.AlterUserScramCredentialsRequest(
             deletions=[
@@ -189,7 +189,7 @@ class SecurityAdminApis:
                 for u in body.upsertions
             ],
         )
-        answer = await self._security.alter_user_scram_credentials(ask)
+        answer = await self._security.alter_user_scram_credentials(ask, request.session)
         return {
             "throttle_time": 0,
             "results": [

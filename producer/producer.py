@@ -219,6 +219,9 @@ class Producer:
         ssl_cafile: str | None = None,
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
+        sasl_mechanism: str | None = None,
+        sasl_plain_username: str | None = None,
+        sasl_plain_password: str | None = None,
     ) -> None:
         """Settings left None take Kafka 3.x's defaults: ``acks="all"``,
         ``retries`` 5, ``max_in_flight`` 5, ``enable_idempotence`` True (unless
@@ -234,7 +237,10 @@ class Producer:
         bootstrap = resolve_bootstrap(
             bootstrap_servers, zookeeper_connect, request_timeout_ms / 1000
         )
-        security = client_security(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
+        security = client_security(
+            security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile,
+            sasl_plain_username, sasl_plain_password, sasl_mechanism,
+        )  # fmt: skip
         self.cluster = ClusterConnection(bootstrap, request_timeout_ms / 1000, security)
         self.acks: int = resolved
         self.batch_size = batch_size

@@ -64,9 +64,15 @@ def _start_broker(
     broker_id: int = 1,
     settings: Mapping[str, str] | None = None,
     extra_listeners: str = "",
+    prepare: Callable[[ZkClient], None] | None = None,
 ) -> BrokerProcess:
     """Start a real broker process and wait until it is registered, a controller
-    elected, and its metadata lists it."""
+    elected, and its metadata lists it.  ``prepare`` writes to ZooKeeper first
+    (e.g. the ACLs the brokers need to talk to each other under an authorizer)."""
+    if prepare is not None:
+        with ZkClient(zk_connect) as zk:
+            zk.ensure_persistent_paths()
+            prepare(zk)
     process = BrokerProcess(
         broker_id, zk_connect, directory, settings=settings, extra_listeners=extra_listeners
     )
@@ -133,9 +139,20 @@ def module_broker_factory(
     failed_before = request.session.testsfailed
     started: list[BrokerProcess] = []
 
-    def start(broker_id: int = 1, settings: Mapping[str, str] | None = None) -> BrokerProcess:
+    def start(
+        broker_id: int = 1,
+        settings: Mapping[str, str] | None = None,
+        extra_listeners: str = "",
+        prepare: Callable[[ZkClient], None] | None = None,
+    ) -> BrokerProcess:
         return _start_broker(
-            connect, tmp_path_factory.mktemp("brokers"), started, broker_id, settings
+            connect,
+            tmp_path_factory.mktemp("brokers"),
+            started,
+            broker_id,
+            settings,
+            extra_listeners,
+            prepare,
         )
 
     yield start

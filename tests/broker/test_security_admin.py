@@ -12,10 +12,21 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from annal.broker.authorization import RequestAuthorizer
 from annal.broker.security_admin import REQUIRED_ACCESS, SecurityAdmin
 from annal.broker.security_requests import binding_from_pb
 from annal.broker.security_store import SecurityStore
-from annal.security.acl import AclBinding, AclOperation, ResourcePattern, ResourceType
+from annal.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    KafkaPrincipal,
+    ResourcePattern,
+    ResourceType,
+)
+from annal.security.authorizer import AclCache, Authorizer
+from annal.security.session import Session
 from annal.v1 import annal_pb2 as pb
 from annal.zk.client import ZkClient
 
@@ -223,13 +234,78 @@ def test_scram_alterations_per_user(zk: ZkClient, caplog: pytest.LogCaptureFixtu
     assert salted.hex() not in caplog.text and "salt" not in caplog.text
 
 
-def test_what_each_api_will_need() -> None:
+def test_what_each_api_needs() -> None:
+    """Kafka's checks; the two SCRAM APIs as KIP-554 has them (Describe / Alter)."""
     assert {
         name: (a.operation, a.resource.resource_type) for name, a in REQUIRED_ACCESS.items()
     } == {
         "CreateAcls": (AclOperation.ALTER, ResourceType.CLUSTER),
         "DescribeAcls": (AclOperation.DESCRIBE, ResourceType.CLUSTER),
         "DeleteAcls": (AclOperation.ALTER, ResourceType.CLUSTER),
-        "DescribeUserScramCredentials": (AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER),
-        "AlterUserScramCredentials": (AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER),
+        "DescribeUserScramCredentials": (AclOperation.DESCRIBE, ResourceType.CLUSTER),
+        "AlterUserScramCredentials": (AclOperation.ALTER, ResourceType.CLUSTER),
     }
+
+
+def test_each_api_checks_its_access_for_the_callers_session(
+    zk: ZkClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """bob, without ACLs, is refused everything (naming him, the operation and the
+    cluster) and nothing is written; Describe on the cluster lets him describe
+    but not change; Alter lets him change."""
+    cache = AclCache()
+    authorizer = RequestAuthorizer(Authorizer(cache))
+    admin = SecurityAdmin(zk, SecurityStore(zk), _in_thread, authorizer=authorizer)
+    bob = Session(KafkaPrincipal.parse("User:bob"), "10.0.0.7", "SASL_PLAINTEXT")
+    caplog.set_level(logging.INFO, "annal.authorizer")
+    any_filter = pb.AclBindingFilter(**ANY)
+    upsert = pb.ScramCredentialUpsertion(
+        user="carol",
+        mechanism="SCRAM-SHA-256",
+        iterations=4096,
+        salt=b"s" * 24,
+        salted_password=hashlib.pbkdf2_hmac("sha256", b"pw", b"s" * 24, 4096),
+    )
+
+    def run() -> list[str]:
+        """The error of each of the five APIs."""
+        created = asyncio.run(
+            admin.create_acls(pb.CreateAclsRequest(creations=[binding("t")]), bob)
+        )
+        described = asyncio.run(admin.describe_acls(pb.DescribeAclsRequest(filter=any_filter), bob))
+        deleted = asyncio.run(admin.delete_acls(pb.DeleteAclsRequest(filters=[any_filter]), bob))
+        users = asyncio.run(
+            admin.describe_user_scram_credentials(pb.DescribeUserScramCredentialsRequest(), bob)
+        )
+        altered = asyncio.run(
+            admin.alter_user_scram_credentials(
+                pb.AlterUserScramCredentialsRequest(upsertions=[upsert]), bob
+            )
+        )
+        return [
+            pb.ErrorCode.Name(e)
+            for e in (
+                created.results[0].error,
+                described.error,
+                deleted.results[0].error,
+                users.error,
+                altered.results[0].error,
+            )
+        ]
+
+    refused = "CLUSTER_AUTHORIZATION_FAILED"
+    assert run() == [refused] * 5
+    assert zk.all_acls() == {} and zk.scram_users() == []
+    assert "DENIED: principal User:bob from host 10.0.0.7, operation Alter" in caplog.text
+    cluster = ResourcePattern.literal(ResourceType.CLUSTER, "kafka-cluster")
+
+    def grant(operation: AclOperation) -> None:
+        cache.replace(
+            cluster, [AccessControlEntry("User:bob", "*", operation, AclPermissionType.ALLOW)]
+        )
+
+    grant(AclOperation.DESCRIBE)
+    assert run() == [refused, "NONE", refused, "NONE", refused]
+    grant(AclOperation.ALTER)  # Alter implies Describe
+    assert run() == ["NONE"] * 5
+    assert zk.scram_users() == ["carol"]

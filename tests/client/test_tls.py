@@ -141,8 +141,12 @@ def test_security_settings_are_checked_before_any_connection(tmp_path: Path) -> 
         Producer("127.0.0.1:1", security_protocol="SSL", ssl_certfile=str(pem))
     with pytest.raises(SecurityConfigError, match="ssl_cafile /nowhere.pem: no such file"):
         AdminClient("127.0.0.1:1", security_protocol="SSL", ssl_cafile="/nowhere.pem")
-    with pytest.raises(SecurityConfigError, match="expected PLAINTEXT or SSL"):
+    with pytest.raises(SecurityConfigError, match="expected PLAINTEXT, SSL or SASL_SSL"):
+        SimpleConsumer("127.0.0.1:1", security_protocol="SASL_PLAINTEXT")
+    with pytest.raises(SecurityConfigError, match="SASL_SSL needs sasl_plain_username"):
         SimpleConsumer("127.0.0.1:1", security_protocol="SASL_SSL")
+    with pytest.raises(SecurityConfigError, match="set security_protocol='SASL_SSL'"):
+        Producer("127.0.0.1:1", sasl_plain_username="alice", sasl_plain_password="x")
     config = tmp_path / "bad.properties"
     config.write_text("security.protocol=SSL\nssl.keystore.password=x\n")
     run = annal("topics", "--list", "--bootstrap-server", "127.0.0.1:1", "--command-config",

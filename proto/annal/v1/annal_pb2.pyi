@@ -117,6 +117,8 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The request's leader epoch is newer than the broker's."""
     REASSIGNMENT_IN_PROGRESS: _ErrorCode.ValueType  # 60
     """A partition reassignment is running already; wait for it to finish."""
+    TOPIC_DELETION_DISABLED: _ErrorCode.ValueType  # 73
+    """Topics cannot be deleted on this cluster (delete.topic.enable=false)."""
     PREFERRED_LEADER_NOT_AVAILABLE: _ErrorCode.ValueType  # 80
     """The preferred replica cannot lead now (not alive, or not in the ISR)."""
     ELECTION_NOT_NEEDED: _ErrorCode.ValueType  # 84
@@ -141,6 +143,8 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """JoinGroup v4+: join again with the member id this answer carries."""
     FENCED_INSTANCE_ID: _ErrorCode.ValueType  # 82
     """Another member took this group.instance.id."""
+    GROUP_SUBSCRIBED_TO_TOPIC: _ErrorCode.ValueType  # 86
+    """OffsetDelete: the group has members consuming the topic; its offsets stay."""
     TOPIC_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 29
     """The principal may not do the operation on the topic (ACLs, docs/security.md)."""
     GROUP_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 30
@@ -261,6 +265,8 @@ UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 75
 """The request's leader epoch is newer than the broker's."""
 REASSIGNMENT_IN_PROGRESS: ErrorCode.ValueType  # 60
 """A partition reassignment is running already; wait for it to finish."""
+TOPIC_DELETION_DISABLED: ErrorCode.ValueType  # 73
+"""Topics cannot be deleted on this cluster (delete.topic.enable=false)."""
 PREFERRED_LEADER_NOT_AVAILABLE: ErrorCode.ValueType  # 80
 """The preferred replica cannot lead now (not alive, or not in the ISR)."""
 ELECTION_NOT_NEEDED: ErrorCode.ValueType  # 84
@@ -285,6 +291,8 @@ MEMBER_ID_REQUIRED: ErrorCode.ValueType  # 79
 """JoinGroup v4+: join again with the member id this answer carries."""
 FENCED_INSTANCE_ID: ErrorCode.ValueType  # 82
 """Another member took this group.instance.id."""
+GROUP_SUBSCRIBED_TO_TOPIC: ErrorCode.ValueType  # 86
+"""OffsetDelete: the group has members consuming the topic; its offsets stay."""
 TOPIC_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 29
 """The principal may not do the operation on the topic (ACLs, docs/security.md)."""
 GROUP_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 30
@@ -1472,6 +1480,14 @@ class ElectLeadersResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """NONE, or why nothing was elected at all (CLUSTER_AUTHORIZATION_FAILED: the
+    caller may not Alter the cluster; then every partition named says so too).
+    """
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ElectionResult]:
         """One result per partition asked about."""
@@ -1480,10 +1496,12 @@ class ElectLeadersResponse(_message.Message):
         self,
         *,
         results: _abc.Iterable[Global___ElectionResult] | None = ...,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "results", b"results"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2285,6 +2303,7 @@ class OffsetFetchPartition(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     """Partition index."""
     offset: _builtins.int
@@ -2293,6 +2312,10 @@ class OffsetFetchPartition(_message.Message):
     """The leader epoch committed with it; -1 when unknown."""
     metadata: _builtins.str
     """The metadata committed with it."""
+    error: Global___ErrorCode.ValueType
+    """NONE, or TOPIC_AUTHORIZATION_FAILED for a partition of a topic the caller may
+    not Describe (asked for by name; unnamed ones are left out instead).
+    """
     def __init__(
         self,
         *,
@@ -2300,10 +2323,11 @@ class OffsetFetchPartition(_message.Message):
         offset: _builtins.int = ...,
         leader_epoch: _builtins.int = ...,
         metadata: _builtins.str = ...,
+        error: Global___ErrorCode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "metadata", b"metadata", "offset", b"offset", "partition", b"partition"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "leader_epoch", b"leader_epoch", "metadata", b"metadata", "offset", b"offset", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2566,7 +2590,9 @@ class DescribeLogDirsResponse(_message.Message):
     LOG_DIRS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def log_dirs(self) -> _containers.RepeatedCompositeFieldContainer[Global___LogDirDescription]:
-        """One entry per directory in the broker's log.dirs."""
+        """One entry per directory in the broker's log.dirs; none for a caller that may
+        not Describe the cluster (as Kafka 2.x answers).
+        """
 
     def __init__(
         self,

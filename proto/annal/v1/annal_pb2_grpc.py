@@ -27,6 +27,11 @@ if _version_not_supported:
 
 class AnnalStub:
     """What clients call.
+    With an authorizer (docs/security.md), each rpc checks the operation Kafka's
+    API of the same name checks, for the caller's principal (User:<CN> of its TLS
+    certificate, else User:ANONYMOUS), and answers a refusal with
+    TOPIC_, GROUP_, CLUSTER_ or TRANSACTIONAL_ID_AUTHORIZATION_FAILED where the
+    error would go.
     """
 
     def __init__(self, channel):
@@ -169,6 +174,11 @@ class AnnalStub:
 
 class AnnalServicer:
     """What clients call.
+    With an authorizer (docs/security.md), each rpc checks the operation Kafka's
+    API of the same name checks, for the caller's principal (User:<CN> of its TLS
+    certificate, else User:ANONYMOUS), and answers a refusal with
+    TOPIC_, GROUP_, CLUSTER_ or TRANSACTIONAL_ID_AUTHORIZATION_FAILED where the
+    error would go.
     """
 
     def Metadata(self, request, context):
@@ -497,6 +507,11 @@ def add_AnnalServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class Annal:
     """What clients call.
+    With an authorizer (docs/security.md), each rpc checks the operation Kafka's
+    API of the same name checks, for the caller's principal (User:<CN> of its TLS
+    certificate, else User:ANONYMOUS), and answers a refusal with
+    TOPIC_, GROUP_, CLUSTER_ or TRANSACTIONAL_ID_AUTHORIZATION_FAILED where the
+    error would go.
     """
 
     @staticmethod

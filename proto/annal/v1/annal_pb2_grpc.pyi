@@ -39,7 +39,13 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class AnnalStub:
-    """What clients call."""
+    """What clients call.
+    With an authorizer (docs/security.md), each rpc checks the operation Kafka's
+    API of the same name checks, for the caller's principal (User:<CN> of its TLS
+    certificate, else User:ANONYMOUS), and answers a refusal with
+    TOPIC_, GROUP_, CLUSTER_ or TRANSACTIONAL_ID_AUTHORIZATION_FAILED where the
+    error would go.
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -102,7 +108,13 @@ class AnnalStub:
 
 @_typing.type_check_only
 class AnnalAsyncStub(AnnalStub):
-    """What clients call."""
+    """What clients call.
+    With an authorizer (docs/security.md), each rpc checks the operation Kafka's
+    API of the same name checks, for the caller's principal (User:<CN> of its TLS
+    certificate, else User:ANONYMOUS), and answers a refusal with
+    TOPIC_, GROUP_, CLUSTER_ or TRANSACTIONAL_ID_AUTHORIZATION_FAILED where the
+    error would go.
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Metadata: _aio.UnaryUnaryMultiCallable[_annal_pb2.MetadataRequest, _annal_pb2.MetadataResponse]  # type: ignore[assignment]
@@ -161,7 +173,13 @@ class AnnalAsyncStub(AnnalStub):
     """Set or remove users' SCRAM credentials."""
 
 class AnnalServicer(metaclass=_abc_1.ABCMeta):
-    """What clients call."""
+    """What clients call.
+    With an authorizer (docs/security.md), each rpc checks the operation Kafka's
+    API of the same name checks, for the caller's principal (User:<CN> of its TLS
+    certificate, else User:ANONYMOUS), and answers a refusal with
+    TOPIC_, GROUP_, CLUSTER_ or TRANSACTIONAL_ID_AUTHORIZATION_FAILED where the
+    error would go.
+    """
 
     @_abc_1.abstractmethod
     def Metadata(
