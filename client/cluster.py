@@ -78,6 +78,9 @@ class ClusterConnection:
         self._stubs: dict[str, annal_pb2_grpc.AnnalStub] = {}
         self._channels: list[grpc.Channel] = []
         self.partition_counts: dict[str, int] = {}
+        # topics the last Metadata refused (TOPIC_AUTHORIZATION_FAILED): not
+        # missing, forbidden, which retrying will not change
+        self.unauthorized: set[str] = set()
         self.leaders: dict[TopicPartition, str] = {}
         self.available: dict[str, tuple[int, ...]] = {}  # partitions with a known leader
         # gRPC endpoint -> the same broker's PLAINTEXT Kafka listener, where it has one
@@ -147,6 +150,11 @@ class ClusterConnection:
         counts = dict(self.partition_counts)
         leaders = dict(self.leaders)
         for topic in metadata.topics:
+            if topic.error == pb.TOPIC_AUTHORIZATION_FAILED:
+                counts.pop(topic.name, None)
+                self.unauthorized.add(topic.name)
+                continue
+            self.unauthorized.discard(topic.name)
             if topic.error in (pb.UNKNOWN_TOPIC_OR_PARTITION, pb.INVALID_TOPIC_EXCEPTION):
                 counts.pop(topic.name, None)  # no such topic (an illegal name cannot be one)
                 continue

@@ -310,6 +310,11 @@ class Producer:
             counts = self.cluster.partition_counts
             if topic in counts:
                 return counts[topic]
+            if topic in self.cluster.unauthorized:
+                raise ProduceError(
+                    errors.TOPIC_AUTHORIZATION_FAILED,
+                    f"not authorized to access topic {topic!r} (Describe is needed to see it)",
+                )
             if failure is not None and time.monotonic() + backoff_s >= began + min(
                 self.request_timeout_s, self.max_block_s
             ):

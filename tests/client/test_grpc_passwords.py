@@ -6,6 +6,7 @@ Kafka's ``sasl.jaas.config``."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ def tls_broker(zk_connect: str, tmp_path: Path) -> Iterator[tuple[BrokerProcess,
     ca_file.write_bytes(ca.cert_pem())
     with ZkClient(zk_connect) as zk:
         zk.ensure_persistent_paths()
-        for name in ("admin", "alice", "bob"):
+        for name in ("admin", "alice", "bob", "carol"):
             credential = make_credential("SCRAM-SHA-512", f"{name}-secret")
             zk.upsert_scram_credential(name, "SCRAM-SHA-512", credential)
         # the broker's own calls to itself carry no certificate here (none is asked)
@@ -97,7 +98,14 @@ def test_a_user_proves_itself_with_its_password_and_acls_apply(
         Producer(endpoint, retries=0, **user(ca, "bob")) as producer,
         pytest.raises(AnnalError, match="TOPIC_AUTHORIZATION_FAILED"),
     ):
-        producer.send("pw", b"by bob", partition=0).result(30)
+        producer.send("pw", b"by bob", partition=0).result(30)  # bob may Describe it
+    with (  # carol has no ACL at all: Metadata refuses her the topic
+        Producer(endpoint, max_block_ms=60_000, **user(ca, "carol")) as producer,
+        pytest.raises(AnnalError, match="TOPIC_AUTHORIZATION_FAILED.*Describe is needed"),
+    ):
+        started = time.monotonic()
+        producer.send("pw", b"by carol", partition=0)
+    assert time.monotonic() - started < 10  # at once, not after max.block.ms
     with pytest.raises(AnnalError), AdminClient(endpoint, **user(ca, "alice", "wrong")) as admin:
         admin.list_topics()
     config = tmp_path / "alice.properties"
