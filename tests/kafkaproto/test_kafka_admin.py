@@ -119,7 +119,8 @@ def test_kafka_python_admin_topics_configs_and_partitions(cluster: list[BrokerPr
     try:
         admin.create_topics([NewTopic(topic, 2, 3, topic_configs={"cleanup.policy": "compact"})])
         assert partitions_of(cluster, topic) == 2
-        assert topic in admin.list_topics()
+        # the broker asked may learn of the topic from the controller a moment later
+        wait_until(lambda: topic in admin.list_topics(), 30, "the topic listed")
         resource = ConfigResource(ConfigResourceType.TOPIC, topic)
         described = admin.describe_configs([resource], config_filter="All")["topic"][topic]
         assert described["cleanup.policy"]["value"] == "compact"
