@@ -99,11 +99,13 @@ def main() -> int:
             admin.alter_user_scram_credentials(
                 USER, [ScramCredentialUpsertion("SCRAM-SHA-512", PASSWORD)]
             )
-            prefix = ResourcePattern.prefixed(ResourceType.TOPIC, "bench-")
+            topics = ResourcePattern.prefixed(ResourceType.TOPIC, "bench-")
+            groups = ResourcePattern.prefixed(ResourceType.GROUP, "bench-")
             admin.create_acls([
-                AclBinding(prefix, AccessControlEntry(f"User:{USER}", "*", op,
-                                                      AclPermissionType.ALLOW))
-                for op in (AclOperation.WRITE, AclOperation.READ, AclOperation.DESCRIBE)
+                AclBinding(pattern, AccessControlEntry(f"User:{USER}", "*", op,
+                                                       AclPermissionType.ALLOW))
+                for pattern, op in [(topics, AclOperation.WRITE), (topics, AclOperation.READ),
+                                    (topics, AclOperation.DESCRIBE), (groups, AclOperation.READ)]
             ])  # fmt: skip
         sasl = {**properties(files.kafka_admin_config), "sasl.username": USER,
                 "sasl.password": PASSWORD}  # fmt: skip
