@@ -231,6 +231,11 @@ class AdminClient:
                 raise AdminError(
                     errors.INVALID_TOPIC_EXCEPTION, f"illegal topic name {topic.name!r}"
                 )
+            if topic.error == pb.TOPIC_AUTHORIZATION_FAILED:
+                raise AdminError(
+                    errors.TOPIC_AUTHORIZATION_FAILED,
+                    f"not authorized to describe topic {topic.name!r}",
+                )
             out.append(
                 TopicInfo(
                     topic.name,
@@ -264,6 +269,8 @@ class AdminClient:
             timeout_ms=int(self.timeout_s * 1000),
         )
         response = self._call("ElectLeaders", request)
+        if response.error != pb.NONE:  # refused whole (Alter on the cluster)
+            raise AdminError(errors.from_wire(response.error), response.error_message)
         return sorted(
             PartitionOutcome(r.topic, r.partition, errors.from_wire(r.error), r.error_message)
             for r in response.results

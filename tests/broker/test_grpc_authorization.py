@@ -95,8 +95,9 @@ def test_admin_client_gets_the_authorization_errors(broker: BrokerProcess) -> No
         assert refused(lambda: admin.create_partitions(TOPIC, 2)) == topic_denied
         assert refused(lambda: admin.describe_configs(TOPIC)) == topic_denied
         assert refused(lambda: admin.alter_configs(TOPIC, {"retention.ms": "1"})) == topic_denied
-        elected = admin.elect_preferred_leaders({TOPIC: [0]})
-        assert [o.error for o in elected] == [cluster_denied]
+        assert refused(lambda: admin.elect_preferred_leaders({TOPIC: [0]})) == cluster_denied
+        assert refused(lambda: admin.elect_preferred_leaders()) == cluster_denied  # all of them
+        assert refused(lambda: admin.describe_topics([TOPIC])) == topic_denied
         moved = admin.reassign_partitions({TopicPartition(TOPIC, 0): [1]})
         assert [o.error for o in moved] == [cluster_denied]
         assert "ANONYMOUS may not Alter Cluster:kafka-cluster" in moved[0].message
