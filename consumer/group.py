@@ -8,7 +8,7 @@ through the group coordinator::
         ...
     consumer.shutdown()                                           # commits, releases
 
-Membership and balance (seeds/004, "Consumer registration" and "Consumer
+Membership and balance (Kafka 0.8's ZooKeeper-based consumer: "Consumer registration" and "Consumer
 rebalancing algorithm"):
 
 * The consumer registers ``/consumers/<group>/ids/<consumer id>`` (ephemeral)

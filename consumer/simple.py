@@ -1,4 +1,4 @@
-"""The simple consumer (seeds/002, seeds/004 "Low-level API").
+"""The simple consumer (Kafka 0.8's SimpleConsumer, its "low-level API").
 
 Fetch from a partition at an offset, fetch many partitions at once, ask for
 offsets before a time, and iterate over records.  The consumer finds each

@@ -2,7 +2,7 @@
 
 This module works on whole batches and never decodes records, so the log's
 append, read and recovery paths cost a few struct calls and one CRC-32C per
-batch.  Layout (big-endian; seeds/001 §5.3.1)::
+batch.  Layout (big-endian; Kafka's record batch, message format v2)::
 
     offset  size  field
          0     8  baseOffset
