@@ -46,7 +46,6 @@ from annal.broker.authorization import (
     TOPIC,
     RequestAuthorizer,
     cluster_denial,
-    denial,
 )
 from annal.broker.config import BrokerConfig
 from annal.broker.coordinator import OFFSETS_TOPIC
@@ -54,7 +53,7 @@ from annal.broker.data_api import Deadline, code, wait_ms
 from annal.broker.delayed import Purgatories
 from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot, broker_message
 from annal.broker.request_checks import Refusal
-from annal.security.acl import AclOperation, Resource
+from annal.security.acl import AclOperation
 from annal.security.session import Session
 from annal.storage.config import LogConfig
 from annal.v1 import annal_pb2 as pb
@@ -185,7 +184,7 @@ class AdminManager:
         create = AclOperation.CREATE
         if self._authorizer.cluster(session, create, audited=True, log_denied=False):
             return {}
-        return self._refused_topics(session, create, names, audited=True)
+        return self._authorizer.refused_topics(session, create, names, audited=True)
 
     def cluster_authorized_operations(self, session: Session) -> int:
         """The operations on the cluster the caller may do, as Kafka's bit field
@@ -314,20 +313,12 @@ class AdminManager:
     ) -> pb.CreatePartitionsResponse:
         """Add partitions to each topic (Alter on the topic)."""
         checks.check_timeout_ms(request.timeout_ms)
-        refused = self._refused_topics(
+        refused = self._authorizer.refused_topics(
             session, AclOperation.ALTER, [t.name for t in request.topics], audited=True
         )
         response, grown = await self.blocking(self._create_partitions_now, request, refused)
         await self._await_leaders(grown, wait_ms(request.timeout_ms, context))
         return response
-
-    def _refused_topics(
-        self, session: Session, operation: AclOperation, names: list[str], audited: bool = False
-    ) -> dict[str, Refusal]:
-        """TOPIC_AUTHORIZATION_FAILED for each of ``names`` the caller may not
-        ``operation``."""
-        denied = self._authorizer.denied(session, operation, TOPIC, names, audited=audited)
-        return {name: _topic_refusal(session, operation, name) for name in denied}
 
     def _create_partitions_now(
         self, request: pb.CreatePartitionsRequest, refused: dict[str, Refusal]
@@ -407,7 +398,7 @@ class AdminManager:
                     for name in request.topics
                 ]
             )
-        refused = self._refused_topics(
+        refused = self._authorizer.refused_topics(
             session, AclOperation.DELETE, list(request.topics), audited=True
         )
         response, marked = await self.blocking(self._delete_topics_now, request, refused)
@@ -442,7 +433,9 @@ class AdminManager:
         self, request: pb.DescribeConfigsRequest, session: Session = INTERNAL
     ) -> pb.DescribeConfigsResponse:
         """Each topic's configs (DescribeConfigs on the topic)."""
-        refused = self._refused_topics(session, AclOperation.DESCRIBE_CONFIGS, list(request.topics))
+        refused = self._authorizer.refused_topics(
+            session, AclOperation.DESCRIBE_CONFIGS, list(request.topics)
+        )
         return await self.blocking(self._describe_configs_now, request, refused)
 
     async def topic_configs(self, topic: str, include_defaults: bool) -> dict[str, str] | None:
@@ -490,7 +483,7 @@ class AdminManager:
         self, request: pb.AlterConfigsRequest, session: Session = INTERNAL
     ) -> pb.AlterConfigsResponse:
         """Change each topic's overrides (AlterConfigs on the topic)."""
-        refused = self._refused_topics(
+        refused = self._authorizer.refused_topics(
             session, AclOperation.ALTER_CONFIGS, [t.name for t in request.topics], audited=True
         )
         return await self.blocking(self._alter_configs_now, request, refused)
@@ -703,12 +696,6 @@ class AdminManager:
                     result.error = pb.REASSIGNMENT_IN_PROGRESS
                     result.error_message = "another reassignment is still running"
         return pb.AlterPartitionReassignmentsResponse(results=results)
-
-
-def _topic_refusal(session: Session, operation: AclOperation, topic: str) -> Refusal:
-    return Refusal(
-        errors.TOPIC_AUTHORIZATION_FAILED, denial(session, operation, Resource(TOPIC, topic))
-    )
 
 
 def preferred_verdict(

@@ -30,8 +30,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from annal.broker.request_checks import Refusal
 from annal.security.acl import (
-    ANONYMOUS,
     CLUSTER_NAME,
     AclOperation,
     KafkaPrincipal,
@@ -39,14 +39,15 @@ from annal.security.acl import (
     ResourceType,
 )
 from annal.security.authorizer import AclCache, Authorizer, Decision
-from annal.security.session import Session
+from annal.security.session import UNAUTHENTICATED, Session
+
+from annal import errors
 
 log = logging.getLogger("annal.authorizer")
 
 # Who an in-process caller is (tests, the broker's own work): the default session of
-# every handler.  It is asked about as User:ANONYMOUS, so a handler called without
-# a session is never allowed more than an unauthenticated client.
-INTERNAL = Session(ANONYMOUS, "", "")
+# every handler, asked about as User:ANONYMOUS (security/session.py).
+INTERNAL = UNAUTHENTICATED
 
 TOPIC = ResourceType.TOPIC
 GROUP = ResourceType.GROUP
@@ -113,6 +114,26 @@ class RequestAuthorizer:
             if not self.allowed(
                 session, operation, Resource(resource_type, name), audited, log_denied
             )
+        }
+
+    def refused_topics(
+        self,
+        session: Session,
+        operation: AclOperation,
+        names: Iterable[str],
+        audited: bool = False,
+        log_denied: bool = True,
+    ) -> dict[str, Refusal]:
+        """TOPIC_AUTHORIZATION_FAILED, naming the caller (``denial``), for each topic of
+        ``names`` that ``session`` may not ``operation``: what a handler answers for
+        that topic's partitions."""
+        denied = self.denied(session, operation, TOPIC, names, audited, log_denied)
+        return {
+            name: Refusal(
+                errors.TOPIC_AUTHORIZATION_FAILED,
+                denial(session, operation, Resource(TOPIC, name)),
+            )
+            for name in denied
         }
 
     def cluster(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -34,14 +34,12 @@ from annal.broker import request_checks as checks
 from annal.broker.authorization import (
     ALLOW_ALL,
     INTERNAL,
-    TOPIC,
     RequestAuthorizer,
-    denial,
 )
 from annal.broker.delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, Purgatories
 from annal.broker.metrics import BrokerMetrics
 from annal.broker.replica_manager import AppendResult, ReadResult, ReplicaManager
-from annal.security.acl import AclOperation, Resource
+from annal.security.acl import AclOperation
 from annal.security.session import Session
 from annal.storage.batch import count_records
 from annal.storage.files import TopicPartition
@@ -112,15 +110,14 @@ class DataApi:
         replicas = self._replicas
         response = pb.ProduceResponse()
         waiting: list[_Awaited] = []
-        denied = self._authorizer.denied(
-            session, AclOperation.WRITE, TOPIC, (t.name for t in request.topics)
+        refused = self._authorizer.refused_topics(
+            session, AclOperation.WRITE, [t.name for t in request.topics]
         )
         for topic in request.topics:
             out = response.topics.add(name=topic.name)
-            unauthorized = _unauthorized(topic.name) if topic.name in denied else None
             for data in topic.partitions:
                 refusal = (
-                    unauthorized
+                    refused.get(topic.name)
                     or refused_acks
                     or checks.produce_partition(topic.name, data.partition)
                 )
@@ -236,18 +233,11 @@ class DataApi:
         checks.check_fetch_limits(request.max_wait_ms, request.min_bytes, request.max_bytes)
         if request.replica_id >= 0 and not self._authorizer.cluster_action(session):
             return _fetch_refused(request, _refused_replica(session, request.replica_id))
-        denied = self._authorizer.denied(
-            session, AclOperation.READ, TOPIC, (t.name for t in request.topics)
+        # a refused topic's partitions are errors: the answer comes at once
+        refused = self._authorizer.refused_topics(
+            session, AclOperation.READ, [t.name for t in request.topics]
         )
-        refused = pb.FetchRequest()
-        if denied:
-            refused.topics.extend(t for t in request.topics if t.name in denied)
-            request = _without_topics(request, denied)
-            if not request.topics:  # nothing left to wait for
-                return _fetch_refused(refused, _unauthorized_read())
-        response = self._fetch_once(request)
-        if denied:
-            response.MergeFrom(_fetch_refused(refused, _unauthorized_read()))
+        response = self._fetch_once(request, refused)
         wanted = max(request.min_bytes, 1)
         if request.max_wait_ms <= 0 or _size(response) >= wanted or _has_error(response):
             return response
@@ -264,12 +254,11 @@ class DataApi:
         await self._purgatories.fetch.wait(operation, [s.tp for s in starts], timeout_ms)
         if operation.saw_nothing:
             return response  # expired with nothing new: the first answer still holds
-        response = self._fetch_once(request)
-        if denied:
-            response.MergeFrom(_fetch_refused(refused, _unauthorized_read()))
-        return response
+        return self._fetch_once(request, refused)
 
-    def _fetch_once(self, request: pb.FetchRequest) -> pb.FetchResponse:
+    def _fetch_once(
+        self, request: pb.FetchRequest, refused: Mapping[str, checks.Refusal]
+    ) -> pb.FetchResponse:
         replicas = self._replicas
         budget = request.max_bytes or DEFAULT_FETCH_MAX_BYTES
         response = pb.FetchResponse()
@@ -277,7 +266,7 @@ class DataApi:
             out = response.topics.add(name=topic.name)
             for p in topic.partitions:
                 epoch = p.current_leader_epoch if p.HasField("current_leader_epoch") else -1
-                refusal = checks.fetch_partition(
+                refusal = refused.get(topic.name) or checks.fetch_partition(
                     topic.name,
                     p.partition,
                     p.fetch_offset,
@@ -361,7 +350,7 @@ class DataApi:
     ) -> pb.ListOffsetsResponse:
         """Each partition's offset for its timestamp (Describe on the topic)."""
         checks.check_replica_id(request.replica_id)
-        refused = self._refused_topics(
+        refused = self._authorizer.refused_topics(
             session, AclOperation.DESCRIBE, [t.name for t in request.topics]
         )
         response = pb.ListOffsetsResponse()
@@ -404,7 +393,7 @@ class DataApi:
                 replica = _refused_replica(session, request.replica_id, "OffsetsForLeaderEpoch")
                 refused = dict.fromkeys(names, replica)
             else:
-                refused = self._refused_topics(session, AclOperation.DESCRIBE, names)
+                refused = self._authorizer.refused_topics(session, AclOperation.DESCRIBE, names)
         response = pb.OffsetsForLeaderEpochResponse()
         for topic in request.topics:
             out = response.topics.add(name=topic.name)
@@ -437,7 +426,7 @@ class DataApi:
         once the in-sync followers have followed (or the wait ran out).  Needs
         Delete on the topic."""
         checks.check_timeout_ms(request.timeout_ms)
-        refused = self._refused_topics(
+        refused = self._authorizer.refused_topics(
             session, AclOperation.DELETE, [p.topic for p in request.partitions], audited=True
         )
         outcomes: dict[int, tuple[ErrorCode, int, str]] = {}
@@ -480,24 +469,6 @@ class DataApi:
             )
         return response
 
-    def _refused_topics(
-        self,
-        session: Session,
-        operation: AclOperation,
-        names: list[str],
-        audited: bool = False,
-    ) -> dict[str, checks.Refusal]:
-        """TOPIC_AUTHORIZATION_FAILED, naming the caller, for each topic of ``names``
-        it may not ``operation``."""
-        denied = self._authorizer.denied(session, operation, TOPIC, names, audited=audited)
-        return {
-            name: checks.Refusal(
-                errors.TOPIC_AUTHORIZATION_FAILED,
-                denial(session, operation, Resource(TOPIC, name)),
-            )
-            for name in denied
-        }
-
 
 def _size(response: pb.FetchResponse) -> int:
     return sum(len(p.records) for t in response.topics for p in t.partitions)
@@ -508,16 +479,6 @@ def _has_error(response: pb.FetchResponse) -> bool:
 
 
 # -- authorization -------------------------------------------------------------------
-
-
-def _unauthorized(topic: str) -> checks.Refusal:
-    return checks.Refusal(
-        errors.TOPIC_AUTHORIZATION_FAILED, f"not authorized to access topic {topic}"
-    )
-
-
-def _unauthorized_read() -> checks.Refusal:
-    return checks.Refusal(errors.TOPIC_AUTHORIZATION_FAILED, "not authorized to read the topic")
 
 
 def _refused_replica(session: Session, replica_id: int, what: str = "a fetch") -> checks.Refusal:
@@ -542,11 +503,3 @@ def _fetch_refused(request: pb.FetchRequest, refusal: checks.Refusal) -> pb.Fetc
                 error_message=refusal.message,
             )
     return response
-
-
-def _without_topics(request: pb.FetchRequest, denied: set[str]) -> pb.FetchRequest:
-    kept = pb.FetchRequest()
-    kept.CopyFrom(request)
-    del kept.topics[:]
-    kept.topics.extend(t for t in request.topics if t.name not in denied)
-    return kept

@@ -39,7 +39,6 @@ from annal.broker.authorization import (
     ALLOW_ALL,
     GROUP,
     INTERNAL,
-    TOPIC,
     TRANSACTIONAL_ID,
     RequestAuthorizer,
     denial,
@@ -113,27 +112,6 @@ class GroupApi:
         return checks.Refusal(
             errors.GROUP_AUTHORIZATION_FAILED, denial(session, operation, resource)
         )
-
-    def _refused_topics(
-        self,
-        session: Session,
-        operation: AclOperation,
-        names: Sequence[str],
-        audited: bool = False,
-        log_denied: bool = True,
-    ) -> dict[str, checks.Refusal]:
-        """TOPIC_AUTHORIZATION_FAILED for each topic of ``names`` the caller may not
-        ``operation``."""
-        denied = self._authorizer.denied(
-            session, operation, TOPIC, names, audited=audited, log_denied=log_denied
-        )
-        return {
-            name: checks.Refusal(
-                errors.TOPIC_AUTHORIZATION_FAILED,
-                denial(session, operation, Resource(TOPIC, name)),
-            )
-            for name in denied
-        }
 
     # -- coordinators --------------------------------------------------------------------
 
@@ -260,7 +238,9 @@ class GroupApi:
         refused = (
             {}
             if group_refusal
-            else self._refused_topics(session, AclOperation.READ, [t.name for t in request.topics])
+            else self._authorizer.refused_topics(
+                session, AclOperation.READ, [t.name for t in request.topics]
+            )
         )
         group_refusal = group_refusal or checks.group_id(request.group)
         outcome: dict[TopicPartition, tuple[ErrorCode, str]] = {}
@@ -319,7 +299,7 @@ class GroupApi:
             return pb.OffsetFetchResponse(error=code(refusal.error), error_message=refusal.message)
         asked = [TopicPartition(t.topic, p) for t in request.topics for p in t.partitions]
         if asked:
-            hidden = self._refused_topics(
+            hidden = self._authorizer.refused_topics(
                 session, AclOperation.DESCRIBE, [tp.topic for tp in asked]
             )
             wanted = [tp for tp in asked if tp.topic not in hidden]
@@ -328,7 +308,7 @@ class GroupApi:
                 found.update((tp, None) for tp in asked if tp.topic in hidden)
         else:  # every partition: what the caller may not describe is left out
             error, found = self._coordinator.fetch(request.group, None)
-            hidden = self._refused_topics(
+            hidden = self._authorizer.refused_topics(
                 session, AclOperation.DESCRIBE, sorted({tp.topic for tp in found}), log_denied=False
             )
             found = {tp: value for tp, value in found.items() if tp.topic not in hidden}
@@ -365,7 +345,7 @@ class GroupApi:
         (GROUP_SUBSCRIBED_TO_TOPIC)."""
         if self._group_refusal(session, AclOperation.DELETE, group, audited=True):
             return errors.GROUP_AUTHORIZATION_FAILED, {}
-        refused = self._refused_topics(
+        refused = self._authorizer.refused_topics(
             session, AclOperation.READ, [tp.topic for tp in partitions], audited=True
         )
         unauthorized = errors.TOPIC_AUTHORIZATION_FAILED

@@ -209,10 +209,11 @@ class KafkaListener:
                     body = self._apis.refusal_body(refusal)
                     await answers.put(_done(encode_response(head, body)))
                     continue
-                if not auth.intercepts(head.api_key):
+                intercepted = auth.intercepts(head.api_key)
+                if not intercepted:
                     auth.check_allowed(head.api_key, self._apis.supported[head.api_key].name)
                 request = decode_request(frame, head, host, auth.session)
-                if auth.intercepts(head.api_key):
+                if intercepted:
                     values, closing = await auth.answer(request)
                     await answers.put(_done(encode_response(head, response(head, values))))
                     if closing is not None:

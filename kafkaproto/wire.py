@@ -26,8 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
-from annal.security.acl import ANONYMOUS
-from annal.security.session import Session
+from annal.security.session import UNAUTHENTICATED, Session
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -62,9 +61,6 @@ class RequestHead:
     correlation_id: int
 
 
-_NO_SESSION = Session(ANONYMOUS, "", "")
-
-
 @dataclass(frozen=True, slots=True)
 class Request:
     head: RequestHead
@@ -72,7 +68,7 @@ class Request:
     body: Any  # the kio request type of (api_key, api_version)
     size: int  # bytes of the frame
     client_host: str = ""  # the peer's address, as Kafka shows it ("/127.0.0.1")
-    session: Session = _NO_SESSION  # who sent it (security/session.py)
+    session: Session = UNAUTHENTICATED  # who sent it (security/session.py)
 
 
 def peek_head(frame: bytes) -> RequestHead:
@@ -107,7 +103,8 @@ def decode_request(
     # Bytes after the body are ignored, as Kafka's broker ignores them: some
     # clients write fields a version no longer has (librdkafka's Metadata v12
     # carries v8-v10's include_cluster_authorized_operations).
-    return Request(head, header.client_id, body, len(frame), client_host, session or _NO_SESSION)
+    who = session or UNAUTHENTICATED
+    return Request(head, header.client_id, body, len(frame), client_host, who)
 
 
 def encode_response(head: RequestHead, body: Any) -> bytes:

@@ -32,6 +32,11 @@ class Session:
         return str(self.principal)
 
 
+# A request whose connection proved nothing (and in-process callers): asked about
+# as User:ANONYMOUS, so it is never allowed more than an unauthenticated client.
+UNAUTHENTICATED = Session(ANONYMOUS, "", "")
+
+
 def principal_from_certificate(peercert: Mapping[str, Any] | None) -> KafkaPrincipal:
     """``User:<CN>`` from ``ssl``'s decoded peer certificate, or ANONYMOUS."""
     if not peercert:

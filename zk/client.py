@@ -737,13 +737,7 @@ class ZkClient:
                 raise StaleVersionError(f"{path} was created since it was read")
         else:
             self._set_versioned(path, data, expected_version)
-        self._call(
-            self._kazoo.create,
-            layout.CONFIG_CHANGE_PREFIX,
-            layout.encode_config_change(f"topics/{topic}"),
-            sequence=True,
-            makepath=True,
-        )
+        self._notify_config_change(f"topics/{topic}")
 
     def config_changes(self, after: int) -> list[tuple[int, str]]:
         """(sequence number, entity path such as ``topics/<t>``) of each change
@@ -783,14 +777,12 @@ class ZkClient:
                 pass  # another broker purged it first
         return purged
 
+    def _notify(self, prefix: str, data: bytes) -> None:
+        """A sequential change notification ``<prefix><seq>`` that brokers follow."""
+        self._call(self._kazoo.create, prefix, data, sequence=True, makepath=True)
+
     def _notify_config_change(self, entity_path: str) -> None:
-        self._call(
-            self._kazoo.create,
-            layout.CONFIG_CHANGE_PREFIX,
-            layout.encode_config_change(entity_path),
-            sequence=True,
-            makepath=True,
-        )
+        self._notify(layout.CONFIG_CHANGE_PREFIX, layout.encode_config_change(entity_path))
 
     def _update_versioned(
         self, path: str, change: Callable[[bytes | None], bytes | None]
@@ -932,13 +924,7 @@ class ZkClient:
 
         before, after = self._update_versioned(path, apply)
         if before != after:
-            self._call(
-                self._kazoo.create,
-                acls.change_path_prefix(pattern.pattern_type),
-                acls.encode_change(pattern),
-                sequence=True,
-                makepath=True,
-            )
+            self._notify(acls.change_path_prefix(pattern.pattern_type), acls.encode_change(pattern))
         return seen["before"], seen["after"]
 
     def add_acls(
