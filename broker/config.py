@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 from annal.broker import listeners
+from annal.broker.inter_broker import inter_broker_listener, replica_connection_security
 from annal.broker.listeners import (
     GRPC,
     GRPCS,
@@ -29,6 +30,7 @@ from annal.broker.listeners import (
     TlsSettings,
 )
 from annal.client.security import SSL, Security, pem_blocks, read_pem
+from annal.kafkaproto.client_security import ConnectionSecurity
 from annal.security.acl import KafkaPrincipal
 from annal.security.sasl import SUPPORTED_MECHANISMS
 from annal.storage.config import LogConfig
@@ -136,6 +138,13 @@ def _mechanisms(name: str, text: str) -> tuple[str, ...]:
     return found
 
 
+def _mechanism(name: str, text: str) -> str:
+    found = _mechanisms(name, text)
+    if len(found) > 1:
+        raise ConfigError(f"{name}={text!r}: one mechanism, not a list")
+    return found[0] if found else ""
+
+
 def _principals(name: str, text: str) -> str:
     for item in (p.strip() for p in text.split(";")):
         if item:
@@ -228,6 +237,11 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     # leaders' listener of that name, gRPC for a leader without one) or the gRPC
     # listener's; by default PLAINTEXT unless gRPC is served over TLS (then GRPCS)
     "inter.broker.listener.name": (_listener_name, None),
+    # followers on a SASL listener: the mechanism ("" the listener's first) and the
+    # JAAS line (user, password) they log in with (broker/inter_broker.py)
+    "sasl.mechanism.inter.broker.protocol": (_mechanism, ""),
+    "sasl.jaas.config": (_str, ""),
+    "ssl.endpoint.identification.algorithm": (_str, "https"),
     "controlled.shutdown.enable": (_bool, "true"),
     "controlled.shutdown.max.retries": (_int(0), "3"),
     "controlled.shutdown.retry.backoff.ms": (_int(0), "5000"),
@@ -294,6 +308,8 @@ class BrokerConfig:
     replica_fetch_backoff_ms: int
     replica_fetch_response_max_bytes: int
     replica_fetch_over_kafka: bool  # inter.broker.listener.name names a Kafka listener
+    # how followers connect to that listener (broker/inter_broker.py); None: over gRPC
+    replica_kafka_security: ConnectionSecurity | None
     controlled_shutdown_enable: bool
     controlled_shutdown_max_retries: int
     controlled_shutdown_retry_backoff_ms: int
@@ -381,9 +397,15 @@ class BrokerConfig:
         except ListenerError as exc:
             raise ConfigError(str(exc)) from None
         plain = next((k for k in kafka_listeners if k.security_protocol == PLAINTEXT), None)
-        inter_broker = _inter_broker_listener(
-            values.get("inter.broker.listener.name"), listener, kafka_listeners
-        )
+        try:
+            inter_broker = inter_broker_listener(
+                values.get("inter.broker.listener.name"), listener, kafka_listeners
+            )
+            replica_security = replica_connection_security(
+                inter_broker, kafka_listeners, values, props
+            )
+        except ListenerError as exc:
+            raise ConfigError(str(exc)) from None
         config = cls(
             broker_id=values["broker.id"],
             zookeeper_connect=values["zookeeper.connect"],
@@ -421,7 +443,8 @@ class BrokerConfig:
             num_replica_fetchers=values["num.replica.fetchers"],
             replica_fetch_backoff_ms=values["replica.fetch.backoff.ms"],
             replica_fetch_response_max_bytes=values["replica.fetch.response.max.bytes"],
-            replica_fetch_over_kafka=inter_broker not in (GRPC, GRPCS),
+            replica_fetch_over_kafka=replica_security is not None,
+            replica_kafka_security=replica_security,
             controlled_shutdown_enable=values["controlled.shutdown.enable"],
             controlled_shutdown_max_retries=values["controlled.shutdown.max.retries"],
             controlled_shutdown_retry_backoff_ms=values["controlled.shutdown.retry.backoff.ms"],
@@ -557,37 +580,6 @@ def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
     except (ValueError, ParseError) as exc:
         raise ConfigError(f"{source}: not a properties file: {exc}") from None
     return {str(key): str(value) for key, value in props.properties.items()}
-
-
-def _inter_broker_listener(
-    named: str | None, listener: Listener, kafka: tuple[KafkaListenerConfig, ...]
-) -> str:
-    """The listener followers fetch over (checked against the broker's own): the
-    gRPC listener, or a Kafka listener without security (a leader lacking it is
-    fetched from over gRPC)."""
-    where = f"inter.broker.listener.name={named}"
-    if named is None:
-        return GRPCS if listener.protocol == GRPCS else PLAINTEXT
-    if named in (GRPC, GRPCS):
-        if named != listener.protocol:
-            raise ConfigError(f"{where}: the gRPC listener is {listener}")
-        return named
-    found = next((k for k in kafka if k.name == named), None)
-    if found is None:
-        names = [listener.protocol, *(k.name for k in kafka)]
-        raise ConfigError(f"{where}: listeners has no {named}:// listener (it has {names})")
-    if listener.protocol == GRPCS:
-        raise ConfigError(
-            f"{where} with {listener}: replicas would copy records unencrypted; "
-            "use GRPCS, or serve gRPC without TLS"
-        )
-    if found.security_protocol != PLAINTEXT:
-        raise ConfigError(
-            f"{where}: its security protocol is {found.security_protocol}; followers fetch "
-            "over a PLAINTEXT Kafka listener or over gRPC (GRPCS for TLS with the brokers' "
-            "certificates)"
-        )
-    return named
 
 
 def _tls(values: Mapping[str, Any], listener: Listener) -> TlsSettings | None:

@@ -39,6 +39,7 @@ import grpc
 from annal.broker import request_checks as checks
 from annal.broker.authorization import ALLOW_ALL, RequestAuthorizer
 from annal.broker.data_api import code
+from annal.broker.listeners import PLAINTEXT
 from annal.broker.metadata_cache import (
     MetadataCache,
     PartitionView,
@@ -87,7 +88,9 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
         run_admin: Runner[Any],
         authorizer: RequestAuthorizer = ALLOW_ALL,
         broker_epoch: Callable[[], int] = lambda: -1,
+        replica_listener: str = PLAINTEXT,
     ) -> None:
+        self._replica_listener = replica_listener  # the leaders' listener followers fetch over
         self._replicas = replicas
         self._metadata = metadata
         self._controlled_shutdown = controlled_shutdown
@@ -190,13 +193,24 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
             )
         leaders = {b.id: f"{b.host}:{b.port}" for b in request.live_leaders}
         kafka_leaders = {
-            b.id: f"{b.kafka_host}:{b.kafka_port}" for b in request.live_leaders if b.kafka_port
+            b.id: endpoint
+            for b in request.live_leaders
+            if (endpoint := self._replica_endpoint(b)) is not None
         }
         results = self._replicas.become_leader_or_follower(states, leaders, kafka_leaders)
         return pb.LeaderAndIsrResponse(
             partition_errors=refused
             + [_partition_error(tp.topic, tp.partition, error) for tp, error in results.items()]
         )
+
+    def _replica_endpoint(self, leader: pb.Broker) -> str | None:
+        """The leader's listener named by inter.broker.listener.name, if it has one."""
+        for e in leader.kafka_endpoints:
+            if e.listener_name == self._replica_listener:
+                return f"{e.host}:{e.port}"
+        if not leader.kafka_endpoints and self._replica_listener == PLAINTEXT and leader.kafka_port:
+            return f"{leader.kafka_host}:{leader.kafka_port}"  # a controller naming no endpoints
+        return None
 
     def _update_metadata_now(self, request: pb.UpdateMetadataRequest) -> pb.UpdateMetadataResponse:
         checks.require_at_least("controller_id", request.controller_id, 0)

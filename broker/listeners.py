@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from annal.security.sasl import SUPPORTED_MECHANISMS
+
 GRPC = "GRPC"
 GRPCS = "GRPCS"  # gRPC over TLS (ssl.* settings)
 PLAINTEXT = "PLAINTEXT"
@@ -158,6 +160,12 @@ def listener_setting(values: Mapping[str, Any], raw: Mapping[str, str], listener
     return parse(key, raw[key]) if key in raw else values[setting]
 
 
+def is_sensitive(setting: str) -> bool:
+    """Whether a setting's value is a secret (a JAAS line, a password): never shown
+    by DescribeConfigs or logged, as Kafka's PASSWORD-typed settings."""
+    return setting.endswith(("sasl.jaas.config", ".password"))
+
+
 def check_per_listener_keys(raw: Mapping[str, str], names: set[str]) -> None:
     """Every ``listener.name.*`` setting names a listener and a setting annal reads
     per listener (a typo is an error, as for any other setting)."""
@@ -169,9 +177,13 @@ def check_per_listener_keys(raw: Mapping[str, str], names: set[str]) -> None:
             raise ListenerError(
                 f"{key}: no listener named {listener.upper()} (listeners: {sorted(names)})"
             )
+        mechanism, _, jaas = setting.partition(".")
+        if jaas == "sasl.jaas.config" and mechanism.upper() in SUPPORTED_MECHANISMS:
+            continue  # this broker's own login on that listener (broker/inter_broker.py)
         if setting not in PER_LISTENER:
             raise ListenerError(
-                f"{key}: {setting!r} is not set per listener here (only {', '.join(PER_LISTENER)})"
+                f"{key}: {setting!r} is not set per listener here (only "
+                f"{', '.join(PER_LISTENER)} and <mechanism>.sasl.jaas.config)"
             )
 
 

@@ -59,8 +59,9 @@ from annal.broker.replica_transport import (
     Wanted,
     by_topic,
 )
-from annal.client.security import PLAINTEXT, Security
+from annal.client.security import Security
 from annal.kafkaproto.client import ConnectionFailed, ListenerUnreachable
+from annal.kafkaproto.client_security import ConnectionSecurity
 from annal.storage.batch import read_header
 from annal.storage.errors import NonMonotonicOffsetError, StorageError
 from annal.storage.files import TopicPartition
@@ -89,7 +90,9 @@ class FetcherSettings:
     backoff_ms: int = 1000
     fetchers_per_leader: int = 1
     security: Security = field(default_factory=Security)  # TLS with a GRPCS:// listener
-    kafka_listener: bool = True  # fetch over a leader's PLAINTEXT:// listener when it has one
+    # how to reach a leader's inter-broker Kafka listener (broker/inter_broker.py);
+    # None: fetch over gRPC only
+    kafka_security: ConnectionSecurity | None = field(default_factory=ConnectionSecurity)
 
     @property
     def limits(self) -> FetchLimits:
@@ -209,8 +212,10 @@ class _FetcherThread:
         self._stub = annal_pb2_grpc.AnnalStub(self._channel)
         self._grpc = GrpcReplicaFetch(self._stub, broker_id)
         self._kafka: KafkaReplicaFetch | None = None
-        if kafka_endpoint and settings.kafka_listener and settings.security.protocol == PLAINTEXT:
-            self._kafka = KafkaReplicaFetch(kafka_endpoint, broker_id, settings.wait_max_ms)
+        if kafka_endpoint and settings.kafka_security is not None:
+            self._kafka = KafkaReplicaFetch(
+                kafka_endpoint, broker_id, settings.wait_max_ms, settings.kafka_security
+            )
         self._unreachable_since: float | None = None
         self._kafka_retry_at = 0.0  # Kafka listener refused: gRPC until then
         self._thread = threading.Thread(

@@ -35,6 +35,7 @@ from annal.kafkaproto.client import (
     KafkaConnection,
     fetch_request,
 )
+from annal.kafkaproto.client_security import ConnectionSecurity
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
@@ -131,13 +132,23 @@ class GrpcReplicaFetch:
 
 class KafkaReplicaFetch:
     """Replica fetches as Kafka Fetch v11 requests on one connection to the
-    leader's Kafka listener at ``endpoint``."""
+    leader's Kafka listener at ``endpoint``, secured as that listener is
+    (``security``: TLS, and a SASL login, before the first fetch)."""
 
-    def __init__(self, endpoint: str, broker_id: int, wait_max_ms: int) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        broker_id: int,
+        wait_max_ms: int,
+        security: ConnectionSecurity | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self._broker_id = broker_id
         self._connection = KafkaConnection(
-            endpoint, wait_max_ms / 1000 + REQUEST_TIMEOUT_S, f"annal-replica-{broker_id}"
+            endpoint,
+            wait_max_ms / 1000 + REQUEST_TIMEOUT_S,
+            f"annal-replica-{broker_id}",
+            security,
         )
 
     def fetch(self, wanted: Sequence[Wanted], limits: FetchLimits) -> dict[TopicPartition, Answer]:

@@ -201,7 +201,7 @@ class BrokerServer:
                 backoff_ms=config.replica_fetch_backoff_ms,
                 fetchers_per_leader=config.num_replica_fetchers,
                 security=config.inter_broker_security(),
-                kafka_listener=config.replica_fetch_over_kafka,
+                kafka_security=config.replica_kafka_security,
             ),
         )
         self.coordinator = OffsetsCoordinator(
@@ -261,6 +261,7 @@ class BrokerServer:
             network.run_admin,
             self.authorizer,
             lambda: self.broker_epoch,
+            config.inter_broker_listener_name,
         )
 
         def add_services(server: grpc.aio.Server) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 import grpc
-from annal.client.security import Security, default_security
+from annal.client.security import PLAINTEXT, Security, default_security
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 
@@ -83,7 +83,8 @@ class ClusterConnection:
         self.unauthorized: set[str] = set()
         self.leaders: dict[TopicPartition, str] = {}
         self.available: dict[str, tuple[int, ...]] = {}  # partitions with a known leader
-        # gRPC endpoint -> the same broker's PLAINTEXT Kafka listener, where it has one
+        # gRPC endpoint -> the same broker's Kafka listener of this client's
+        # security protocol, where it has one
         self.kafka_listeners: dict[str, str] = {}
         keep_large_buffers()  # megabyte answers reuse their pages (annal/allocator.py)
 
@@ -123,6 +124,15 @@ class ClusterConnection:
             f"no broker answered at {', '.join(self.bootstrap)}{detail}",
         )
 
+    def _kafka_listener(self, broker: pb.Broker) -> str | None:
+        """The broker's Kafka listener of this client's security protocol, if any."""
+        for e in broker.kafka_endpoints:
+            if e.security_protocol == self.security.protocol:
+                return f"{e.host}:{e.port}"
+        if self.security.protocol == PLAINTEXT and broker.kafka_port:
+            return f"{broker.kafka_host}:{broker.kafka_port}"
+        return None
+
     def refresh(self, topics: Sequence[str]) -> pb.MetadataResponse:
         """Ask for Metadata and update partition counts and leaders of ``topics``.
 
@@ -142,8 +152,9 @@ class ClusterConnection:
         brokers = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers}
         listeners = dict(self.kafka_listeners)
         for b in metadata.brokers:
-            if b.kafka_host and b.kafka_port:
-                listeners[brokers[b.id]] = f"{b.kafka_host}:{b.kafka_port}"
+            found = self._kafka_listener(b)
+            if found:
+                listeners[brokers[b.id]] = found
             else:
                 listeners.pop(brokers[b.id], None)
         self.kafka_listeners = listeners

@@ -6,8 +6,12 @@ megabyte costs about a millisecond of CPU at each end; a Kafka-protocol
 Fetch carries the same batches as one length-prefixed frame on a plain TCP
 connection, for about half of that.  Every broker whose Metadata names a
 PLAINTEXT Kafka listener (``kafka_host``/``kafka_port``) serves Fetch v4 to v12
-there; ``SimpleConsumer.fetch_raw`` uses it when the client's own security
-is PLAINTEXT, and gRPC otherwise.
+there, and on the listeners of every other security protocol it serves;
+``SimpleConsumer.fetch_raw`` uses the listener of the client's own security
+protocol (``PLAINTEXT``, ``SSL``: TLS with the client's certificate, or
+``SASL_SSL``: TLS and a SASL login as the client's user, see
+``kafkaproto/client_security.py``) where the leader has one, and gRPC
+otherwise.
 
 ``KafkaFetchConnection`` is one blocking connection to one listener
 (``kafkaproto/client.py``), one request at a time.  Any failure of the
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from annal.client.security import Security
 from annal.kafkaproto.client import (
     CONNECT_TIMEOUT_S,
     FETCH_KEY,
@@ -38,6 +43,7 @@ from annal.kafkaproto.client import (
 from annal.kafkaproto.client import (
     ConnectionFailed as FetchConnectionError,
 )
+from annal.kafkaproto.client_security import ConnectionSecurity, SaslLogin
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -60,12 +66,31 @@ class PartitionAnswer:
     message: str = ""
 
 
+def connection_security(security: Security) -> ConnectionSecurity:
+    """A client's security settings as its Kafka connections take them."""
+    login = None
+    if security.sasl_username is not None:
+        login = SaslLogin(security.sasl_mechanism, security.sasl_username,
+                          security.sasl_password or "")  # fmt: skip
+    return ConnectionSecurity(
+        security.protocol, security.cafile, security.certfile, security.keyfile, login
+    )
+
+
 class KafkaFetchConnection:
     """See the module docstring; ``endpoint`` is the listener's ``host:port``."""
 
-    def __init__(self, endpoint: str, timeout_s: float, client_id: str = "annal") -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        timeout_s: float,
+        client_id: str = "annal",
+        security: Security | None = None,
+    ) -> None:
         self.endpoint = endpoint
-        self._connection = KafkaConnection(endpoint, timeout_s, client_id)
+        self._connection = KafkaConnection(
+            endpoint, timeout_s, client_id, connection_security(security or Security())
+        )
 
     def fetch(
         self,

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import grpc
 from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
-from annal.client.security import PLAINTEXT, client_security
+from annal.client.security import client_security
 from annal.consumer.kafka_fetch import (
     FetchConnectionError,
     KafkaFetchConnection,
@@ -209,8 +209,8 @@ class SimpleConsumer:
         )  # fmt: skip
         self.cluster = ClusterConnection(bootstrap, timeout_s, security)
         self._ahead: ThreadPoolExecutor | None = None  # fetch_raw_ahead's thread
-        # fetch_raw over Kafka listeners: PLAINTEXT ones only, for a PLAINTEXT client
-        self._kafka_fetch = kafka_listener_fetch and security.protocol == PLAINTEXT
+        # fetch_raw over the Kafka listeners of this client's security protocol
+        self._kafka_fetch = kafka_listener_fetch
         self._kafka: dict[str, KafkaFetchConnection] = {}  # by listener endpoint
         self._unreachable: set[str] = set()  # listeners that refused: gRPC to those brokers
         self.max_wait_ms = max_wait_ms
@@ -368,9 +368,10 @@ class SimpleConsumer:
     ) -> RawFetch:
         """One partition's batches from ``offset``, undecoded, for readers that
         decode them their own way; retries as ``multi_fetch``.  With
-        ``kafka_listener_fetch`` the request goes to the leader's PLAINTEXT
-        Kafka listener where it has one (consumer/kafka_fetch.py: about half
-        gRPC's CPU per megabyte at both ends), and over gRPC otherwise."""
+        ``kafka_listener_fetch`` the request goes to the leader's Kafka
+        listener of this client's security protocol where it has one
+        (consumer/kafka_fetch.py: about half gRPC's CPU per megabyte at both
+        ends), and over gRPC otherwise."""
         retry = _Retry(self.retries, self.timeout_s)
         while True:
             try:
@@ -402,7 +403,10 @@ class SimpleConsumer:
             connection = self._kafka.get(listener)
             if connection is None:  # setdefault: the fetch-ahead thread may race this one
                 connection = self._kafka.setdefault(
-                    listener, KafkaFetchConnection(listener, self.timeout_s, "annal-consumer")
+                    listener,
+                    KafkaFetchConnection(
+                        listener, self.timeout_s, "annal-consumer", self.cluster.security
+                    ),
                 )
             try:
                 return connection.fetch(

@@ -36,6 +36,7 @@ from typing import Any
 
 from annal.broker.admin_manager import AdminManager
 from annal.broker.data_api import DataApi
+from annal.broker.listeners import is_sensitive
 from annal.broker.metadata_cache import MetadataCache
 from annal.broker.request_checks import Refusal
 from annal.kafkaproto.apis import KafkaApis, Values
@@ -203,8 +204,9 @@ class AdminApis:
         return {
             "error_code": errors.NONE.number, "resource_type": BROKER, "resource_name": name,
             "configs": [
-                {"name": k, "value": v, "read_only": True, "is_default": False,
-                 "config_source": STATIC_BROKER_CONFIG, "is_sensitive": False}
+                {"name": k, "value": None if is_sensitive(k) else v, "read_only": True,
+                 "is_default": False, "config_source": STATIC_BROKER_CONFIG,
+                 "is_sensitive": is_sensitive(k)}
                 for k, v in sorted(self._broker_settings().items()) if keys is None or k in keys
             ],
         }  # fmt: skip

@@ -2,7 +2,10 @@
 
 Used where annal itself speaks Kafka's protocol to a broker in bulk: the
 Spark reader's raw fetches (``consumer/kafka_fetch.py``) and the followers'
-replica fetches (``broker/replica_fetcher.py``).  A request is encoded with
+replica fetches (``broker/replica_fetcher.py``).  A connection to a secured
+listener runs TLS and logs in with SASL before its first request
+(``kafkaproto/client_security.py``); a refused login raises
+``AuthenticationFailed``.  A request is encoded with
 ``wire.encode_request`` (kio's schemas), sent as one frame, and its answer
 read and decoded before the next request goes: one request at a time, a
 lock serializes callers.
@@ -22,10 +25,12 @@ not wait for the lock: it shuts the socket down under a waiting
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from annal.kafkaproto.client_security import ConnectionSecurity, LoginRefused, login_steps
 from annal.kafkaproto.wire import MalformedRequest, decode_response, encode_request
 
 CONNECT_TIMEOUT_S = 5.0
@@ -90,13 +95,25 @@ class ListenerUnreachable(ConnectionFailed):
     """No connection could be made to the listener."""
 
 
+class AuthenticationFailed(ConnectionFailed):
+    """The listener refused this connection's SASL login (or its TLS handshake)."""
+
+
 class KafkaConnection:
     """See the module docstring; ``endpoint`` is the listener's ``host:port``."""
 
-    def __init__(self, endpoint: str, timeout_s: float, client_id: str = "annal") -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        timeout_s: float,
+        client_id: str = "annal",
+        security: ConnectionSecurity | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self.client_id = client_id
+        self.security = security or ConnectionSecurity()
+        self._ssl_context = self.security.ssl_context() if self.security.tls else None
         self._lock = threading.Lock()
         self._socket: socket.socket | None = None
         self._correlation = 0
@@ -105,26 +122,28 @@ class KafkaConnection:
         """Send one request (``values`` as ``wire.build`` takes them) and return
         the decoded answer's body."""
         with self._lock:
-            self._correlation = (self._correlation + 1) & 0x7FFFFFFF
-            frame = encode_request(api_key, version, self._correlation, self.client_id, values)
             try:
-                sock = self._connected()
-                sock.sendall(frame)
-                size = int.from_bytes(self._read(sock, 4), "big")
-                if not 0 < size <= MAX_FRAME_BYTES:
-                    raise ConnectionFailed(f"a {size}-byte answer frame from {self.endpoint}")
-                correlation, body = decode_response(self._read(sock, size), api_key, version)
+                return self._exchange(self._connected(), api_key, version, values)
             except (OSError, MalformedRequest, ConnectionFailed) as exc:
                 self._close_locked()
                 if isinstance(exc, ConnectionFailed):
                     raise
                 raise ConnectionFailed(f"Kafka listener {self.endpoint}: {exc}") from exc
-            if correlation != self._correlation:
-                self._close_locked()
-                raise ConnectionFailed(
-                    f"answer {correlation} from {self.endpoint} to request {self._correlation}"
-                )
-            return body
+
+    def _exchange(
+        self, sock: socket.socket, api_key: int, version: int, values: dict[str, Any]
+    ) -> Any:
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        sock.sendall(encode_request(api_key, version, self._correlation, self.client_id, values))
+        size = int.from_bytes(self._read(sock, 4), "big")
+        if not 0 < size <= MAX_FRAME_BYTES:
+            raise ConnectionFailed(f"a {size}-byte answer frame from {self.endpoint}")
+        correlation, body = decode_response(self._read(sock, size), api_key, version)
+        if correlation != self._correlation:
+            raise ConnectionFailed(
+                f"answer {correlation} from {self.endpoint} to request {self._correlation}"
+            )
+        return body
 
     def _connected(self) -> socket.socket:
         if self._socket is None:
@@ -137,8 +156,42 @@ class KafkaConnection:
                 raise ListenerUnreachable(f"Kafka listener {self.endpoint}: {exc}") from exc
             sock.settimeout(self.timeout_s)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._socket = sock
+            self._socket = sock  # closed by the caller if what follows fails
+            if self._ssl_context is not None:
+                sock = self._socket = self._tls(sock, host.strip("[]"))
+            if self.security.login is not None:
+                self._log_in(sock)
         return self._socket
+
+    def _tls(self, sock: socket.socket, host: str) -> ssl.SSLSocket:
+        assert self._ssl_context is not None
+        try:
+            return self._ssl_context.wrap_socket(sock, server_hostname=host)
+        except ssl.SSLCertVerificationError as exc:
+            raise AuthenticationFailed(
+                f"Kafka listener {self.endpoint}: its certificate is not trusted: "
+                f"{exc.verify_message}"
+            ) from None
+        except ssl.SSLError as exc:
+            raise AuthenticationFailed(
+                f"Kafka listener {self.endpoint}: TLS handshake failed: {exc.reason or exc}"
+            ) from None
+
+    def _log_in(self, sock: socket.socket) -> None:
+        login = self.security.login
+        assert login is not None
+        steps = login_steps(login)
+        try:
+            request = next(steps)
+            while True:
+                request = steps.send(self._exchange(sock, *request))
+        except StopIteration:
+            return
+        except LoginRefused as exc:
+            raise AuthenticationFailed(
+                f"Kafka listener {self.endpoint}: SASL {login.mechanism} login as "
+                f"{login.username} refused: {exc}"
+            ) from None
 
     def _read(self, sock: socket.socket, size: int) -> memoryview:
         """Exactly ``size`` bytes, read-only (kio's readers take them without a

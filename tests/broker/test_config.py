@@ -267,7 +267,19 @@ def test_several_kafka_listeners_each_with_its_security_protocol(tmp_path: Path)
         ({"authorizer.class.name": "com.example.Mine"}, "annal's authorizer is Kafka's ACL"),
         ({"listeners": "GRPC://:1,SASL_PLAINTEXT://:2",
           "inter.broker.listener.name": "SASL_PLAINTEXT"},
-         "followers fetch over a PLAINTEXT Kafka listener"),
+         r"brokers log in to each other with SCRAM-SHA-256; set "
+         r"listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config"),
+        ({"listeners": "GRPC://:1,SASL_PLAINTEXT://:2",
+          "inter.broker.listener.name": "SASL_PLAINTEXT",
+          "sasl.jaas.config": 'x required username="b";'}, "the one given lacks them"),
+        ({"listeners": "GRPC://:1,SASL_PLAINTEXT://:2",
+          "inter.broker.listener.name": "SASL_PLAINTEXT",
+          "sasl.mechanism.inter.broker.protocol": "PLAIN"},
+         "sasl.mechanism.inter.broker.protocol=PLAIN: listener SASL_PLAINTEXT offers"),
+        ({"sasl.mechanism.inter.broker.protocol": "PLAIN,SCRAM-SHA-256"}, "one mechanism"),
+        ({"listeners": "GRPC://:1,SASL_SSL://:2",
+          "listener.name.sasl_ssl.gssapi.sasl.jaas.config": "x"},
+         "'gssapi.sasl.jaas.config' is not set per listener"),
     ],
 )  # fmt: skip
 def test_bad_security_settings_are_named(props: dict[str, str], message: str) -> None:
@@ -283,3 +295,48 @@ def test_kafka_authorizer_names_and_super_users() -> None:
         assert config.authorizer == name
         assert config.super_users == {"User:admin", "User:broker-1"}
         assert not config.allow_everyone_if_no_acl_found
+
+
+def test_followers_log_in_to_a_secured_inter_broker_listener(tmp_path: Path) -> None:
+    keystore = tmp_path / "broker.pem"
+    keystore.write_text("-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n")
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+    props = {
+        **BASE,
+        "listeners": "GRPCS://:1,SASL_SSL://:2",
+        "ssl.keystore.location": str(keystore),
+        "ssl.truststore.location": str(ca),
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512,PLAIN",
+        "inter.broker.listener.name": "SASL_SSL",
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
+            'org.apache.kafka.common.security.scram.ScramLoginModule required '
+            'username="broker" password="se\\"cret";',
+    }  # fmt: skip
+    config = BrokerConfig.from_properties(props)
+    security = config.replica_kafka_security
+    assert config.replica_fetch_over_kafka and security is not None
+    assert (security.protocol, security.cafile, security.certfile) == (
+        "SASL_SSL", str(ca), str(keystore),
+    )  # fmt: skip
+    assert security.login is not None and security.check_hostname
+    assert (security.login.mechanism, security.login.username) == ("SCRAM-SHA-512", "broker")
+    assert security.login.password == 'se"cret'
+    assert 'se"cret' not in repr(config.replica_kafka_security)
+    plain = BrokerConfig.from_properties(
+        {**props, "sasl.mechanism.inter.broker.protocol": "PLAIN",
+         "sasl.jaas.config": 'x required username="b2" password="p2";',
+         "ssl.endpoint.identification.algorithm": ""}
+    )  # fmt: skip
+    assert plain.replica_kafka_security is not None
+    assert plain.replica_kafka_security.login is not None
+    assert plain.replica_kafka_security.login.username == "b2"
+    assert not plain.replica_kafka_security.check_hostname
+    # gRPC over TLS refuses a follower listener without it, with SASL or not
+    del props["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"]
+    for listener in ("SASL_PLAINTEXT", "PLAINTEXT"):
+        with pytest.raises(ConfigError, match="replicas would copy records unencrypted"):
+            BrokerConfig.from_properties(
+                {**props, "listeners": f"GRPCS://:1,{listener}://:2",
+                 "inter.broker.listener.name": listener}
+            )  # fmt: skip
