@@ -10,9 +10,13 @@ current, as Kafka's ``AclAuthorizer`` and its credential cache do:
   ``/kafka-acl-extended-changes`` (prefixed ones) on its own ``acl-changes`` thread:
   a watch only wakes the thread, which reads each notification newer than the last it
   handled and re-reads the pattern it names.  Users go the same way through a
-  ``ConfigChangeListener`` of their own (``user-changes`` thread) that follows
+  ``ConfigChangeListener`` (``broker/config_changes.py``) that follows
   ``/config/changes`` for ``users/<name>``: every user is loaded after the starting
-  notification is noted, then each named user is re-read.
+  notification is noted, then each named user is re-read.  A broker already
+  follows ``/config/changes`` for topics, so it builds the store with
+  ``follow_users=False`` and hands ``user_changed`` and ``load_users`` to its one
+  listener; a store of its own (``follow_users=True``) has a ``user-changes``
+  thread.
 * After a lost ZooKeeper session (notifications may have expired meanwhile), both are
   loaded whole again once a new session is connected.
 * A broker's own admin writes refresh the changed pattern or user at once
@@ -59,7 +63,7 @@ _NONE: Mapping[str, ScramCredential] = MappingProxyType({})
 class SecurityStore:
     """See the module docstring; ``start`` then ``stop``."""
 
-    def __init__(self, zk: ZkClient) -> None:
+    def __init__(self, zk: ZkClient, follow_users: bool = True) -> None:
         self.zk = zk
         self.acls = AclCache()
         self._lock = threading.Lock()
@@ -72,7 +76,11 @@ class SecurityStore:
         self._next_purge = 0.0
         self._watches: list[object] = []
         self._thread = threading.Thread(target=self._run, name="acl-changes", daemon=True)
-        self._users = ConfigChangeListener(zk, None, self.refresh_user, thread_name="user-changes")
+        self._users = (
+            ConfigChangeListener(zk, None, self.user_changed, thread_name="user-changes")
+            if follow_users
+            else None
+        )
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -81,7 +89,10 @@ class SecurityStore:
         for pattern_type in _TREES:
             self._last[pattern_type] = self._newest_change(pattern_type)
         self._load_acls()
-        self._users.start(load=self._load_users)
+        if self._users is not None:
+            self._users.start(load=self.load_users)
+        else:
+            self.load_users()  # the owner's listener loads them again when it starts
         self._thread.start()
         self.zk.add_session_listener(self._session_changed)
         for pattern_type in _TREES:
@@ -102,7 +113,8 @@ class SecurityStore:
         self._stopped = True
         self._wake.set()
         self.zk.remove_session_listener(self._session_changed)
-        self._users.stop()
+        if self._users is not None:
+            self._users.stop()
         if self._thread.is_alive():
             self._thread.join(5)
 
@@ -157,7 +169,8 @@ class SecurityStore:
                 self.acls.replace(pattern, entries)
         logger.info("loaded the ACLs of %d resource patterns", len(everything))
 
-    def _load_users(self) -> None:
+    def load_users(self) -> None:
+        """Read every user's SCRAM credentials from ZooKeeper into the cache."""
         with self._refresh_lock:
             everything = self.zk.all_scram_credentials()
             with self._lock:
@@ -189,7 +202,7 @@ class SecurityStore:
                 if self._reload and self.zk.session_state is SessionEvent.CONNECTED:
                     self._reload = False
                     self._load_acls()
-                    self._load_users()
+                    self.load_users()
                 self._process()
                 retry = False
             except ZkError as exc:

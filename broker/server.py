@@ -112,7 +112,7 @@ class BrokerServer:
         self.replicas: ReplicaManager
         self.fetchers: ReplicaFetcherManager | None = None
         self._config_changes: ConfigChangeListener | None = None
-        self.security = SecurityStore(self.zk)
+        self.security = SecurityStore(self.zk, follow_users=False)  # see _config_changes
         self.authorizer = RequestAuthorizer.from_settings(
             config.authorizer,
             self.security.acls,
@@ -321,8 +321,11 @@ class BrokerServer:
         )
         self.controller.start()
         self.replicas.start_isr_expiration()
-        self._config_changes = ConfigChangeListener(self.zk, self.replicas.update_topic_config)
-        self._config_changes.start()
+        # one follower of /config/changes: topic configs, and users for the security store
+        self._config_changes = ConfigChangeListener(
+            self.zk, self.replicas.update_topic_config, self.security.user_changed
+        )
+        self._config_changes.start(load=self.security.load_users)
         network.set_serving(["", SERVICE_NAME])
         self.zk.add_session_listener(self._session_events.put)
         self.zk.add_session_listener(self._session_changed)
@@ -362,8 +365,15 @@ class BrokerServer:
             self.kafka_port = port
 
     def _credentials(self, user: str) -> Mapping[str, ScramCredential]:
-        """A user's SCRAM credentials, for SASL on the Kafka listeners."""
-        return self.zk.get_user_scram_credentials(user)
+        """A user's SCRAM credentials, for SASL on the Kafka listeners: as ZooKeeper
+        has them now (a removed user is refused at once), or, while ZooKeeper
+        cannot answer, as the security store last saw them (logins go on)."""
+        if self.zk.session_state is SessionEvent.CONNECTED:
+            try:
+                return self.zk.get_user_scram_credentials(user)
+            except ZkError:
+                pass  # the connection went meanwhile
+        return self.security.credentials(user)
 
     def _controller_state(self) -> tuple[bool, int, int]:
         controller = self.controller

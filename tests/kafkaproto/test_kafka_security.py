@@ -20,12 +20,13 @@ import confluent_kafka.admin
 import kafka
 import pytest
 from annal.admin.client import AdminClient
-from annal.deploy.runner import BrokerProcess, wait_until
-from annal.deploy.zookeeper import free_port
+from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
+from annal.deploy.zookeeper import ZooKeeperServer, free_port
 from annal.security.scram import make_credential
 from annal.zk.client import ZkClient
 from environment import require_command
 from tls_certs import issue, make_ca
+from zkproxy import ZkProxy
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -328,3 +329,41 @@ def read_until_closed(sock: socket.socket) -> int:
     while chunk := sock.recv(65536):
         total += len(chunk)
     return total
+
+
+@pytest.mark.timeout(120)
+def test_scram_logins_go_on_while_the_broker_is_cut_off_from_zookeeper(
+    zookeeper: ZooKeeperServer, zk_connect: str, tmp_path: Path, tls: Tls
+) -> None:
+    """The broker reads a user's credentials from ZooKeeper at each login; while
+    ZooKeeper cannot answer it uses its cache, so clients still get in."""
+    chroot = "/" + zk_connect.split("/", 1)[1]
+    with ZkProxy(zookeeper.host, zookeeper.port) as proxy:
+        port = free_port()
+        broker = BrokerProcess(1, proxy.connect_string(chroot), tmp_path, settings={
+            "ssl.keystore.location": tls.keystore("broker-1"),
+            "ssl.truststore.location": str(tls.ca_file),
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "zookeeper.session.timeout.ms": "6000",
+        }, extra_listeners=f"SASL_SSL://127.0.0.1:{port}")  # fmt: skip
+        with ZkClient(zk_connect) as zk:
+            zk.ensure_persistent_paths()
+            zk.upsert_scram_credential(
+                "alice", "SCRAM-SHA-512", make_credential("SCRAM-SHA-512", "alice-secret")
+            )
+        broker.start()
+        try:
+            wait_until(lambda: metadata_lists(broker.endpoint, [1]), 60, "serving")
+            config = confluent(port, tls, "SCRAM-SHA-512")
+            assert ck.admin.AdminClient(config).list_topics(timeout=30).brokers
+            proxy.pause()
+            wait_until(lambda: "Connection time-out" in broker.log_path.read_text(), 30,
+                       "the broker noticing it is cut off")  # fmt: skip
+            assert ck.admin.AdminClient(config).list_topics(timeout=30).brokers
+            wrong = confluent(port, tls, "SCRAM-SHA-512", password="wrong")
+            with pytest.raises(ck.KafkaException):
+                ck.admin.AdminClient(wrong).list_topics(timeout=5)
+        finally:
+            proxy.resume()
+            broker.kill()
+            print(broker.tail_log())
