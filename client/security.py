@@ -29,9 +29,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import grpc
+from annal.security.jaas import jaas_login
 
 PLAINTEXT = "PLAINTEXT"
 SSL = "SSL"
@@ -39,7 +40,6 @@ SASL_SSL = "SASL_SSL"
 USER_HEADER = "annal-sasl-username"
 PASSWORD_HEADER = "annal-sasl-password"
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-_JAAS_VALUE = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 _PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----.+?-----END \1-----\s*", re.S)
 
@@ -61,6 +61,21 @@ _KNOWN_KEYS = {
     *_CERT_KEYS,
     *_KEY_KEYS,
 }
+PROPERTY_NAMES = frozenset(_KNOWN_KEYS)
+"""The settings ``Security.from_properties`` reads."""
+
+
+class ClientSecurityArgs(TypedDict, total=False):
+    """kafka-python's keyword arguments, as every annal client takes them
+    (none given: the process's default security)."""
+
+    security_protocol: str
+    ssl_cafile: str | None
+    ssl_certfile: str | None
+    ssl_keyfile: str | None
+    sasl_mechanism: str
+    sasl_plain_username: str | None
+    sasl_plain_password: str | None
 
 
 class SecurityConfigError(ValueError):
@@ -159,32 +174,51 @@ class Security:
             channel, grpc.metadata_call_credentials(add_password, name="annal-sasl")
         )
 
+    def client_args(self) -> ClientSecurityArgs:
+        """This security as a client's keyword arguments (``client_security``
+        builds the same back), for code that hands it to another client."""
+        return ClientSecurityArgs(
+            security_protocol=self.protocol,
+            ssl_cafile=self.cafile,
+            ssl_certfile=self.certfile,
+            ssl_keyfile=self.keyfile,
+            sasl_mechanism=self.sasl_mechanism,
+            sasl_plain_username=self.sasl_username,
+            sasl_plain_password=self.sasl_password,
+        )
+
     def channel(self, endpoint: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
         if self.tls:
             return grpc.secure_channel(endpoint, self.credentials(), options=list(options))
         return grpc.insecure_channel(endpoint, options=list(options))
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, str], where: str) -> Security:
-        """From a ``--command-config`` file's settings (see the module docstring)."""
-        unknown = sorted(k for k in props if k.startswith(("ssl.", "security.")) and
+    def from_properties(cls, props: Mapping[str, str], where: str, prefix: str = "") -> Security:
+        """From a ``--command-config`` file's settings (see the module docstring).
+        Messages name a setting as ``prefix`` + its name (Spark's ``kafka.``)."""
+        unknown = sorted(prefix + k for k in props if k.startswith(("ssl.", "security.")) and
                          k not in _KNOWN_KEYS)  # fmt: skip
         if unknown:
             raise SecurityConfigError(f"{where}: unknown security settings {unknown}")
         for key in ("ssl.truststore.type", "ssl.keystore.type"):
             if props.get(key, "PEM").upper() != "PEM":
-                raise SecurityConfigError(f"{where}: {key}={props[key]!r}: only PEM files are read")
+                raise SecurityConfigError(
+                    f"{where}: {prefix}{key}={props[key]!r}: only PEM files are read"
+                )
         protocol = props.get("security.protocol", PLAINTEXT).strip().upper()
 
         def first(keys: Sequence[str]) -> str | None:
             return next((props[k].strip() for k in keys if props.get(k, "").strip()), None)
 
-        user, password = props.get("sasl.username"), props.get("sasl.password")
-        jaas = {  # Java's quoting: a backslash escapes the next character
-            key: re.sub(r"\\(.)", r"\1", value)
-            for key, value in _JAAS_VALUE.findall(props.get("sasl.jaas.config", ""))
-        }
-        user, password = user or jaas.get("username"), password or jaas.get("password")
+        jaas_user, jaas_password = jaas_login(props.get("sasl.jaas.config", ""))
+        user = props.get("sasl.username") or jaas_user
+        password = props.get("sasl.password") or jaas_password
+        if protocol == SASL_SSL and not user:
+            raise SecurityConfigError(
+                f"{where}: {prefix}security.protocol=SASL_SSL needs a user and its password: "
+                f'{prefix}sasl.jaas.config (username="..." password="..."), or '
+                f"{prefix}sasl.username and {prefix}sasl.password"
+            )
         mechanism = (first(("sasl.mechanism", "sasl.mechanisms")) or "SCRAM-SHA-512").upper()
         try:
             return cls(

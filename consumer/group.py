@@ -46,6 +46,16 @@ the same session, it rejoins through a rebalance; a lost session (the
 registration and owner znodes gone with it) first registers anew.  So no
 partition is delivered by two members at once.
 
+Brokers are reached as the simple consumer reaches them, with the same
+keyword arguments (kafka-python's names): ``security_protocol`` (PLAINTEXT,
+SSL or SASL_SSL), ``ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``,
+``sasl_mechanism``, ``sasl_plain_username`` and ``sasl_plain_password``.
+They apply to every broker call: fetches, offset lookups, and the offset
+commits and fetches at the group coordinator.  None given means the
+process's default (a tool's ``--command-config``).  A SASL_SSL user needs
+Read on the topics and on the group.  ZooKeeper is reached without
+authentication.
+
 Threads: a ``group-fetcher`` fills the streams' queues; a ``group-rebalance``
 thread handles watch and session events; an auto-commit thread.
 ``self._lock`` guards the assignment, positions and consumed offsets;
@@ -64,6 +74,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from annal.client.bootstrap import resolve_bootstrap
+from annal.client.security import client_security
 from annal.consumer.assignment import TopicFilter, range_assign, subscribed_topics, thread_ids
 from annal.consumer.group_offsets import GroupOffsets
 from annal.consumer.simple import (
@@ -180,6 +191,13 @@ class GroupConsumer:
         consumer_timeout_ms: int = -1,
         timeout_s: float = 30.0,
         zookeeper_session_timeout_ms: int = 18_000,
+        security_protocol: str | None = None,
+        ssl_cafile: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        sasl_mechanism: str | None = None,
+        sasl_plain_username: str | None = None,
+        sasl_plain_password: str | None = None,
     ) -> None:
         if not group:
             raise ValueError("a group id is needed")
@@ -187,6 +205,11 @@ class GroupConsumer:
             raise ValueError(
                 f"auto_offset_reset must be smallest or largest, not {auto_offset_reset!r}"
             )
+        # checked before anything connects; every broker client below uses it
+        security = client_security(
+            security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile,
+            sasl_plain_username, sasl_plain_password, sasl_mechanism,
+        )  # fmt: skip
         self.group = group
         self.consumer_id = consumer_id or f"{group}_{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
         self.auto_commit = auto_commit
@@ -206,8 +229,10 @@ class GroupConsumer:
         ).start()
         self.zk.add_session_listener(self._on_session)
         bootstrap = resolve_bootstrap(None, zookeeper_connect, timeout_s)
-        self._fetch = SimpleConsumer(bootstrap, max_wait_ms=fetch_wait_max_ms, timeout_s=timeout_s)
-        self._offsets = GroupOffsets(bootstrap, group, timeout_s)
+        self._fetch = SimpleConsumer(
+            bootstrap, max_wait_ms=fetch_wait_max_ms, timeout_s=timeout_s, **security.client_args()
+        )
+        self._offsets = GroupOffsets(bootstrap, group, timeout_s, security)
         self._lock = threading.Lock()
         self._commit_lock = threading.Lock()
         # (topic, thread id) -> stream; the topic is "" for filter streams, which

@@ -1,6 +1,7 @@
 """A consumer group's committed offsets, through the group's coordinator.
 
-``GroupOffsets(bootstrap, group)`` finds the coordinator (FindCoordinator,
+``GroupOffsets(bootstrap, group)`` (with ``security``: how to reach the brokers,
+the process's default otherwise) finds the coordinator (FindCoordinator,
 which creates ``__consumer_offsets`` on first use), commits positions and
 reads them back.  A coordinator that moved (NOT_COORDINATOR), is loading
 (COORDINATOR_LOAD_IN_PROGRESS), is not known yet (COORDINATOR_NOT_AVAILABLE)
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 import grpc
 from annal.client.cluster import ClientError, ClusterConnection
+from annal.client.security import Security
 from annal.consumer.simple import ConsumerError
 from annal.v1 import annal_pb2 as pb
 
@@ -30,10 +32,16 @@ T = TypeVar("T")
 class GroupOffsets:
     """See the module docstring."""
 
-    def __init__(self, bootstrap_servers: str, group: str, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        group: str,
+        timeout_s: float = 30.0,
+        security: Security | None = None,
+    ) -> None:
         if not group:
             raise ValueError("a group id is needed")
-        self.cluster = ClusterConnection(bootstrap_servers, timeout_s)
+        self.cluster = ClusterConnection(bootstrap_servers, timeout_s, security)
         self.group = group
         self.timeout_s = timeout_s
         self._coordinator: str | None = None

@@ -10,6 +10,11 @@ the sink's state live in ``--checkpoint``: stopped, or killed at any moment,
 and started again, the job goes on where it left off, and the mirror holds
 every source record exactly once.  ``--available-now`` copies what is there and exits (for
 batch-style runs and tests); otherwise it runs until stopped.
+
+``--command-config FILE`` reaches a secured cluster: the file's security
+settings, in Kafka's client names (``security.protocol``,
+``ssl.truststore.location``, ``sasl.jaas.config``, ...: docs/security.md), are
+given to the source and the sink as their ``kafka.*`` options.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+SECURITY_PREFIXES = ("security.", "ssl.", "sasl.")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,8 +53,33 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="an option of the sink, such as kafka.compression.type=lz4 (repeatable)",
     )
+    parser.add_argument(
+        "--command-config", type=Path, metavar="FILE",
+        help="client security settings (a properties file in Kafka's names), for the source "
+        "and the sink",
+    )  # fmt: skip
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     return parser
+
+
+def security_options(path: Path) -> dict[str, str]:
+    """The security settings of a properties file as the source's and sink's
+    ``kafka.*`` options, checked (an OptionError naming what is wrong)."""
+    from annal.broker.config import ConfigError, parse_properties
+    from annal.pipeline.options import OptionError, parse_security
+
+    try:
+        props = parse_properties(path.read_text("utf-8"), str(path))
+    except OSError as exc:
+        raise OptionError(f"cannot read --command-config {path}: {exc.strerror}") from None
+    except ConfigError as exc:
+        raise OptionError(str(exc)) from None
+    options = {f"kafka.{k}": v for k, v in props.items() if k.startswith(SECURITY_PREFIXES)}
+    try:
+        parse_security(options)
+    except OptionError as exc:
+        raise OptionError(f"--command-config {path}: {exc}") from None
+    return options
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -58,6 +91,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not sep or not key:
             parser.error(f"--sink-option {option!r} is not KEY=VALUE")
         sink_options[key] = value
+    security: dict[str, str] = {}
+    if args.command_config is not None:
+        from annal.pipeline.options import OptionError
+
+        try:
+            security = security_options(args.command_config)
+        except OptionError as exc:
+            parser.error(str(exc))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from annal.pipeline.source import AnnalDataSource
     from pyspark.sql import SparkSession
@@ -76,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             .option("subscribe", args.source)
             .option("startingOffsets", args.starting_offsets)
             .option("includeHeaders", "true")
+            .options(**security)
         )
         if args.max_offsets_per_trigger is not None:
             reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
@@ -85,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             .option("bootstrap.servers", args.bootstrap_server)
             .option("topic", args.sink)
             .option("checkpointLocation", args.checkpoint)
+            .options(**security)
             .options(**sink_options)
         )
         writer = writer.trigger(availableNow=True) if args.available_now else writer

@@ -16,6 +16,34 @@ with -2 for earliest and -1 for latest), or by time: ``startingTimestamp`` /
 ``kafka.client.id``.  Any other option is refused with an error naming it.
 Writing: ``bootstrap.servers``, ``topic`` (else each row's ``topic``
 column), ``checkpointLocation`` (streaming) and producer settings.
+
+Security, for reading and writing alike, in Kafka's client setting names
+with Spark's ``kafka.`` prefix (``Security.from_properties`` reads them, as
+it reads a ``--command-config`` file; docs/security.md):
+
+* ``kafka.security.protocol``: ``PLAINTEXT`` (the default), ``SSL`` or
+  ``SASL_SSL`` (a user and password, over TLS);
+* ``kafka.sasl.mechanism``: ``PLAIN``, ``SCRAM-SHA-256`` or
+  ``SCRAM-SHA-512`` (the default);
+* ``kafka.sasl.jaas.config``: Java's ``org.apache.kafka.common.security.scram.
+  ScramLoginModule required username="alice" password="...";`` (PLAIN's
+  login module likewise), or librdkafka's ``kafka.sasl.username`` and
+  ``kafka.sasl.password``;
+* ``kafka.ssl.truststore.location`` (or ``kafka.ssl.ca.location``): the CA
+  certificates to trust, PEM;
+* ``kafka.ssl.keystore.location`` (one PEM file with the key and the
+  certificate chain), or ``kafka.ssl.certificate.location`` and
+  ``kafka.ssl.key.location``: this client's certificate, for brokers that
+  require one;
+* ``kafka.ssl.truststore.type`` and ``kafka.ssl.keystore.type``: ``PEM``
+  only.
+
+Any other ``kafka.security.*``, ``kafka.ssl.*`` or ``kafka.sasl.*`` option
+(a JKS password, a Kerberos setting) is refused, naming it.  Every client the
+source and sink make, on the driver and in the executors' tasks, uses these
+settings, so the files must be readable at the same paths on every
+executor.  The password is never logged nor part of an error, and the parsed
+options show it nowhere (their repr leaves it out).
 """
 
 from __future__ import annotations
@@ -24,6 +52,13 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from annal.client.security import (
+    PROPERTY_NAMES,
+    ClientSecurityArgs,
+    Security,
+    SecurityConfigError,
+)
 
 EARLIEST = -2
 LATEST = -1
@@ -77,6 +112,7 @@ class ReadOptions:
     include_headers: bool = False
     request_timeout_ms: int = 30_000
     max_partition_fetch_bytes: int = 1 << 20
+    security: Security | None = None  # None: the process's default (PLAINTEXT)
 
 
 # the source's options (lower case, as Spark hands them over), besides kafka.*
@@ -116,14 +152,48 @@ def bootstrap(options: Mapping[str, str]) -> str:
     return value
 
 
+_SECURITY_PREFIXES = ("kafka.security.", "kafka.ssl.", "kafka.sasl.")
+_SECURITY_OPTIONS = sorted(f"kafka.{name}" for name in PROPERTY_NAMES)
+
+
+def _is_security(name: str) -> bool:
+    return name.startswith(_SECURITY_PREFIXES)
+
+
+def parse_security(options: Mapping[str, str]) -> Security | None:
+    """The ``kafka.security.*``, ``kafka.ssl.*`` and ``kafka.sasl.*`` options
+    (see the module docstring) as a ``Security``; None when none is given.
+    Errors name the option, never a password."""
+    given = {k.removeprefix("kafka."): v for k, v in _lower(options).items() if _is_security(k)}
+    if not given:
+        return None
+    unknown = sorted(f"kafka.{k}" for k in given if k not in PROPERTY_NAMES)
+    if unknown:
+        raise OptionError(
+            f"option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+            f"{'are' if len(unknown) > 1 else 'is'} not among the security options annal "
+            f"takes: {', '.join(_SECURITY_OPTIONS)} (files in PEM, keys unencrypted)"
+        )
+    try:
+        return Security.from_properties(given, "security options", prefix="kafka.")
+    except SecurityConfigError as exc:
+        raise OptionError(str(exc)) from None
+
+
+def client_args(security: Security | None) -> ClientSecurityArgs:
+    """The keyword arguments that give a client ``security`` (none for None)."""
+    return ClientSecurityArgs() if security is None else security.client_args()
+
+
 def _check_known(options: Mapping[str, str]) -> None:
     for name in options:
         if name in _REFUSED_SETTINGS:
             raise OptionError(f"option {name} is not supported: {_REFUSED_SETTINGS[name]}")
-        if name not in _READ_OPTIONS and name not in _CONSUMER_SETTINGS:
+        if name not in _READ_OPTIONS and name not in _CONSUMER_SETTINGS and not _is_security(name):
             raise OptionError(
                 f"option {name} is not one annal's source knows (it takes the options of "
-                f"Spark's Kafka source: {', '.join(sorted(_READ_OPTIONS | _CONSUMER_SETTINGS))})"
+                f"Spark's Kafka source: {', '.join(sorted(_READ_OPTIONS | _CONSUMER_SETTINGS))}"
+                ", and kafka.security.protocol, kafka.ssl.* and kafka.sasl.*)"
             )
 
 
@@ -234,6 +304,7 @@ def read_options(given_options: Mapping[str, str], streaming: bool) -> ReadOptio
             options, "kafka.max.partition.fetch.bytes", "kafka.max.partition.fetch.bytes", 1
         )
         or 1 << 20,
+        security=parse_security(options),
     )
 
 
@@ -327,24 +398,29 @@ class WriteOptions:
     retries: int | None = None
     max_in_flight: int | None = None
     idempotence: bool | None = None
+    security: Security | None = None  # None: the process's default (PLAINTEXT)
 
 
 def write_options(given_options: Mapping[str, str], streaming: bool) -> WriteOptions:
     """The sink's options: ``bootstrap.servers``, ``topic`` (else each row's topic
-    column), ``checkpointLocation`` (streaming) and the producer settings above
-    as ``kafka.<setting>``; any other option is refused, naming it."""
+    column), ``checkpointLocation`` (streaming), the producer settings above
+    as ``kafka.<setting>`` and the security options (module docstring); any
+    other option is refused, naming it."""
     options = _lower(given_options)
     settings: dict[str, object] = {}
     for name, value in options.items():
         if name in ("bootstrap.servers", "kafka.bootstrap.servers", "topic", "checkpointlocation"):
             continue
+        if _is_security(name):
+            continue  # parse_security checks these
         setting = name.removeprefix("kafka.")
         parse = _PRODUCER_SETTINGS.get(setting) if name.startswith("kafka.") else None
         if parse is None:
             known = ", ".join(f"kafka.{s}" for s in _PRODUCER_SETTINGS)
             raise OptionError(
                 f"option {name} is not one the annal sink knows (it takes bootstrap.servers, "
-                f"topic, checkpointLocation and {known})"
+                f"topic, checkpointLocation, {known}, and kafka.security.protocol, "
+                "kafka.ssl.* and kafka.sasl.*)"
             )
         try:
             settings[setting] = parse(value.strip())
@@ -393,4 +469,5 @@ def write_options(given_options: Mapping[str, str], streaming: bool) -> WriteOpt
         retries=numbers.get("retries"),
         max_in_flight=numbers.get("max.in.flight.requests.per.connection"),
         idempotence=None if idempotence is None else str(idempotence).lower() == "true",
+        security=parse_security(options),
     )

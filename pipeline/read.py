@@ -28,7 +28,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+from annal.client.security import Security
 from annal.consumer.simple import OffsetOutOfRangeError, RawFetchAhead, SimpleConsumer
+from annal.pipeline.options import client_args
 from annal.storage.batch import last_header
 from annal.storage.columns import BinaryColumn, Columns, HeaderColumns, decode_fetched
 from pyspark.sql.datasource import InputPartition
@@ -65,6 +67,7 @@ class OffsetRange(InputPartition):
     include_headers: bool = False
     timeout_s: float = 30.0
     max_bytes: int = 1 << 20
+    security: Security | None = None  # the source's kafka.* security options
 
 
 def data_loss_message(part: OffsetRange, offset: int, earliest: int) -> str:
@@ -82,7 +85,10 @@ def read_arrow(part: OffsetRange) -> Iterator[pa.RecordBatch]:
     schema = arrow_schema(part.include_headers)
     repeated = Repeated(part.topic, part.partition)
     with SimpleConsumer(
-        part.bootstrap, timeout_s=part.timeout_s, kafka_listener_fetch=True
+        part.bootstrap,
+        timeout_s=part.timeout_s,
+        kafka_listener_fetch=True,
+        **client_args(part.security),
     ) as consumer:
         offset = part.start
         ahead: RawFetchAhead | None = None

@@ -266,7 +266,9 @@ class AnnalStreamWriter(DataSourceStreamArrowWriter):
         if state.done(batchId) is not None:
             return  # published before a crash (step 1)
         timeout_s = self.options.delivery_timeout_ms / 1000
-        cluster = ClusterConnection(self.options.bootstrap, self.options.request_timeout_ms / 1000)
+        cluster = ClusterConnection(
+            self.options.bootstrap, self.options.request_timeout_ms / 1000, self.options.security
+        )
         try:
             intent = state.intent(batchId)
             if intent is None:

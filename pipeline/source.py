@@ -27,6 +27,13 @@ Batch writes produce each row (``key`` and ``value``, binary or string;
 ``headers``) with the ``kafka.*`` producer settings given, one producer per
 task; a record the cluster refuses fails the task.  Streaming writes are
 exactly-once (``sink.py``).
+
+The security options (``kafka.security.protocol``, ``kafka.sasl.*``,
+``kafka.ssl.*``; ``options.py``) are parsed once, on the driver, into a
+``Security`` that every client is built with: the driver's (topic lookups,
+offsets, the streaming sink's publishing) and the executors', which get it
+inside what Spark pickles for them (each ``OffsetRange``, the writers'
+options).
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from annal.pipeline.options import (
     OptionError,
     ReadOptions,
     WriteOptions,
+    client_args,
     read_options,
     write_options,
 )
@@ -111,7 +119,11 @@ class AnnalDataSource(DataSource):
 
 
 def _consumer(options: ReadOptions) -> SimpleConsumer:
-    return SimpleConsumer(options.bootstrap, timeout_s=options.request_timeout_ms / 1000)
+    return SimpleConsumer(
+        options.bootstrap,
+        timeout_s=options.request_timeout_ms / 1000,
+        **client_args(options.security),
+    )
 
 
 def _partitions(options: ReadOptions, strict: bool = True) -> list[TopicPartition]:
@@ -121,7 +133,7 @@ def _partitions(options: ReadOptions, strict: bool = True) -> list[TopicPartitio
     subscription = options.subscription
     if subscription.assign is not None:
         return sorted(TopicPartition(t, p) for t, ps in subscription.assign.items() for p in ps)
-    with AdminClient(options.bootstrap) as admin:
+    with AdminClient(options.bootstrap, **client_args(options.security)) as admin:
         if subscription.pattern is not None:
             regex = re.compile(subscription.pattern)
             names = [
@@ -131,7 +143,10 @@ def _partitions(options: ReadOptions, strict: bool = True) -> list[TopicPartitio
             known = set(admin.list_topics())
             missing = [t for t in subscription.topics if t not in known]
             if missing and strict:
-                raise OptionError(f"subscribed topics do not exist: {missing}")
+                raise OptionError(
+                    f"subscribed topics do not exist: {missing} (or, on a cluster with ACLs, "
+                    "this client may not Describe them)"
+                )
             names = [t for t in subscription.topics if t in known]
         if not names:
             return []
@@ -199,6 +214,7 @@ def _ranges(
                         options.bootstrap, topic, int(partition), since, until,
                         options.fail_on_data_loss, options.include_headers,
                         options.request_timeout_ms / 1000, options.max_partition_fetch_bytes,
+                        options.security,
                     )
                 )  # fmt: skip
     return _split(ranges, options.min_partitions)
@@ -218,7 +234,7 @@ def _split(ranges: list[OffsetRange], min_partitions: int | None) -> list[Offset
         out += [
             OffsetRange(
                 r.bootstrap, r.topic, r.partition, lo, hi, r.fail_on_data_loss,
-                r.include_headers, r.timeout_s, r.max_bytes,
+                r.include_headers, r.timeout_s, r.max_bytes, r.security,
             )
             for lo, hi in itertools.pairwise(bounds)
             if hi > lo
@@ -389,6 +405,7 @@ def write_arrow(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> Wri
         request_timeout_ms=options.request_timeout_ms,
         max_block_ms=options.request_timeout_ms,
         enable_idempotence=options.idempotence,
+        **client_args(options.security),
     )
     with producer:
         for batch in batches:

@@ -245,3 +245,187 @@ def test_min_offsets_per_trigger_waits_for_records_or_the_delay(cluster: str) ->
         "maxTriggerDelay passing",
         poll_s=0.5,
     )
+
+
+# -- security options ----------------------------------------------------------------
+
+SECRET = 'pa"ss w0rd'
+JAAS = (
+    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+    'username="alice" password="pa\\"ss w0rd";'
+)
+
+
+@pytest.fixture
+def pem_files(tmp_path: Path) -> dict[str, str]:
+    """Files where the options name them (only their existence is checked here)."""
+    names = ("ca", "keystore", "cert", "key")
+    files = {name: tmp_path / f"{name}.pem" for name in names}
+    for path in files.values():
+        path.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+    return {name: str(path) for name, path in files.items()}
+
+
+def both(options: dict[str, str]) -> list[Any]:
+    """The source's and the sink's parse of the same security options."""
+    read = read_options({"bootstrap.servers": "h:1", "subscribe": "t", **options}, False)
+    write = write_options({"bootstrap.servers": "h:1", "topic": "t", **options}, False)
+    return [read, write]
+
+
+@pytest.mark.timeout(30)
+def test_each_security_option_maps(pem_files: dict[str, str]) -> None:
+    from annal.client.security import Security
+
+    for parsed in both({}):
+        assert parsed.security is None  # the process's default
+    scram = {
+        "kafka.security.protocol": "sasl_ssl",
+        "kafka.sasl.mechanism": "SCRAM-SHA-256",
+        "kafka.sasl.jaas.config": JAAS,
+        "kafka.ssl.truststore.location": pem_files["ca"],
+        "kafka.ssl.keystore.location": pem_files["keystore"],
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.keystore.type": "pem",
+    }
+    expected = Security("SASL_SSL", pem_files["ca"], pem_files["keystore"],
+                        pem_files["keystore"], "alice", SECRET, "SCRAM-SHA-256")  # fmt: skip
+    for parsed in both(scram):
+        assert parsed.security == expected
+    librdkafka = {
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.username": "bob",
+        "kafka.sasl.password": "bob-secret",
+        "kafka.ssl.ca.location": pem_files["ca"],
+        "kafka.ssl.certificate.location": pem_files["cert"],
+        "kafka.ssl.key.location": pem_files["key"],
+    }
+    expected = Security("SASL_SSL", pem_files["ca"], pem_files["cert"], pem_files["key"],
+                        "bob", "bob-secret", "PLAIN")  # fmt: skip
+    for parsed in both(librdkafka):
+        assert parsed.security == expected
+    # Spark hands option names over in any case; librdkafka's user wins over JAAS's
+    mixed = {"Kafka.Security.Protocol": "SASL_SSL", "kafka.SSL.truststore.location":
+             pem_files["ca"], "kafka.sasl.jaas.config": JAAS, "kafka.sasl.username": "carol",
+             "kafka.sasl.password": "carol-secret"}  # fmt: skip
+    for parsed in both(mixed):
+        assert parsed.security == Security("SASL_SSL", pem_files["ca"], None, None, "carol",
+                                           "carol-secret")  # fmt: skip
+    tls = {"kafka.security.protocol": "SSL", "kafka.ssl.truststore.location": pem_files["ca"]}
+    for parsed in both(tls):
+        assert parsed.security == Security("SSL", pem_files["ca"])
+    plain = {
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule "
+        'required username="dave" password="dave-secret";',
+    }
+    for parsed in both(plain):
+        assert parsed.security == Security("SASL_SSL", None, None, None, "dave", "dave-secret",
+                                           "PLAIN")  # fmt: skip
+
+
+@pytest.mark.timeout(30)
+def test_what_reaches_the_clients_and_the_executors(pem_files: dict[str, str]) -> None:
+    """Spark pickles the reader's partitions and the writers for the executors:
+    the security goes with them, and becomes each client's keyword arguments."""
+    import pickle
+
+    from annal.client.security import client_security
+    from annal.pipeline.options import client_args
+    from annal.pipeline.read import OffsetRange
+    from annal.pipeline.source import _ranges
+
+    secured = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.jaas.config": JAAS,
+               "kafka.ssl.truststore.location": pem_files["ca"]}  # fmt: skip
+    read, write = both(secured)
+    ranges = _ranges(read, {"t": {"0": 0}}, {"t": {"0": 10}})
+    assert len(ranges) == 1 and isinstance(ranges[0], OffsetRange)
+    for shipped in (ranges[0], write, read):
+        copy = pickle.loads(pickle.dumps(shipped))
+        assert copy.security == read.security and copy.security.sasl_password == SECRET
+    args = client_args(read.security)
+    assert args["security_protocol"] == "SASL_SSL" and args["sasl_plain_password"] == SECRET
+    assert client_security(**args) == read.security
+    assert client_args(None) == {}
+
+
+@pytest.mark.timeout(30)
+def test_bad_security_options_are_refused_naming_them(pem_files: dict[str, str]) -> None:
+    base = {"kafka.security.protocol": "SASL_SSL", "kafka.ssl.truststore.location":
+            pem_files["ca"], "kafka.sasl.jaas.config": JAAS}  # fmt: skip
+    for bad, match in (
+        ({"kafka.ssl.keystore.password": SECRET}, r"option kafka\.ssl\.keystore\.password is "
+         "not among the security options"),
+        ({"kafka.sasl.kerberos.service.name": "kafka", "kafka.security.providers": "x"},
+         r"options kafka\.sasl\.kerberos\.service\.name, kafka\.security\.providers are not"),
+        ({"kafka.ssl.truststore.type": "JKS"}, r"kafka\.ssl\.truststore\.type='JKS': only PEM"),
+        ({"kafka.security.protocol": "SASL_PLAINTEXT"}, "expected PLAINTEXT, SSL or SASL_SSL"),
+        ({"kafka.sasl.mechanism": "GSSAPI"}, "sasl_mechanism 'GSSAPI'"),
+        ({"kafka.ssl.truststore.location": "/nowhere/ca.pem"}, "/nowhere/ca.pem: no such file"),
+        ({"kafka.sasl.jaas.config": ""}, r"kafka\.security\.protocol=SASL_SSL needs a user and "
+         r"its password: kafka\.sasl\.jaas\.config"),
+        ({"kafka.sasl.jaas.config": 'x required username="alice";'},
+         "no sasl password for user 'alice'"),
+        ({"kafka.security.protocol": "PLAINTEXT"}, "set security_protocol='SSL'"),
+        ({"kafka.ssl.truststore.location": "", "kafka.security.protocol": "SSL"},
+         "a SASL user is given: set security_protocol='SASL_SSL'"),
+    ):  # fmt: skip
+        options = {**base, **bad}
+        for streaming in (False, True):
+            with pytest.raises(OptionError, match=match) as refused:
+                read_options({"bootstrap.servers": "h:1", "subscribe": "t", **options}, streaming)
+            assert SECRET not in str(refused.value) and "w0rd" not in str(refused.value)
+            with pytest.raises(OptionError, match=match) as refused:
+                write_options({"bootstrap.servers": "h:1", "topic": "t", "checkpointLocation":
+                               "/c", **options}, streaming)  # fmt: skip
+            assert SECRET not in str(refused.value) and "w0rd" not in str(refused.value)
+    with pytest.raises(OptionError, match="option kafka.ssl.no.such is not among"):
+        read_options({"bootstrap.servers": "h:1", "subscribe": "t", "kafka.ssl.no.such": "1"},
+                     False)  # fmt: skip
+
+
+@pytest.mark.timeout(30)
+def test_the_password_is_in_no_repr(pem_files: dict[str, str]) -> None:
+    from annal.pipeline.source import AnnalBatchReader, _ranges
+
+    for secret in ({"kafka.sasl.jaas.config": JAAS},
+                   {"kafka.sasl.username": "alice", "kafka.sasl.password": SECRET}):  # fmt: skip
+        secured = {"kafka.security.protocol": "SASL_SSL",
+                   "kafka.ssl.truststore.location": pem_files["ca"], **secret}  # fmt: skip
+        read, write = both(secured)
+        ranges = _ranges(read, {}, {"t": {"0": 5, "1": 5}})
+        shown = [repr(read), str(read), repr(write), repr(read.security), repr(ranges)]
+        shown.append(repr(AnnalBatchReader(read).options))
+        for text in shown:
+            assert "alice" in text or "OffsetRange" in text
+            assert SECRET not in text and "w0rd" not in text, text
+
+
+@pytest.mark.timeout(30)
+def test_the_mirror_job_takes_security_from_a_command_config(
+    pem_files: dict[str, str], tmp_path: Path
+) -> None:
+    from annal.pipeline.job import build_parser, security_options
+
+    config = tmp_path / "client.properties"
+    config.write_text(
+        "# Kafka's client names\nsecurity.protocol=SASL_SSL\n"
+        f"ssl.truststore.location={pem_files['ca']}\n"
+        "sasl.jaas.config="
+        + JAAS.replace("\\", "\\\\")  # a properties file's escape
+        + "\nbootstrap.servers=elsewhere:9092\n"
+    )
+    options = security_options(config)
+    assert options == {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.jaas.config": JAAS,
+                       "kafka.ssl.truststore.location": pem_files["ca"]}  # fmt: skip
+    read, write = both(options)
+    assert read.security == write.security and read.security.sasl_password == SECRET
+    args = build_parser().parse_args(["--bootstrap-server", "h:1", "--source", "a", "--sink",
+                                      "b", "--checkpoint", "/c", "--command-config",
+                                      str(config)])  # fmt: skip
+    assert args.command_config == config
+    config.write_text("security.protocol=SASL_SSL\nssl.keystore.password=x\n")
+    with pytest.raises(OptionError, match=r"client.properties: .*kafka\.ssl\.keystore\.password"):
+        security_options(config)
