@@ -95,7 +95,9 @@ class GroupOffsets:
         self, partitions: Sequence[TopicPartition] | None = None
     ) -> dict[TopicPartition, int]:
         """The committed offset of each partition (-1 for none); of every
-        partition the group committed when ``partitions`` is None."""
+        partition the group committed when ``partitions`` is None.  A partition
+        the broker refuses (TOPIC_AUTHORIZATION_FAILED: no Describe on its topic)
+        raises ConsumerError."""
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions or ():
             by_topic.setdefault(topic, []).append(partition)
@@ -109,11 +111,16 @@ class GroupOffsets:
             error = errors.from_wire(response.error)
             if error is not errors.NONE:
                 raise ConsumerError(error, response.error_message)
-            return {
-                TopicPartition(t.name, p.partition): p.offset
-                for t in response.topics
-                for p in t.partitions
-            }
+            found = {}
+            for t in response.topics:
+                for p in t.partitions:
+                    error = errors.from_wire(p.error)
+                    if error is not errors.NONE:  # a topic the caller may not describe
+                        raise ConsumerError(
+                            error, f"committed offset of {t.name}-{p.partition} in {self.group}"
+                        )
+                    found[TopicPartition(t.name, p.partition)] = p.offset
+            return found
 
         return self._retry(attempt)
 

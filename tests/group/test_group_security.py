@@ -16,6 +16,7 @@ import pytest
 from annal.client.security import Security
 from annal.consumer.group import GroupConsumer
 from annal.consumer.group_offsets import GroupOffsets
+from annal.consumer.simple import ConsumerError
 from annal.deploy.runner import wait_until
 from annal.producer.producer import Producer
 from runcli import annal
@@ -106,6 +107,17 @@ def test_a_sasl_ssl_user_consumes_and_commits_in_its_group(
     with GroupOffsets(secured["endpoint"], "readers", 30, admin) as offsets:
         committed = offsets.committed([TopicPartition("events", 0), TopicPartition("events", 1)])
     assert committed == {TopicPartition("events", 0): 10, TopicPartition("events", 1): 10}
+    # the reader may not describe "private": its committed offset is refused, not -1
+    done = annal("topics", "create", "--bootstrap-server", secured["endpoint"],
+                 "--command-config", secured["admin_config"], "--topic", "private")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    as_reader = Security("SASL_SSL", secured["ca"], secured["keystore"], secured["keystore"],
+                         "reader", PASSWORD)  # fmt: skip
+    with (
+        GroupOffsets(secured["endpoint"], "readers", 30, as_reader) as offsets,
+        pytest.raises(ConsumerError, match="TOPIC_AUTHORIZATION_FAILED.*private-0 in readers"),
+    ):
+        offsets.committed([TopicPartition("events", 0), TopicPartition("private", 0)])
 
     caplog.set_level(logging.WARNING, logger="annal.consumer.group")
     refused = GroupConsumer(zk, "readers", rebalance_backoff_ms=200, consumer_timeout_ms=100,
