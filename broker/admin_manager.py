@@ -53,7 +53,7 @@ from annal.broker.data_api import Deadline, code, wait_ms
 from annal.broker.delayed import Purgatories
 from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot, broker_message
 from annal.broker.request_checks import Refusal
-from annal.security.acl import AclOperation
+from annal.security.acl import AclOperation, Resource, ResourceType
 from annal.security.session import Session
 from annal.storage.config import LogConfig
 from annal.v1 import annal_pb2 as pb
@@ -69,19 +69,6 @@ T = TypeVar("T")
 
 ELECTION_RETRY_S = 0.05  # an earlier election request is being handled: milliseconds
 ALTER_CONFIG_ATTEMPTS = 10
-
-# What DescribeCluster reports a caller may do on the cluster (Kafka's list for
-# the cluster resource).
-CLUSTER_OPERATIONS = (
-    AclOperation.CREATE,
-    AclOperation.CLUSTER_ACTION,
-    AclOperation.DESCRIBE_CONFIGS,
-    AclOperation.ALTER_CONFIGS,
-    AclOperation.IDEMPOTENT_WRITE,
-    AclOperation.ALTER,
-    AclOperation.DESCRIBE,
-)
-
 
 class AdminManager:
     """See the module docstring."""
@@ -191,7 +178,12 @@ class AdminManager:
         (DescribeCluster); 0 when it may not Describe the cluster."""
         if not self._authorizer.cluster(session, AclOperation.DESCRIBE):
             return 0
-        return self._authorizer.authorized_operations(session, CLUSTER_RESOURCE, CLUSTER_OPERATIONS)
+        return self._authorizer.authorized_operations(session, CLUSTER_RESOURCE)
+
+    def topic_authorized_operations(self, session: Session, topic: str) -> int:
+        """The operations on ``topic`` the caller may do, as Kafka's bit field
+        (Metadata v8+, KIP-430)."""
+        return self._authorizer.authorized_operations(session, Resource(ResourceType.TOPIC, topic))
 
     def _auto_create_now(self, name: str) -> pb.TopicMetadata:
         self._create_topic_now(

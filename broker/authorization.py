@@ -53,6 +53,21 @@ TOPIC = ResourceType.TOPIC
 GROUP = ResourceType.GROUP
 TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
 CLUSTER_RESOURCE = Resource(ResourceType.CLUSTER, CLUSTER_NAME)
+# Kafka's operations of each resource type: what an authorized-operations bit
+# field (KIP-430: DescribeCluster, Metadata, DescribeGroups) reports
+RESOURCE_OPERATIONS = {
+    ResourceType.CLUSTER: (
+        AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    ),
+    ResourceType.TOPIC: (
+        AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+        AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE),
+}  # fmt: skip
 
 
 class RequestAuthorizer:
@@ -145,14 +160,12 @@ class RequestAuthorizer:
     ) -> bool:
         return self.allowed(session, operation, CLUSTER_RESOURCE, audited, log_denied)
 
-    def authorized_operations(
-        self, session: Session, resource: Resource, operations: Iterable[AclOperation]
-    ) -> int:
-        """Kafka's bit field of the ``operations`` that ``session`` may do on
-        ``resource`` (bit ``1 << code`` per operation), as DescribeCluster reports
-        it; asked quietly, since nothing is refused."""
+    def authorized_operations(self, session: Session, resource: Resource) -> int:
+        """Kafka's bit field of the operations of the resource's type that
+        ``session`` may do on ``resource`` (bit ``1 << code`` per operation,
+        KIP-430); asked quietly, since nothing is refused."""
         allowed = 0
-        for operation in operations:
+        for operation in RESOURCE_OPERATIONS[resource.resource_type]:
             if self.allowed(session, operation, resource, log_denied=False):
                 allowed |= 1 << operation.value
         return allowed

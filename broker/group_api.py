@@ -47,7 +47,7 @@ from annal.broker.coordinator import OFFSETS_TOPIC, CommitEntry, OffsetsCoordina
 from annal.broker.data_api import Deadline, code, wait_ms
 from annal.broker.group_membership import Group, GroupMembership, JoinResult, SyncResult
 from annal.broker.metadata_cache import MetadataCache
-from annal.security.acl import AclOperation, Resource
+from annal.security.acl import AclOperation, Resource, ResourceType
 from annal.security.session import Session
 from annal.v1 import annal_pb2 as pb
 from kio.schema.consumer_protocol_assignment.v0.data import (
@@ -411,6 +411,11 @@ class GroupApi:
         if self._group_refusal(session, AclOperation.DESCRIBE, group):
             return errors.GROUP_AUTHORIZATION_FAILED, None
         return self._membership.describe(group)
+
+    def authorized_operations(self, session: Session, group: str) -> int:
+        """The operations on ``group`` the caller may do, as Kafka's bit field
+        (DescribeGroups v3+, KIP-430)."""
+        return self._authorizer.authorized_operations(session, Resource(ResourceType.GROUP, group))
 
     def describe_group(
         self, request: pb.DescribeGroupRequest, session: Session = INTERNAL

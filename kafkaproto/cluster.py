@@ -11,10 +11,11 @@ one), and v0 asks for all with an empty list; annal's request says all with
 an empty list, so "no topics" is answered here with the brokers only.
 
 Authorization is ``AdminManager``'s: Metadata lists the topics the caller may
-Describe (and refuses the others it names).  DescribeCluster is refused to no
-one, as on Kafka's brokers; the cluster's authorized operations it may be
-asked for are reported only to a caller that may Describe the cluster (0 to
-others).
+Describe (and refuses the others it names), and, when asked (v8+, KIP-430),
+each topic's operations the caller may do.  DescribeCluster is refused to no
+one, as on Kafka's brokers; the cluster's authorized operations it (and
+Metadata v8-v10) may be asked for are reported only to a caller that may
+Describe the cluster (0 to others).
 
 Thread safety: runs on the broker's event loop only.
 """
@@ -106,6 +107,16 @@ class ClusterApis:
             }
             for t in answer.topics
         ]
+        if getattr(body, "include_topic_authorized_operations", False):  # v8+ (KIP-430)
+            for t in values["topics"]:
+                if t["error_code"] == errors.NONE.number:
+                    t["topic_authorized_operations"] = self._admin.topic_authorized_operations(
+                        request.session, t["name"]
+                    )
+        if getattr(body, "include_cluster_authorized_operations", False):  # v8-v10
+            values["cluster_authorized_operations"] = self._admin.cluster_authorized_operations(
+                request.session
+            )
         return values
 
     async def describe_cluster(self, request: Request) -> Values:

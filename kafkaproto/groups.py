@@ -291,6 +291,12 @@ class GroupApis:
                     for m in group.members.values()
                 ],
             })  # fmt: skip
+        if getattr(request.body, "include_authorized_operations", False):  # v3+ (KIP-430)
+            for d in described:
+                if d["error_code"] == errors.NONE.number:
+                    d["authorized_operations"] = self._groups.authorized_operations(
+                        request.session, d["group_id"]
+                    )
         return {"throttle_time": 0, "groups": described}
 
     async def list_groups(self, request: Request) -> Values:

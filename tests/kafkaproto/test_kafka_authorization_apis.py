@@ -783,3 +783,38 @@ def test_grpc_admin_is_served_to_a_super_user(cluster: Cluster) -> None:
         assert "super-user" in [u.user for u in admin.describe_user_scram_credentials()]
         admin.delete_topic("super-topic")
         assert "super-topic" not in admin.list_topics()
+
+
+def test_authorized_operations_are_reported_per_topic_group_and_cluster(
+    cluster: Cluster,
+) -> None:
+    """KIP-430: Metadata (v8+) and DescribeGroups (v3+) report, when asked, the
+    operations the caller may do on each topic and group, as confluent-kafka
+    shows them (Read implies Describe)."""
+    with cluster.admin() as admin:
+        admin.create_topic("ops-topic", 1, 1)
+    cluster.commit_as_super_user("ops-group", "ops-topic")
+    grants = [allow(TOPIC, "ops-topic", Op.READ), allow(TOPIC, "ops-topic", Op.DESCRIBE_CONFIGS),
+              allow(GROUP, "ops-group", Op.READ), allow(CLUSTER, C, Op.DESCRIBE)]  # fmt: skip
+    with cluster.granted(grants):
+        admin = ck_admin.AdminClient(cluster.client())
+        topics = ck.TopicCollection(["ops-topic"])
+        described = admin.describe_topics(topics, include_authorized_operations=True)
+        topic = described["ops-topic"].result(30)
+        assert sorted(op.name for op in topic.authorized_operations) == [
+            "DESCRIBE", "DESCRIBE_CONFIGS", "READ",
+        ]  # fmt: skip
+        groups = admin.describe_consumer_groups(["ops-group"], include_authorized_operations=True)
+        group = groups["ops-group"].result(30)
+        assert sorted(op.name for op in group.authorized_operations) == ["DESCRIBE", "READ"]
+        connection = cluster.alice()
+        try:  # Metadata v8-v10 may be asked for the cluster's too
+            answer = connection.exchange(3, 10, {
+                "topics": None, "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": True,
+                "include_topic_authorized_operations": False,
+            })  # fmt: skip
+        finally:
+            connection.close()
+        assert answer.cluster_authorized_operations == 1 << Op.DESCRIBE.value
+        assert [t.topic_authorized_operations for t in answer.topics] == [-(2**31)]  # not asked
