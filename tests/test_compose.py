@@ -1,4 +1,6 @@
-"""docker-compose.yml: valid for a real Compose, and the same brokers the local runner starts."""
+"""docker-compose.yml: valid for a real Compose, and the same brokers the local runner
+starts; docker-compose.secure.yml: merges with it, and secures the brokers with
+deploy/secure.py's settings."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ from pathlib import Path
 
 import yaml
 from annal.broker.config import BrokerConfig
+from annal.broker.listeners import Listener
 from annal.deploy.cluster import SETTINGS
+from annal.deploy.secure import SecureFiles, ensure_secure_files
 from environment import require_command
 
 from annal.cli import build_parser
@@ -117,3 +121,130 @@ def test_the_image_holds_every_package() -> None:
     }
     assert {"pyproject.toml", "setup.py"} <= copied
     assert folders <= copied, f"not copied into the image: {sorted(folders - copied)}"
+
+
+# docker-compose.secure.yml: the override that secures the same services as
+# `annal cluster up --security sasl_ssl` secures a local cluster (deploy/secure.py).
+
+SECURE = "docker-compose.secure.yml"
+SECURITY_DIR = "/etc/annal/security"  # where the `security` volume is mounted
+
+
+def secure_override() -> dict:  # type: ignore[type-arg]
+    return yaml.safe_load((ROOT / SECURE).read_text())
+
+
+def merged() -> dict:  # type: ignore[type-arg]
+    """What docker-compose makes of the two files together."""
+    require_command("docker-compose")
+    result = subprocess.run(
+        ["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "-f", str(ROOT / SECURE),
+         "config"],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    config: dict = yaml.safe_load(result.stdout)  # type: ignore[type-arg]
+    return config
+
+
+def settings_of(command: list[str]) -> dict[str, str]:
+    args = build_parser().parse_args(command)
+    assert args.command == "broker" and args.action == "start"
+    return dict(pair.split("=", 1) for pair in args.settings)
+
+
+def test_the_secure_override_merges() -> None:
+    services = merged()["services"]
+    init = services["security-init"]
+    for name in ("broker-1", "broker-2", "broker-3"):
+        broker = services[name]
+        assert broker["depends_on"]["security-init"] == {
+            "condition": "service_completed_successfully"
+        }
+        assert broker["depends_on"]["zookeeper"] == {"condition": "service_healthy"}
+        assert f"security:{SECURITY_DIR}:ro" in broker["volumes"]
+        assert broker["volumes"][1].startswith(f"{name}-data:")  # its data volume stays
+        published = {int(p["published"]) for p in broker["ports"]}
+        assert published == {port_of(name), 10000 + port_of(name)}  # as in the plain file
+        assert broker["healthcheck"]["interval"] == "5s"
+    assert init["depends_on"] == {"zookeeper": {"condition": "service_healthy"}}
+    assert f"security:{SECURITY_DIR}:ro" in services["client"]["volumes"]
+    # the CA's key is in a volume of its own that only security-init mounts
+    ca_volume = [v for v in init["volumes"] if v.startswith("security-ca:")]
+    assert len(ca_volume) == 1
+    for name, service in services.items():
+        if name != "security-init":
+            assert not any(v.startswith("security-ca:") for v in service.get("volumes", []))
+    # the Spark job's data source has no TLS or SASL options: left out of `up`
+    assert services["spark-job"]["profiles"] == ["plaintext-only"]
+    assert "plaintext" in (ROOT / SECURE).read_text().split("spark-job:")[0].lower()
+
+
+def test_secured_brokers_have_deploy_secure_settings(tmp_path: Path) -> None:
+    """Each secured broker runs the plain file's command with its listeners secured
+    and exactly deploy/secure.py's broker_settings, and that command is a valid
+    configuration with the files security-init makes."""
+    plain = compose()["services"]
+    override = secure_override()["services"]
+    brokers = sorted(name for name in override if name.startswith("broker-"))
+    assert brokers == ["broker-1", "broker-2", "broker-3"]
+    files, _, _ = ensure_secure_files(tmp_path, len(brokers), "broker-{id}")
+    for name in brokers:
+        broker_id, port = int(name.split("-")[1]), port_of(name)
+        settings = settings_of(override[name]["command"])
+        before = settings_of(plain[name]["command"])
+        expected = SecureFiles(Path(SECURITY_DIR)).broker_settings(
+            broker_id, len(brokers), port, 10000 + port, host="0.0.0.0"
+        )
+        assert {key: settings[key] for key in expected} == expected
+        assert settings["advertised.listeners"] == (
+            f"GRPCS://{name}:{port},SASL_SSL://{name}:{10000 + port}"
+        )
+        secured = {*expected, "advertised.listeners"}
+        assert {k: v for k, v in settings.items() if k not in secured} == {
+            k: v for k, v in before.items() if k not in secured
+        }
+        # the same settings, read by the broker with real files in their place
+        config = BrokerConfig.from_properties(
+            {k: v.replace(SECURITY_DIR, str(files.directory)) for k, v in settings.items()}
+        )
+        assert config.broker_id == broker_id
+        assert config.tls is not None and config.tls.client_auth == "required"
+        assert config.advertised_listener == Listener(name, port, "GRPCS")
+        (kafka,) = config.kafka_listeners
+        assert (kafka.security_protocol, kafka.advertised.host) == ("SASL_SSL", name)
+        assert kafka.tls is not None and kafka.tls.client_auth == "none"
+        assert config.authorizer and not config.allow_everyone_if_no_acl_found
+        assert f"User:{name}" in config.super_users and "User:admin" in config.super_users
+        assert config.kafka_advertised_listener is None  # no plaintext listener is left
+
+
+def test_the_secured_health_checks_use_the_admins_tls_settings() -> None:
+    from annal.deploy.healthcheck import build_parser as health_parser
+
+    override = secure_override()["services"]
+    for name in ("broker-1", "broker-2", "broker-3"):
+        test = override[name]["healthcheck"]["test"]
+        assert test[:4] == ["CMD", "python", "-m", "annal.deploy.healthcheck"]
+        args = health_parser().parse_args(test[4:])
+        assert args.address == f"localhost:{port_of(name)}"
+        assert args.command_config == SecureFiles(Path(SECURITY_DIR)).admin_config
+
+
+def test_security_init_makes_what_the_brokers_read() -> None:
+    from annal.deploy.secure import build_parser as secure_parser
+
+    services = secure_override()["services"]
+    init = services["security-init"]
+    assert init["entrypoint"] == ["python", "-m", "annal.deploy.secure"]
+    assert init["image"] == compose()["services"]["broker-1"]["image"]
+    assert init["build"] == compose()["services"]["broker-1"]["build"]
+    args = secure_parser().parse_args(init["command"])
+    assert args.dir == Path(SECURITY_DIR)
+    assert f"security:{SECURITY_DIR}" in init["volumes"]
+    brokers = [name for name in services if name.startswith("broker-")]
+    assert args.brokers == len(brokers)
+    assert {args.broker_host.replace("{id}", str(i)) for i in range(1, 4)} == set(brokers)
+    assert args.ca_key is not None and f"security-ca:{args.ca_key.parent}" in init["volumes"]
+    zookeeper = {settings_of(services[b]["command"])["zookeeper.connect"] for b in brokers}
+    assert zookeeper == {args.zookeeper_connect}

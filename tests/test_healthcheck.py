@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from annal.deploy.healthcheck import main
-from annal.deploy.runner import BrokerProcess
+from annal.deploy.runner import BrokerProcess, wait_until
+from annal.deploy.secure import ensure_secure_files
 from annal.deploy.zookeeper import free_port
 
 
@@ -24,3 +26,30 @@ def test_nothing_listening_is_unhealthy(capsys: pytest.CaptureFixture[str]) -> N
 def test_usage() -> None:
     assert main([]) == 2
     assert main(["9092"]) == 2
+
+
+@pytest.mark.timeout(120)
+def test_a_tls_broker_is_checked_with_the_command_config(
+    zk_connect: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docker-compose.secure.yml's check: GRPCS:// with client certificates required,
+    reached with the admin's --command-config."""
+    files, _, _ = ensure_secure_files(tmp_path / "security", 1)
+    broker = BrokerProcess(1, zk_connect, tmp_path)
+    broker.settings.update(
+        {
+            "listeners": f"GRPCS://127.0.0.1:{broker.port}",
+            "ssl.keystore.location": str(files.keystore("broker-1")),
+            "ssl.truststore.location": str(files.ca),
+            "ssl.client.auth": "required",
+        }
+    )
+    broker.start()
+    try:
+        config = ["--command-config", str(files.admin_config)]
+        wait_until(lambda: main([*config, broker.endpoint]) == 0, 60, "healthy over TLS", 0.5)
+        assert main([broker.endpoint]) == 1  # plaintext to a TLS listener
+        assert main(["--command-config", str(tmp_path / "missing"), broker.endpoint]) == 2
+        assert "cannot read --command-config" in capsys.readouterr().err
+    finally:
+        broker.kill()

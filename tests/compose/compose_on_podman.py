@@ -214,16 +214,21 @@ class HealthChecks:
 
 
 class Compose:
-    """``docker-compose`` for one project of docker-compose.yml, through podman's API."""
+    """``docker-compose`` for one project of docker-compose.yml (and the override
+    files given, such as docker-compose.secure.yml), through podman's API."""
 
-    def __init__(self, root: Path, project: str, docker_host: str) -> None:
+    def __init__(
+        self, root: Path, project: str, docker_host: str, overrides: tuple[str, ...] = ()
+    ) -> None:
         self.root = root
         self.project = project
+        self.files = ("docker-compose.yml", *overrides)
         self._env = {**os.environ, "DOCKER_HOST": docker_host, "COMPOSE_PROJECT_NAME": project}
 
     def __call__(self, *args: str, timeout_s: float = 120, check: bool = True) -> str:
+        files = [arg for name in self.files for arg in ("-f", str(self.root / name))]
         return run(
-            ["docker-compose", "-f", str(self.root / "docker-compose.yml"), *args],
+            ["docker-compose", *files, *args],
             timeout_s=timeout_s,
             check=check,
             cwd=self.root,

@@ -1,4 +1,5 @@
-"""Fixtures for the compose tests: podman's Docker API and docker-compose.yml brought up on it."""
+"""Fixtures for the compose tests: podman's Docker API, the images built once, and
+docker-compose.yml (alone, or with docker-compose.secure.yml) brought up on it."""
 
 from __future__ import annotations
 
@@ -54,28 +55,47 @@ def _terminated(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"terminated by signal {signum}")
 
 
+@pytest.fixture(scope="session")
+def images(podman_api: ApiService) -> None:
+    """deploy/Dockerfile's images, built once for all the compose tests of a run
+    (docker-compose.secure.yml runs the same images)."""
+    started = time.monotonic()
+    builder = Compose(ROOT, project_name(), podman_api.docker_host)
+    builder("build", "--build-arg", f"EXTRA_CA_CERTS={extra_ca_certs()}", timeout_s=420)
+    print(f"images built in {time.monotonic() - started:.0f} s")
+
+
 @pytest.fixture
-def compose(podman_api: ApiService, request: pytest.FixtureRequest) -> Iterator[Compose]:
-    """docker-compose.yml, unchanged, built and up with every health check passing.
+def compose(
+    podman_api: ApiService, images: None, request: pytest.FixtureRequest
+) -> Iterator[Compose]:
+    """docker-compose.yml, unchanged, up with every health check passing.
 
     Whatever happens, the project's containers, volumes and network are removed
     afterwards; a failed test prints the containers' logs first."""
-    project = project_name()
-    cluster = Compose(ROOT, project, podman_api.docker_host)
-    health = HealthChecks(project)
+    yield from _up(Compose(ROOT, project_name(), podman_api.docker_host), request)
+
+
+@pytest.fixture
+def secure_compose(
+    podman_api: ApiService, images: None, request: pytest.FixtureRequest
+) -> Iterator[Compose]:
+    """docker-compose.yml with docker-compose.secure.yml, as ``compose``."""
+    overrides = ("docker-compose.secure.yml",)
+    yield from _up(Compose(ROOT, project_name(), podman_api.docker_host, overrides), request)
+
+
+def _up(cluster: Compose, request: pytest.FixtureRequest) -> Iterator[Compose]:
+    health = HealthChecks(cluster.project)
     previous = signal.signal(signal.SIGTERM, _terminated)  # clean up on SIGTERM too
     try:
         started = time.monotonic()
-        build_args = ["--build-arg", f"EXTRA_CA_CERTS={extra_ca_certs()}"]
-        cluster("build", *build_args, timeout_s=420)
-        built = time.monotonic()
         cluster("up", "-d", timeout_s=300)
         for service in SERVICES_WITH_HEALTH:
             wait_until(
                 lambda s=service: cluster.health(s) == "healthy", 180, f"{service} healthy", 1
             )
-        healthy = time.monotonic()
-        print(f"images built in {built - started:.0f} s, healthy {healthy - built:.0f} s later")
+        print(f"{' + '.join(cluster.files)} healthy in {time.monotonic() - started:.0f} s")
         yield cluster
     finally:
         failed = any(
@@ -83,7 +103,7 @@ def compose(podman_api: ApiService, request: pytest.FixtureRequest) -> Iterator[
             for when in ("setup", "call")
         )
         if failed or not hasattr(request.node, "rep_call"):
-            print(f"\n--- docker-compose logs ({project}) ---\n{cluster.logs()}")
+            print(f"\n--- docker-compose logs ({cluster.project}) ---\n{cluster.logs()}")
         health.stop()
         cluster.down()
         signal.signal(signal.SIGTERM, previous)

@@ -1,10 +1,16 @@
 """docker-compose.yml, run for real: ZooKeeper, three brokers and the Spark job in
-containers (podman's Docker API), a replicated topic, a broker SIGKILLed and back.
+containers (podman's Docker API), a replicated topic, a broker SIGKILLed and back;
+then the same images secured by docker-compose.secure.yml.
 
 Every record goes through the brokers' advertised addresses (broker-N:909N,
 from a container of the ``client`` service); the host reaches the published
 ports.  Acknowledged records are checked value by value after the failover,
-and the Spark job's mirror of ``events`` record by record."""
+and the Spark job's mirror of ``events`` record by record.  The secured
+cluster is driven by the admin's files from the ``security`` volume: annal's
+CLI in a container and on the host, Kafka's clients (confluent-kafka, SASL_SSL)
+on the host; anonymous clients, a wrong password and a user without ACLs are
+refused.  Both run in this one module, one after the other: they publish the
+same host ports and share the images built once (conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +19,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from annal.deploy.runner import wait_until
 from compose_on_podman import Compose
+from kafka_clients import in_namespace_with_hosts
 
 pytestmark = [pytest.mark.compose, pytest.mark.slow, pytest.mark.timeout(480)]
 
@@ -131,3 +139,83 @@ def test_compose_cluster_survives_a_killed_broker(compose: Compose) -> None:
         1,
     )
     print(f"drill done in {time.monotonic() - started:.0f} s")
+
+
+SECURITY = "/etc/annal/security"  # the volume `security`, as docker-compose.secure.yml mounts it
+KAFKA_BOOTSTRAP = "broker-1:19092,broker-2:19093,broker-3:19094"
+SECURED_TOPIC = "secured"
+
+
+def properties(text: str) -> dict[str, str]:
+    lines = [line for line in text.splitlines() if "=" in line and not line.startswith("#")]
+    return dict(line.split("=", 1) for line in lines)
+
+
+def test_secured_compose_cluster(secure_compose: Compose, tmp_path: Path) -> None:
+    compose = secure_compose
+    started = time.monotonic()
+    init = compose("logs", "--no-color", "security-init")
+    assert "a new CA" in init and "credential stored in zookeeper:2181/annal" in init, init
+    admin = ["--bootstrap-server", BOOTSTRAP, "--command-config", f"{SECURITY}/admin.properties"]
+    compose.client(
+        "topics", "create", *admin, "--topic", SECURED_TOPIC, "--partitions", "3",
+        "--replication-factor", "3",
+    )  # fmt: skip
+    with pytest.raises(RuntimeError, match="BROKER_NOT_AVAILABLE"):  # no client certificate
+        compose.client("topics", "list", "--bootstrap-server", BOOTSTRAP)
+    compose.client(
+        "configs", *admin, "--entity-type", "users", "--entity-name", "alice", "--alter",
+        "--add-config", "SCRAM-SHA-512=[password=alice-secret]",
+    )  # fmt: skip
+
+    # The admin's files, copied out of the volume, serve from the host too.
+    def volume_file(name: str) -> str:
+        return compose("run", "--rm", "--no-deps", "-T", "--entrypoint", "cat", "client",
+                       f"{SECURITY}/{name}")  # fmt: skip
+
+    copies = tmp_path / "security"
+    copies.mkdir(mode=0o700)
+    for name in ("ca.pem", "admin.pem"):
+        (copies / name).write_text(volume_file(name))
+    kafka_admin_text = volume_file("admin-kafka.properties")
+    (copies / "admin.properties").write_text(
+        f"security.protocol=SSL\nssl.truststore.location={copies / 'ca.pem'}\n"
+        f"ssl.keystore.location={copies / 'admin.pem'}\n"
+    )
+    listing = subprocess.run(
+        [sys.executable, "-m", "annal", "topics", "list", "--bootstrap-server", "127.0.0.1:9093",
+         "--command-config", str(copies / "admin.properties")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert listing.returncode == 0 and SECURED_TOPIC in listing.stdout.split(), listing.stderr
+
+    ca = str(copies / "ca.pem")
+    kafka_admin = {**properties(kafka_admin_text), "ssl.ca.location": ca}
+    assert kafka_admin["security.protocol"] == "SASL_SSL"
+    assert kafka_admin["sasl.mechanism"] == "SCRAM-SHA-512"
+    spec = {
+        "bootstrap": KAFKA_BOOTSTRAP,
+        "admin": kafka_admin,
+        "topic": SECURED_TOPIC,
+        "records": 1000,
+        "refused": {
+            "anonymous over TLS": {"security.protocol": "SSL", "ssl.ca.location": ca},
+            "anonymous over plaintext": {"security.protocol": "PLAINTEXT"},
+            "a wrong password": {**kafka_admin, "sasl.password": "not-the-password"},
+        },
+        "unauthorized": {**kafka_admin, "sasl.username": "alice", "sasl.password": "alice-secret"},
+    }
+    report = in_namespace_with_hosts(["broker-1", "broker-2", "broker-3"], spec, tmp_path)
+    assert report["produce_errors"] == []
+    assert sorted(report["consumed"]) == sorted(f"secured-{i}" for i in range(1000))
+    let_in = [name for name, why in report["refused"].items() if why is None]
+    assert not let_in, f"not refused: {let_in}"
+    assert report["unauthorized_errors"] == ["TOPIC_AUTHORIZATION_FAILED"]
+
+    # security-init again (as on every `up`): everything is kept, the password too.
+    again = compose("run", "--rm", "--no-deps", "-T", "security-init", timeout_s=120)
+    kept = [line for line in again.splitlines() if line.startswith(SECURITY)]
+    assert len(kept) == 6 and all(": kept" in line for line in kept), again
+    assert volume_file("admin-kafka.properties") == kafka_admin_text
+    assert volume_file("ca.pem") == (copies / "ca.pem").read_text()
+    print(f"secured checks done in {time.monotonic() - started:.0f} s")
