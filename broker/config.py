@@ -187,6 +187,8 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     # listener name -> PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (broker/listeners.py)
     "listener.security.protocol.map": (_str, listeners.DEFAULT_PROTOCOL_MAP),
     "sasl.enabled.mechanisms": (_mechanisms, "SCRAM-SHA-256,SCRAM-SHA-512"),
+    # a SASL session's lifetime; clients re-authenticate before it ends (KIP-368); 0 never
+    "connections.max.reauth.ms": (_int(0), "0"),
     # authorization (docs/security.md): Kafka's ACL authorizer, or none
     "authorizer.class.name": (_authorizer, ""),
     "super.users": (_principals, ""),
@@ -471,6 +473,11 @@ class BrokerConfig:
         )
         config.log_config()  # the log.* settings must form a valid topic config too
         return config
+
+    @property
+    def connections_max_reauth_ms(self) -> int:
+        """A SASL session's lifetime on the Kafka listeners (KIP-368); 0: none."""
+        return int(self._value("connections.max.reauth.ms"))
 
     def _value(self, name: str) -> Any:
         parse, default = SETTINGS[name]

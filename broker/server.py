@@ -353,7 +353,9 @@ class BrokerServer:
         bind = kafka_config.bind
         assert self.network is not None
         try:
-            security = listener_security(kafka_config, self._credentials)
+            security = listener_security(
+                kafka_config, self._credentials, self.config.connections_max_reauth_ms
+            )
             listener = KafkaListener(apis, limits, self.config.socket_request_max_bytes, security)
             port = self.network.call(listener.start(bind.host, bind.port))
         except (OSError, ValueError) as exc:

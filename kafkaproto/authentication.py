@@ -20,8 +20,17 @@ A listener's security protocol (``broker/listeners.py``) decides:
 
 The SASL requests are answered on the connection's reader, before it reads
 the next frame, so a request that follows a successful SaslAuthenticate
-already runs as the new principal.  Re-authentication (KIP-368) is not
-offered: SaslAuthenticate answers a session lifetime of 0.
+already runs as the new principal.
+
+Re-authentication (KIP-368): with ``connections.max.reauth.ms`` above 0, a
+SaslAuthenticate that completes answers that session lifetime, and the
+session expires after it.  Before then the client may authenticate again on
+the same connection (SaslHandshake v1, then SaslAuthenticate), with the same
+mechanism and as the same principal; requests keep flowing meanwhile under
+the session they started with.  A request that arrives after the session
+expired closes the connection, whatever the client supports, as Kafka's
+broker does.  With 0 (the default) sessions never expire, and a second
+SaslHandshake is answered ILLEGAL_SASL_STATE.
 
 Thread safety: one ``ConnectionAuthenticator`` per connection, on the
 broker's event loop.
@@ -32,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +82,7 @@ class ListenerSecurity:
     protocol: str = PLAINTEXT
     ssl_context: ssl.SSLContext | None = None
     sasl: SaslServerFactory | None = None
+    max_reauth_ms: int = 0  # connections.max.reauth.ms: a SASL session's lifetime; 0 none
 
 
 def server_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
@@ -120,17 +131,32 @@ class ConnectionAuthenticator:
         self._server: SaslServer | None = None
         self.authenticated = security.sasl is None
         self.bare_tokens = False  # after a SaslHandshake v0 (see the module docstring)
+        self._expires_at: float | None = None  # the session's end (monotonic), if it has one
+        self._reauthenticating = False  # a SaslHandshake after authentication (KIP-368)
+        self.reauthentications = 0
 
     def intercepts(self, api_key: int) -> bool:
         """Whether this connection's reader answers the request itself (SASL)."""
-        return not self.authenticated and api_key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
+        if api_key not in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+            return False
+        if not self.authenticated or self._reauthenticating:
+            return True
+        # a new exchange on an authenticated connection: re-authentication
+        return api_key == SASL_HANDSHAKE_KEY and self._security.max_reauth_ms > 0
 
     def check_allowed(self, api_key: int, api_name: str) -> None:
-        """AuthenticationFailed for a request a connection may not send yet."""
+        """AuthenticationFailed for a request a connection may not send now:
+        before authentication, or after its session expired."""
         if not self.authenticated and api_key != API_VERSIONS_KEY:
             raise AuthenticationFailed(
                 f"a {api_name} request before SASL authentication (listener "
                 f"{self._security.name} is {self._security.protocol})"
+            )
+        if self._expires_at is not None and time.monotonic() >= self._expires_at:
+            raise AuthenticationFailed(
+                f"a {api_name} request after the SASL session of {self.session.principal} "
+                f"expired (connections.max.reauth.ms={self._security.max_reauth_ms}; the "
+                "client did not re-authenticate)"
             )
 
     async def answer(self, request: Request) -> tuple[Values, str | None]:
@@ -145,7 +171,16 @@ class ConnectionAuthenticator:
         assert factory is not None
         mechanism = str(request.body.mechanism)
         enabled = list(factory.enabled_mechanisms)
-        if self._server is not None:
+        if self.authenticated:  # re-authentication (intercepts let only that through)
+            assert self._server is not None
+            if request.head.api_version < 1 or mechanism != self._server.mechanism:
+                return self._handshake_error(
+                    errors.ILLEGAL_SASL_STATE, enabled,
+                    f"re-authentication needs SaslHandshake v1 with the same mechanism "
+                    f"({self._server.mechanism}), got v{request.head.api_version} {mechanism}",
+                )  # fmt: skip
+            self._reauthenticating = True
+        elif self._server is not None:
             return self._handshake_error(errors.ILLEGAL_SASL_STATE, enabled,
                                          "a second SaslHandshake")  # fmt: skip
         try:
@@ -162,18 +197,31 @@ class ConnectionAuthenticator:
         assert server is not None
         try:
             challenge = await asyncio.to_thread(server.evaluate, token)
+            if server.complete:
+                self._logged_in(server)
         except SaslError as exc:
             return b"", f"SASL authentication failed: {exc}"
-        if server.complete:
-            self._logged_in(server)
         return len(challenge).to_bytes(4, "big") + challenge, None
 
     def _logged_in(self, server: SaslServer) -> None:
+        principal = KafkaPrincipal(USER_TYPE, server.authorization_id)
+        if self._reauthenticating:
+            self._reauthenticating = False
+            if principal != self.session.principal:
+                raise SaslError(
+                    errors.SASL_AUTHENTICATION_FAILED,
+                    f"re-authentication as {principal} on a connection of "
+                    f"{self.session.principal}",
+                )
+            self.reauthentications += 1
+            logger.debug("%s re-authenticated on %s", principal, self._security.name)
+        else:
+            logger.debug("%s authenticated on %s", principal, self._security.name)
         self.authenticated = True
         self.bare_tokens = False
-        principal = KafkaPrincipal(USER_TYPE, server.authorization_id)
         self.session = Session(principal, self.session.client_host, self.session.listener)
-        logger.debug("%s authenticated on %s", principal, self._security.name)
+        lifetime_ms = self._security.max_reauth_ms
+        self._expires_at = time.monotonic() + lifetime_ms / 1000 if lifetime_ms > 0 else None
 
     @staticmethod
     def _handshake_error(
@@ -189,21 +237,22 @@ class ConnectionAuthenticator:
             # PLAIN derives a key from the password (thousands of hash rounds):
             # off the event loop
             challenge = await asyncio.to_thread(server.evaluate, bytes(request.body.auth_bytes))
+            if server.complete:
+                self._logged_in(server)
         except SaslError as exc:
             values = {
                 "error_code": exc.code.number,
                 "error_message": str(exc),
                 "auth_bytes": b"",
-                "session_lifetime_ms": 0,
+                "session_lifetime": 0,
             }
             return values, f"SASL authentication failed: {exc}"
-        if server.complete:
-            self._logged_in(server)
         values = {
             "error_code": errors.NONE.number,
             "error_message": None,
             "auth_bytes": challenge,
-            "session_lifetime_ms": 0,
+            # told once the exchange completes (KIP-368); 0: the session does not expire
+            "session_lifetime": self._security.max_reauth_ms if server.complete else 0,
         }
         return values, None
 
@@ -220,13 +269,17 @@ def plaintext_mistake(prefix: bytes) -> str | None:
     return None
 
 
-def listener_security(config: KafkaListenerConfig, lookup: CredentialLookup) -> ListenerSecurity:
+def listener_security(
+    config: KafkaListenerConfig, lookup: CredentialLookup, max_reauth_ms: int = 0
+) -> ListenerSecurity:
     """A listener's security from its settings: its TLS context (the files read
-    now; ``ssl.SSLError`` or OSError when they cannot be used) and its SASL
-    mechanisms, checked against ``lookup``'s credentials."""
+    now; ``ssl.SSLError`` or OSError when they cannot be used), its SASL
+    mechanisms, checked against ``lookup``'s credentials, and its sessions'
+    lifetime (``connections.max.reauth.ms``)."""
     context = None if config.tls is None else server_ssl_context(config.tls)
     sasl = SaslServerFactory(config.sasl_mechanisms, lookup) if config.sasl else None
-    return ListenerSecurity(config.name, config.security_protocol, context, sasl)
+    lifetime = max_reauth_ms if sasl is not None else 0
+    return ListenerSecurity(config.name, config.security_protocol, context, sasl, lifetime)
 
 
 def register_sasl_apis(apis: KafkaApis) -> None:
@@ -247,5 +300,5 @@ async def _no_sasl_authenticate(request: Request) -> Values:
         "error_code": errors.ILLEGAL_SASL_STATE.number,
         "error_message": f"no SASL exchange on listener {request.session.listener} now",
         "auth_bytes": b"",
-        "session_lifetime_ms": 0,
+        "session_lifetime": 0,
     }

@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiokafka
 import confluent_kafka as ck
@@ -22,6 +23,14 @@ import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
 from annal.deploy.zookeeper import ZooKeeperServer, free_port
+from annal.kafkaproto.client import ConnectionFailed, KafkaConnection
+from annal.kafkaproto.client_security import (
+    ConnectionSecurity,
+    LoginRefused,
+    SaslLogin,
+    login_steps,
+)
+from annal.kafkaproto.wire import millis
 from annal.security.scram import make_credential
 from annal.zk.client import ZkClient
 from environment import require_command
@@ -367,3 +376,73 @@ def test_scram_logins_go_on_while_the_broker_is_cut_off_from_zookeeper(
             proxy.resume()
             broker.kill()
             print(broker.tail_log())
+
+
+def test_sessions_expire_unless_the_client_re_authenticates(
+    broker_factory: Callable[..., BrokerProcess], tls: Tls
+) -> None:
+    """KIP-368: with connections.max.reauth.ms the broker tells each session's
+    lifetime; a client that logs in again on its connection (librdkafka does)
+    goes on, one that does not is closed at its next request."""
+    port = free_port()
+    broker = start_secured(broker_factory, tls, f"SASL_SSL://127.0.0.1:{port}",
+                           **{"sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                              "connections.max.reauth.ms": "1500"})  # fmt: skip
+    add_user(broker, "alice", "alice-secret", "SCRAM-SHA-512")
+    add_user(broker, "mallory", "mallory-secret", "SCRAM-SHA-512")
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("sasl", 1, 1)
+    login = SaslLogin("SCRAM-SHA-512", "alice", "alice-secret")
+    security = ConnectionSecurity("SASL_SSL", str(tls.ca_file), login=login)
+    metadata = {"topics": None, "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False}  # fmt: skip
+
+    def log_in_again(connection: KafkaConnection, who: SaslLogin) -> Any:
+        steps = login_steps(who)
+        request, answer = next(steps), None
+        try:
+            while True:
+                answer = connection.exchange(*request)
+                request = steps.send(answer)
+        except StopIteration:
+            return answer
+
+    keeping = KafkaConnection(f"127.0.0.1:{port}", 10, security=security)
+    lapsing = KafkaConnection(f"127.0.0.1:{port}", 10, security=security)
+    started = time.monotonic()
+    keeping.exchange(3, 9, metadata)
+    lapsing.exchange(3, 9, metadata)
+    while time.monotonic() - started < 4:  # two lifetimes and more
+        assert millis(log_in_again(keeping, login).session_lifetime) == 1500
+        keeping.exchange(3, 9, metadata)
+        time.sleep(0.5)
+    with pytest.raises(ConnectionFailed):
+        lapsing.exchange(3, 9, metadata)
+    expired = "after the SASL session of User:alice expired"
+    wait_until(lambda: expired in broker.log_path.read_text(), 10, "the expired session logged")
+    # another principal on the same connection is refused, and the connection closed
+    with pytest.raises(LoginRefused, match="re-authentication as User:mallory"):
+        log_in_again(keeping, SaslLogin("SCRAM-SHA-512", "mallory", "mallory-secret"))
+    keeping.close()
+
+    # librdkafka re-authenticates by itself: a producer outlives several sessions
+    config = {**confluent(port, tls, "SCRAM-SHA-512"), "debug": "security"}
+    producer = ck.Producer(config, logger=_Collect())
+    failures: list[object] = []
+    started = time.monotonic()
+    while time.monotonic() - started < 4:
+        producer.produce("sasl", b"v", on_delivery=lambda e, _m: e and failures.append(e))
+        producer.flush(10)
+        time.sleep(0.2)
+    assert not failures
+    assert any("reauth" in line.lower() for line in _Collect.lines), _Collect.lines[-5:]
+
+
+class _Collect:
+    """librdkafka's log lines (its debug output names each re-authentication)."""
+
+    lines: list[str] = []
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        _Collect.lines.append(msg % args if args else msg)
