@@ -17,7 +17,11 @@ every round:
 Both clusters run the same rounds alternately, best of R each.  Also
 reported: how long a new Kafka client takes from nothing to its first
 Metadata answer (median of 20), plaintext and with SCRAM-SHA-512 (4,096
-iterations) over TLS.
+iterations) over TLS; and, for confluent-kafka's produce, the CPU each side
+spends per record (``*_cpu_us_per_record``, lowest of the rounds): this
+process's (librdkafka's threads) and the broker's.  On a machine where the
+client and the broker share the cores, throughput is their sum's inverse, so
+these say which side TLS costs.
 
 The last line printed is one JSON object: each figure, and the ratios
 ``*_secured_vs_plaintext`` (the target is at least 0.7).
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -68,6 +73,24 @@ def first_metadata_ms(config: dict[str, Any], times: int = 20) -> float:
     return statistics.median(spent)
 
 
+def process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds of a process so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def produce_with_cpu(
+    servers: str, topic: str, records: int, broker_pid: int, extra: dict[str, str] | None = None
+) -> tuple[float, float, float]:
+    """confluent-kafka's records/s, and the client's and the broker's CPU µs per record."""
+    mine, broker = os.times(), process_cpu_s(broker_pid)
+    rate = kafka_produce(servers, topic, records, extra)
+    after = os.times()
+    client_s = after.user + after.system - mine.user - mine.system
+    broker_s = process_cpu_s(broker_pid) - broker
+    return rate, client_s / records * 1e6, broker_s / records * 1e6
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer records and rounds")
@@ -79,6 +102,7 @@ def main() -> int:
     roots = [Path(tempfile.mkdtemp(prefix=f"annal-bench-security-{n}-")) for n in ("p", "s")]
     plain, secured = LocalCluster(roots[0]), LocalCluster(roots[1])
     best: dict[str, float] = {}
+    cpu: dict[str, float] = {}  # kafka produce: CPU µs per record, lowest of the rounds
     try:
         p_state = plain.up(1)
         s_state = secured.up(1, security="sasl_ssl")
@@ -88,6 +112,8 @@ def main() -> int:
                      "ssl_keyfile": str(files.keystore("admin"))}  # fmt: skip
         p_grpc, s_grpc = (f"127.0.0.1:{s.brokers[0].port}" for s in (p_state, s_state))
         p_kafka, s_kafka = (f"127.0.0.1:{s.brokers[0].kafka_port}" for s in (p_state, s_state))
+        p_pid, s_pid = (s.brokers[0].pid for s in (p_state, s_state))
+        assert p_pid is not None and s_pid is not None
         with AdminClient(p_grpc) as admin:
             for r in range(rounds):
                 for side in ("kafka", "grpc"):
@@ -111,11 +137,22 @@ def main() -> int:
                 "sasl.password": PASSWORD}  # fmt: skip
         time.sleep(2)  # the ACLs and the user reach the broker's cache (within a second)
         for r in range(rounds):
+            p_rate, p_client, p_broker = produce_with_cpu(
+                p_kafka, f"bench-kafka-{r}", records, p_pid
+            )
+            s_rate, s_client, s_broker = produce_with_cpu(
+                s_kafka, f"bench-kafka-{r}", records, s_pid, sasl
+            )
+            for key, value in (
+                ("client_cpu_us_per_record_plaintext", p_client),
+                ("client_cpu_us_per_record_secured", s_client),
+                ("broker_cpu_us_per_record_plaintext", p_broker),
+                ("broker_cpu_us_per_record_secured", s_broker),
+            ):
+                cpu[key] = min(cpu.get(key, value), value)
             figures = {
-                "kafka_produce_plaintext": kafka_produce(p_kafka, f"bench-kafka-{r}", records),
-                "kafka_produce_secured": kafka_produce(
-                    s_kafka, f"bench-kafka-{r}", records, sasl
-                ),
+                "kafka_produce_plaintext": p_rate,
+                "kafka_produce_secured": s_rate,
                 "grpc_produce_plaintext": grpc_produce(p_grpc, f"bench-grpc-{r}", records),
                 "grpc_produce_secured": grpc_produce(
                     s_grpc, f"bench-grpc-{r}", records, **admin_tls
@@ -153,6 +190,7 @@ def main() -> int:
         ratio = best[f"{side}_secured"] / best[f"{side}_plaintext"]
         result[f"{side}_secured_vs_plaintext"] = round(ratio, 3)
     result.update({k: round(v, 1) for k, v in connect.items()})
+    result.update({f"kafka_produce_{k}": round(v, 2) for k, v in sorted(cpu.items())})
     print(json.dumps({**result, "records": records, "rounds": rounds}))
     return 0
 

@@ -71,7 +71,7 @@ class Request:
     session: Session = UNAUTHENTICATED  # who sent it (security/session.py)
 
 
-def peek_head(frame: bytes) -> RequestHead:
+def peek_head(frame: bytes | memoryview) -> RequestHead:
     """The api key, version and correlation id, read before the header's layout is known."""
     if len(frame) < 8:
         raise MalformedRequest(f"a {len(frame)}-byte request is too short for a request header")
@@ -92,7 +92,7 @@ def response_type(api_key: int, api_version: int) -> Any:
 
 
 def decode_request(
-    frame: bytes, head: RequestHead, client_host: str = "", session: Session | None = None
+    frame: bytes | memoryview, head: RequestHead, client_host: str = "", session: Session | None = None
 ) -> Request:
     """The header and body of a supported (key, version); MalformedRequest otherwise."""
     body_type = request_type(head.api_key, head.api_version)
