@@ -44,7 +44,11 @@ CHUNK = 5_000  # records handed to a producer per call
 
 
 def kafka_produce(
-    servers: str, topic: str, records: int, extra: dict[str, str] | None = None
+    servers: str,
+    topic: str,
+    records: int,
+    extra: dict[str, str] | None = None,
+    batch_bytes: int = 64 * 1024,
 ) -> float:
     """confluent-kafka's records/s; ``extra``: more settings (security)."""
     from confluent_kafka import Producer as KafkaProducer
@@ -55,7 +59,7 @@ def kafka_produce(
             "bootstrap.servers": servers,
             "acks": "1",
             "linger.ms": 5,
-            "batch.size": 64 * 1024,
+            "batch.size": batch_bytes,
             "enable.idempotence": False,
             "queue.buffering.max.messages": 1_000_000,
         }
