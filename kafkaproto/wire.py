@@ -92,7 +92,10 @@ def response_type(api_key: int, api_version: int) -> Any:
 
 
 def decode_request(
-    frame: bytes | memoryview, head: RequestHead, client_host: str = "", session: Session | None = None
+    frame: bytes | memoryview,
+    head: RequestHead,
+    client_host: str = "",
+    session: Session | None = None,
 ) -> Request:
     """The header and body of a supported (key, version); MalformedRequest otherwise."""
     body_type = request_type(head.api_key, head.api_version)
