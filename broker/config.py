@@ -34,6 +34,7 @@ from annal.kafkaproto.client_security import ConnectionSecurity
 from annal.security.acl import KafkaPrincipal
 from annal.security.sasl import SUPPORTED_MECHANISMS
 from annal.storage.config import LogConfig
+from annal.zk.znode_acls import check_digest
 from jproperties import ParseError, Properties
 
 
@@ -145,6 +146,15 @@ def _mechanism(name: str, text: str) -> str:
     return found[0] if found else ""
 
 
+def _zk_digest(name: str, text: str) -> str:
+    if not text:
+        return ""
+    try:
+        return check_digest(text.strip())
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
 def _principals(name: str, text: str) -> str:
     for item in (p.strip() for p in text.split(";")):
         if item:
@@ -182,6 +192,10 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "zookeeper.connect": (_str, None),
     "zookeeper.session.timeout.ms": (_int(1000), "18000"),
     "zookeeper.connection.timeout.ms": (_int(100), "18000"),
+    # znodes created with ACLs, the broker authenticated by ZooKeeper's digest
+    # scheme as user:password (zk/znode_acls.py)
+    "zookeeper.set.acl": (_bool, "false"),
+    "zookeeper.auth.digest": (_zk_digest, ""),
     "listeners": (_str, "GRPC://:9092"),
     "advertised.listeners": (_str, None),
     # listener name -> PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (broker/listeners.py)
@@ -472,7 +486,19 @@ class BrokerConfig:
             ignored=tuple(sorted(n for n in props if n in KAFKA_SETTINGS_UNUSED)),
         )
         config.log_config()  # the log.* settings must form a valid topic config too
+        digest, set_acl = config.zookeeper_auth
+        if set_acl and digest is None:
+            raise ConfigError(
+                "zookeeper.set.acl=true needs zookeeper.auth.digest=user:password: the "
+                "identity the brokers share, which the ACLs of their znodes name"
+            )
         return config
+
+    @property
+    def zookeeper_auth(self) -> tuple[str | None, bool]:
+        """(the digest credential, or None; whether znodes get ACLs): ``zookeeper.auth.digest``
+        and ``zookeeper.set.acl``."""
+        return self._value("zookeeper.auth.digest") or None, self._value("zookeeper.set.acl")
 
     @property
     def connections_max_reauth_ms(self) -> int:

@@ -163,7 +163,7 @@ def listener_setting(values: Mapping[str, Any], raw: Mapping[str, str], listener
 def is_sensitive(setting: str) -> bool:
     """Whether a setting's value is a secret (a JAAS line, a password): never shown
     by DescribeConfigs or logged, as Kafka's PASSWORD-typed settings."""
-    return setting.endswith(("sasl.jaas.config", ".password"))
+    return setting.endswith(("sasl.jaas.config", ".password", "zookeeper.auth.digest"))
 
 
 def check_per_listener_keys(raw: Mapping[str, str], names: set[str]) -> None:

@@ -96,10 +96,13 @@ class BrokerServer:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        digest, set_acl = config.zookeeper_auth
         self.zk = ZkClient(
             config.zookeeper_connect,
             session_timeout_ms=config.zookeeper_session_timeout_ms,
             timeout_s=config.zookeeper_connection_timeout_ms / 1000,
+            digest=digest,
+            set_acl=set_acl,
         )
         self.cluster_id: str | None = None
         self.logs: LogManager | None = None

@@ -64,7 +64,7 @@ from kazoo.retry import KazooRetry
 
 from annal.topic_partition import TopicPartition
 
-from . import acls, layout, users
+from . import acls, layout, users, znode_acls
 from .layout import BrokerRegistration, PartitionState, TopicAssignment
 
 logger = logging.getLogger(__name__)
@@ -158,9 +158,18 @@ class ZkClient:
         session_timeout_ms: int = 18_000,
         timeout_s: float = 15.0,
         create_chroot: bool = True,
+        digest: str | None = None,
+        set_acl: bool = False,
     ):
         """``create_chroot=False`` is for clients that only read (bootstrap from
-        ZooKeeper): a missing chroot is ``NoChrootError`` instead of a new znode."""
+        ZooKeeper): a missing chroot is ``NoChrootError`` instead of a new znode.
+        ``digest`` (``user:password``) authenticates the session with ZooKeeper's
+        digest scheme; ``set_acl`` gives the znodes it creates the ACLs of
+        ``znode_acls`` (``zookeeper.set.acl``), and needs ``digest``."""
+        if set_acl and not digest:
+            raise ZkError("zookeeper.set.acl needs a ZooKeeper identity (zookeeper.auth.digest)")
+        self._auth = [("digest", znode_acls.check_digest(digest))] if digest else None
+        self._set_acl = set_acl
         self.connect_string = connect
         self.hosts, self.chroot = split_connect_string(connect)
         self.create_chroot = create_chroot
@@ -170,7 +179,7 @@ class ZkClient:
         self._listeners: list[SessionListener] = []
         self._session_state = SessionEvent.LOST  # until start() connects
         self._retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0, deadline=timeout_s)
-        self._kazoo = KazooClient(
+        self._kazoo = self._client(
             hosts=connect,
             timeout=session_timeout_ms / 1000,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2.0),
@@ -178,13 +187,20 @@ class ZkClient:
         )
         self._kazoo.add_listener(self._on_state)
 
+    def _client(self, **kwargs: Any) -> KazooClient:
+        """A kazoo client with this client's identity and ACL choice."""
+        if self._set_acl:
+            return znode_acls.AclKazooClient(znode_acls.secure_acls, auth_data=self._auth,
+                                             **kwargs)  # fmt: skip
+        return KazooClient(auth_data=self._auth, **kwargs)
+
     # -- connection ------------------------------------------------------------
 
     def start(self) -> ZkClient:
         """Connect (creating the chroot first when missing, unless told not to:
         then NoChrootError); ZkError if it cannot."""
         if self.chroot:
-            bare = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000)
+            bare = self._client(hosts=self.hosts, timeout=self.session_timeout_ms / 1000)
             try:
                 bare.start(timeout=self.timeout_s)
                 if self.create_chroot:
