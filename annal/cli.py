@@ -88,15 +88,15 @@ def _apply_command_config(args: argparse.Namespace) -> str | None:
     path = getattr(args, "command_config", None)
     if path is None:
         return None
-    from annal.broker.config import ConfigError, parse_properties
-    from annal.client.security import Security, SecurityConfigError, set_default_security
+    from annal.client.security import (
+        SecurityConfigError,
+        command_config_security,
+        set_default_security,
+    )
 
     try:
-        props = parse_properties(path.read_text("utf-8"), str(path))
-        set_default_security(Security.from_properties(props, f"--command-config {path}"))
-    except OSError as exc:
-        return f"cannot read --command-config {path}: {exc.strerror}"
-    except (ConfigError, SecurityConfigError) as exc:
+        set_default_security(command_config_security(path))
+    except SecurityConfigError as exc:
         return str(exc)
     return None
 

@@ -29,13 +29,13 @@ from annal.broker.listeners import (
     ListenerError,
     TlsSettings,
 )
+from annal.client import properties
 from annal.client.security import SSL, Security, pem_blocks, read_pem
 from annal.kafkaproto.client_security import ConnectionSecurity
 from annal.security.acl import KafkaPrincipal
 from annal.security.sasl import SUPPORTED_MECHANISMS
 from annal.storage.config import LogConfig
 from annal.zk.znode_acls import check_digest
-from jproperties import ParseError, Properties
 
 
 class ConfigError(ValueError):
@@ -604,15 +604,12 @@ KAFKA_SETTINGS_UNUSED = frozenset(name for name in _KAFKA_ONLY if name not in SE
 
 
 def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
-    """Java's properties format, whole (``key=value``, ``key: value``, ``key value``,
-    ``#``/``!`` comments, escapes, continuation lines), read by ``jproperties``.
-    A malformed file is a ConfigError naming it."""
-    props = Properties()
+    """Java's properties format (``client/properties.py``); a malformed file is a
+    ConfigError naming it."""
     try:
-        props.load(text, "utf-8")
-    except (ValueError, ParseError) as exc:
-        raise ConfigError(f"{source}: not a properties file: {exc}") from None
-    return {str(key): str(value) for key, value in props.properties.items()}
+        return properties.parse_properties(text, source)
+    except properties.PropertiesError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _tls(values: Mapping[str, Any], listener: Listener) -> TlsSettings | None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import grpc
+from annal.client.properties import PropertiesError, read_properties
 from annal.security.jaas import jaas_login
 
 PLAINTEXT = "PLAINTEXT"
@@ -260,3 +261,13 @@ def client_security(
         (security_protocol or PLAINTEXT).upper(), ssl_cafile, ssl_certfile, ssl_keyfile,
         sasl_plain_username, sasl_plain_password, (sasl_mechanism or "SCRAM-SHA-512").upper(),
     )  # fmt: skip
+
+
+def command_config_security(path: Path) -> Security:
+    """The client settings of a ``--command-config`` file; SecurityConfigError
+    naming what is wrong (the file unreadable or malformed included)."""
+    try:
+        props = read_properties(path, "--command-config")
+    except PropertiesError as exc:
+        raise SecurityConfigError(str(exc)) from None
+    return Security.from_properties(props, f"--command-config {path}")

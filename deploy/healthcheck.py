@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
-from annal.client.security import Security, SecurityConfigError
+from annal.client.security import Security, SecurityConfigError, command_config_security
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 SERVICE = "annal.v1.Annal"
@@ -38,15 +38,7 @@ def check(address: str, timeout_s: float = 3.0, security: Security | None = None
 
 def read_security(path: Path) -> Security:
     """A ``--command-config`` file's client settings; SecurityConfigError naming what is wrong."""
-    from annal.broker.config import ConfigError, parse_properties
-
-    try:
-        props = parse_properties(path.read_text("utf-8"), str(path))
-    except OSError as exc:
-        raise SecurityConfigError(f"cannot read --command-config {path}: {exc.strerror}") from None
-    except ConfigError as exc:
-        raise SecurityConfigError(str(exc)) from None
-    return Security.from_properties(props, f"--command-config {path}")
+    return command_config_security(path)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -65,14 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
 def security_options(path: Path) -> dict[str, str]:
     """The security settings of a properties file as the source's and sink's
     ``kafka.*`` options, checked (an OptionError naming what is wrong)."""
-    from annal.broker.config import ConfigError, parse_properties
+    from annal.client.properties import PropertiesError, read_properties
     from annal.pipeline.options import OptionError, parse_security
 
     try:
-        props = parse_properties(path.read_text("utf-8"), str(path))
-    except OSError as exc:
-        raise OptionError(f"cannot read --command-config {path}: {exc.strerror}") from None
-    except ConfigError as exc:
+        props = read_properties(path, "--command-config")
+    except PropertiesError as exc:
         raise OptionError(str(exc)) from None
     options = {f"kafka.{k}": v for k, v in props.items() if k.startswith(SECURITY_PREFIXES)}
     try:
