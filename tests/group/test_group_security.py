@@ -6,7 +6,6 @@ is refused, and the password shows in no log line."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from annal.consumer.simple import ConsumerError
 from annal.deploy.runner import wait_until
 from annal.producer.producer import Producer
 from runcli import annal
+from secured_cluster import secured_cluster
 
 from annal.topic_partition import TopicPartition
 
@@ -31,22 +31,14 @@ WRONG = "not-the-readers-password"
 def secured(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """One broker with ACLs on; user ``reader`` may Read topic ``events`` and
     group ``readers``; twenty records in ``events``."""
-    d = str(tmp_path / "cluster")
-    up = annal("cluster", "up", "--brokers", "1", "--security", "sasl_ssl", "--dir", d)
-    try:
-        assert up.returncode == 0, up.stderr
-        status = json.loads(annal("cluster", "status", "--json", "--dir", d).stdout)
-        endpoint = status["brokers"][0]["endpoint"]
-        admin = ["--bootstrap-server", endpoint, "--command-config", status["admin_config"]]
-        for step in (
-            ["topics", "create", *admin, "--topic", "events", "--partitions", "2"],
-            ["configs", *admin, "--entity-type", "users", "--entity-name", "reader", "--alter",
-             "--add-config", f"SCRAM-SHA-512=[password={PASSWORD}]"],
-            ["acls", *admin, "--add", "--allow-principal", "User:reader", "--operation", "Read",
-             "--topic", "events", "--group", "readers"],
-        ):  # fmt: skip
-            done = annal(*step)
-            assert done.returncode == 0, (step, done.stderr)
+    with secured_cluster(tmp_path / "cluster", [
+        ["topics", "create", "--topic", "events", "--partitions", "2"],
+        ["configs", "--entity-type", "users", "--entity-name", "reader", "--alter",
+         "--add-config", f"SCRAM-SHA-512=[password={PASSWORD}]"],
+        ["acls", "--add", "--allow-principal", "User:reader", "--operation", "Read",
+         "--topic", "events", "--group", "readers"],
+    ]) as status:  # fmt: skip
+        endpoint = status["endpoint"]
         keystore = str(Path(status["ca"]).parent / "admin.pem")
         as_admin = {"security_protocol": "SSL", "ssl_cafile": status["ca"],
                     "ssl_certfile": keystore, "ssl_keyfile": keystore}  # fmt: skip
@@ -54,9 +46,7 @@ def secured(tmp_path: Path) -> Iterator[dict[str, Any]]:
             for i in range(20):
                 producer.send("events", value=b"e%02d" % i, partition=i % 2)
             producer.flush(30)
-        yield {**status, "endpoint": endpoint, "keystore": keystore}
-    finally:
-        annal("cluster", "down", "--dir", d)
+        yield {**status, "keystore": keystore}
 
 
 def reader(secured: dict[str, Any], password: str) -> dict[str, str]:

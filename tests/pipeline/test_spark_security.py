@@ -6,13 +6,12 @@ password failing with a clear error that does not show it."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from runcli import annal
+from secured_cluster import secured_cluster
 
 PASSWORD = "alice-s3cret"
 WRONG = "not-alices-password"
@@ -29,26 +28,15 @@ def jaas(user: str, password: str) -> str:
 def secured(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """One broker with ACLs on; topic ``orders`` that alice may write and read,
     and ``private``, which she may not see."""
-    d = str(tmp_path / "cluster")
-    up = annal("cluster", "up", "--brokers", "1", "--security", "sasl_ssl", "--dir", d)
-    try:
-        assert up.returncode == 0, up.stderr
-        status = json.loads(annal("cluster", "status", "--json", "--dir", d).stdout)
-        endpoint = status["brokers"][0]["endpoint"]
-        admin = ["--bootstrap-server", endpoint, "--command-config", status["admin_config"]]
-        for step in (
-            ["topics", "create", *admin, "--topic", "orders", "--partitions", "2"],
-            ["topics", "create", *admin, "--topic", "private", "--partitions", "1"],
-            ["configs", *admin, "--entity-type", "users", "--entity-name", "alice", "--alter",
-             "--add-config", f"SCRAM-SHA-512=[password={PASSWORD}]"],
-            ["acls", *admin, "--add", "--allow-principal", "User:alice", "--operation", "Write",
-             "--operation", "Read", "--topic", "orders"],
-        ):  # fmt: skip
-            done = annal(*step)
-            assert done.returncode == 0, (step, done.stderr)
-        yield {**status, "endpoint": endpoint, "dir": d}
-    finally:
-        annal("cluster", "down", "--dir", d)
+    with secured_cluster(tmp_path / "cluster", [
+        ["topics", "create", "--topic", "orders", "--partitions", "2"],
+        ["topics", "create", "--topic", "private", "--partitions", "1"],
+        ["configs", "--entity-type", "users", "--entity-name", "alice", "--alter",
+         "--add-config", f"SCRAM-SHA-512=[password={PASSWORD}]"],
+        ["acls", "--add", "--allow-principal", "User:alice", "--operation", "Write",
+         "--operation", "Read", "--topic", "orders"],
+    ]) as status:  # fmt: skip
+        yield status
 
 
 @pytest.mark.timeout(300)
