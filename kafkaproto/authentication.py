@@ -48,7 +48,6 @@ from typing import Any
 
 from annal.broker.listeners import PLAINTEXT, KafkaListenerConfig, TlsSettings
 from annal.kafkaproto.apis import KafkaApis
-from annal.kafkaproto.frames import FrameConnection
 from annal.kafkaproto.wire import API_VERSIONS_KEY, Request
 from annal.security.acl import ANONYMOUS, USER_TYPE, KafkaPrincipal
 from annal.security.sasl import (
@@ -101,19 +100,19 @@ def server_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
 
 
 async def start_tls(
-    security: ListenerSecurity, connection: FrameConnection, client: str
+    security: ListenerSecurity, writer: asyncio.StreamWriter, client: str
 ) -> Mapping[str, Any] | None:
     """The TLS handshake on an accepted connection; the client's certificate (None
     without one).  AuthenticationFailed, naming the reason, when it fails."""
     assert security.ssl_context is not None
     try:
-        await connection.start_tls(security.ssl_context, TLS_HANDSHAKE_TIMEOUT_S)
+        await writer.start_tls(security.ssl_context, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
     except (ssl.SSLError, ConnectionError, TimeoutError, OSError) as exc:
         reason = getattr(exc, "reason", None) or type(exc).__name__
         if isinstance(exc, ssl.SSLError) and "WRONG_VERSION_NUMBER" in str(exc):
             reason = "not TLS (a plaintext client on a TLS listener?)"
         raise AuthenticationFailed(f"TLS handshake failed: {reason}") from None
-    peercert: Mapping[str, Any] | None = connection.get_extra_info("peercert")
+    peercert: Mapping[str, Any] | None = writer.get_extra_info("peercert")
     return peercert
 
 

@@ -1,12 +1,12 @@
-"""The Kafka-protocol listeners: connections on the broker's asyncio loop.
+"""The Kafka-protocol listener (``PLAINTEXT://``): asyncio streams on the broker's loop.
 
 Every connection is two coroutines on the broker's one event loop, beside
 gRPC: a reader that takes frames off the socket, and a writer that sends the
 answers.  Kafka promises answers on a connection in the order of its
 requests, so:
 
-1. the reader takes one frame (4-byte size, then the request; ``frames``
-   reads them off the socket), checks it and decodes it (``wire``, ``apis``);
+1. the reader reads one frame (4-byte size, then the request), checks it
+   and decodes it (``wire``, ``apis``);
 2. it waits until the broker's request limits (``RequestLimits``: Kafka's
    ``queued.max.requests`` and ``queued.max.request.bytes``, shared with
    gRPC) admit the request; meanwhile it reads nothing more from this
@@ -49,7 +49,6 @@ from annal.kafkaproto.authentication import (
     plaintext_mistake,
     start_tls,
 )
-from annal.kafkaproto.frames import FrameConnection, FrameError
 from annal.kafkaproto.wire import (
     MalformedRequest,
     Request,
@@ -58,6 +57,7 @@ from annal.kafkaproto.wire import (
     peek_head,
     response,
 )
+from kio.serial.readers import read_int32
 
 logger = logging.getLogger(__name__)
 
@@ -88,29 +88,9 @@ class KafkaListener:
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port``; the port bound (OSError when it cannot be)."""
-        loop = asyncio.get_running_loop()
-        tls = self.security.ssl_context is not None
-        self._server = await loop.create_server(
-            lambda: FrameConnection(self._check_size, self._opened, tls_first=tls),
-            host or "0.0.0.0",
-            port,
-        )
+        self._server = await asyncio.start_server(self._accepted, host or "0.0.0.0", port)
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
-
-    def _check_size(self, prefix: bytes, size: int) -> str | None:
-        """Why a frame of ``size`` bytes (its 4-byte ``prefix``) is refused, or None."""
-        if 0 <= size <= self._max_request_bytes:
-            return None
-        return plaintext_mistake(prefix) or (
-            f"a frame of {size} bytes is outside 0..socket.request.max.bytes="
-            f"{self._max_request_bytes}"
-        )
-
-    def _opened(self, connection: FrameConnection) -> None:
-        task = asyncio.ensure_future(self._accepted(connection))
-        self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -120,9 +100,10 @@ class KafkaListener:
         if self._connections:
             await asyncio.wait(list(self._connections), timeout=5)
 
-    async def _accepted(self, writer: FrameConnection) -> None:
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        self._connections.add(task)
         peer = writer.get_extra_info("peername")
         client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
@@ -133,6 +114,7 @@ class KafkaListener:
             except AuthenticationFailed as exc:
                 logger.warning("closing Kafka connection from %s: %s", client, exc)
                 writer.close()
+                self._connections.discard(task)
                 return
         auth = ConnectionAuthenticator(self.security, host.lstrip("/"), peercert)
         deadline = None
@@ -146,10 +128,10 @@ class KafkaListener:
         sender = asyncio.ensure_future(self._send(answers, writer, client, task, reading))
         cancelled = False
         try:
-            await self._receive(writer, answers, host, auth)
-        except (ConnectionClosing, FrameError) as exc:
+            await self._receive(reader, answers, host, auth)
+        except ConnectionClosing as exc:
             logger.warning("closing Kafka connection from %s: %s", client, exc)
-        except ConnectionError:
+        except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away
         except asyncio.CancelledError:  # the broker stopping, or the sender gave up
             cancelled = True
@@ -165,13 +147,14 @@ class KafkaListener:
                 deadline.cancel()
             sender.cancel()
             writer.close()
+            self._connections.discard(task)
 
     @staticmethod
     def _too_slow(
         auth: ConnectionAuthenticator,
         client: str,
         connection: asyncio.Task[None],
-        writer: FrameConnection,
+        writer: asyncio.StreamWriter,
     ) -> None:
         if not auth.authenticated:
             logger.warning(
@@ -184,17 +167,37 @@ class KafkaListener:
 
     async def _receive(
         self,
-        reader: FrameConnection,
+        reader: asyncio.StreamReader,
         answers: asyncio.Queue[asyncio.Task[bytes | None] | None],
         host: str,
         auth: ConnectionAuthenticator,
     ) -> None:
         while True:
-            frame = await reader.read_frame()  # FrameError: sizes refused, ends inside one
-            if frame is None:
+            try:
+                prefix = await reader.readexactly(4)
+            except asyncio.IncompleteReadError as exc:
+                if exc.partial:
+                    raise ConnectionClosing(
+                        f"the connection ended inside a frame's size ({len(exc.partial)} of 4"
+                        " bytes)"
+                    ) from None
                 return  # closed between requests: the normal end
+            size, _ = read_int32(prefix, 0)
+            if size < 0 or size > self._max_request_bytes:
+                raise ConnectionClosing(
+                    plaintext_mistake(prefix)
+                    or f"a frame of {size} bytes is outside 0..socket.request.max.bytes="
+                    f"{self._max_request_bytes}"
+                )
+            try:
+                frame = await reader.readexactly(size)
+            except asyncio.IncompleteReadError as exc:
+                raise ConnectionClosing(
+                    f"the connection ended inside a {size}-byte frame "
+                    f"({len(exc.partial)} bytes came)"
+                ) from None
             if auth.bare_tokens:
-                answer, closing = await auth.bare_token(bytes(frame))
+                answer, closing = await auth.bare_token(frame)
                 if closing is not None:
                     raise ConnectionClosing(closing)
                 await answers.put(_done(answer))
@@ -238,7 +241,7 @@ class KafkaListener:
     async def _send(
         self,
         answers: asyncio.Queue[asyncio.Task[bytes | None] | None],
-        writer: FrameConnection,
+        writer: asyncio.StreamWriter,
         client: str,
         connection: asyncio.Task[None],
         reading: asyncio.Event,
