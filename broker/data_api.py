@@ -322,7 +322,12 @@ class DataApi:
         logs = self._replicas.logs
         wanted = set(request.topics)
         by_dir = {str(d): response.log_dirs.add(path=str(d)) for d in logs.log_dirs}
+        offline = {str(d) for d in logs.failures.offline_dirs()}
         for path, entry in by_dir.items():
+            if path in offline:  # Kafka answers an offline dir this way (KIP-113)
+                entry.error = code(errors.KAFKA_STORAGE_ERROR)
+                entry.total_bytes = entry.usable_bytes = -1
+                continue
             try:
                 usage = shutil.disk_usage(path)
             except OSError:
@@ -332,7 +337,7 @@ class DataApi:
             entry.total_bytes, entry.usable_bytes = usage.total, usage.free
         for tp, log in sorted(logs.all_logs().items()):
             where = logs.log_dir_of(tp)
-            if (wanted and tp.topic not in wanted) or where is None:
+            if (wanted and tp.topic not in wanted) or where is None or str(where) in offline:
                 continue
             by_dir[str(where)].partitions.add(
                 topic=tp.topic,

@@ -67,6 +67,7 @@ class BrokerState:
     purgatories: Callable[[], Mapping[str, int]]
     session_state: Callable[[], str]
     isr_changes: Callable[[], tuple[int, int]]  # (shrinks, expands) since start
+    offline_log_dirs: Callable[[], int] = lambda: 0  # log dirs an I/O error took offline
 
 
 class BrokerMetrics:
@@ -212,6 +213,11 @@ class StateCollector(Collector):
             "annal_server_replicamanager_isrexpands",
             "Times a partition this broker leads grew its ISR",
             value=expands,
+        )
+        yield gauge(
+            "annal_log_logmanager_offlinelogdirectorycount",
+            "Log dirs of this broker that an I/O error (a full disk) took offline",
+            state.offline_log_dirs(),
         )
         active, epoch, offline = state.controller()
         yield gauge(

@@ -399,6 +399,7 @@ class BrokerServer:
                 purgatories=purgatories.waiting,
                 session_state=lambda: self._session_state,
                 isr_changes=lambda: (replicas.isr_shrinks, replicas.isr_expands),
+                offline_log_dirs=lambda: len(replicas.logs.failures.offline_dirs()),
             )
         )
         host = self.config.metrics_host or self.config.listener.host

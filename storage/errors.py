@@ -15,6 +15,7 @@ so callers (the broker, the CLI, tests) catch exactly what they mean::
     │   └── InvalidProducerEpochError a stale epoch       (INVALID_PRODUCER_EPOCH)
     ├── OffsetOutOfRangeError        outside the log      (OFFSET_OUT_OF_RANGE)
     ├── LogDirError                  bad log directory    (KAFKA_STORAGE_ERROR)
+    ├── LogDirOfflineError           a write failed there (KAFKA_STORAGE_ERROR)
     ├── CorruptIndexError            bad index; rebuilt   (CORRUPT_MESSAGE)
     ├── CorruptSnapshotError         bad producer snapshot; rebuilt (CORRUPT_MESSAGE)
     └── CheckpointError              bad checkpoint file  (KAFKA_STORAGE_ERROR)
@@ -106,6 +107,19 @@ class LogDirError(StorageError):
     """A directory that is not a usable log directory."""
 
     code = errors.KAFKA_STORAGE_ERROR
+
+
+class LogDirOfflineError(StorageError):
+    """A log dir where a write or a flush failed (a full disk, an I/O error): it
+    is offline, and its logs are neither read nor written until the broker
+    restarts (``storage/dir_failure.py``)."""
+
+    code = errors.KAFKA_STORAGE_ERROR
+
+    def __init__(self, log_dir: object, reason: str) -> None:
+        super().__init__(f"log dir {log_dir} is offline: {reason}")
+        self.log_dir = log_dir
+        self.reason = reason
 
 
 class CorruptIndexError(StorageError):

@@ -21,6 +21,7 @@ their delayed removal.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import logging
 import shutil
@@ -30,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from . import files
 from .batch import (
@@ -47,11 +48,13 @@ from .batch import (
 )
 from .checkpoints import LeaderEpochCheckpointFile
 from .config import LogConfig
+from .dir_failure import LogDirFailureChannel
 from .epoch_cache import LeaderEpochFileCache
 from .errors import (
     CorruptIndexError,
     CorruptRecordError,
     LogDirError,
+    LogDirOfflineError,
     NonMonotonicOffsetError,
     OffsetOutOfRangeError,
     StorageError,
@@ -79,6 +82,27 @@ Executor = Callable[[Callable[[], None]], None]
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _io(what: str) -> Callable[[F], F]:
+    """A Log method whose OSError (a full disk, an I/O error, a short write) takes
+    the log's dir offline (``storage/dir_failure.py``) and raises
+    LogDirOfflineError instead."""
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def guarded(self: Log, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except OSError as exc:
+                raise self._io_failed(what, exc) from exc
+
+        return guarded  # type: ignore[return-value]
+
+    return wrap
 
 
 def run_inline(task: Callable[[], None]) -> None:
@@ -127,8 +151,11 @@ class Log:
         time_ms: Clock,
         background: Executor,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        failure: LogDirFailureChannel | None = None,
     ) -> None:
         self.directory = directory
+        self._failure = failure  # where an I/O error takes the log's dir offline
+        self._offline_reason: str | None = None  # this log's own failure, without a channel
         parsed = files.parse_partition_dir_name(directory.name)
         if parsed is None:
             raise LogDirError(
@@ -172,6 +199,7 @@ class Log:
         time_ms: Clock | None = None,
         background: Executor | None = None,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        failure: LogDirFailureChannel | None = None,
     ) -> Log:
         """Open (creating when missing) the log in ``directory`` and recover it.
 
@@ -195,6 +223,7 @@ class Log:
             time_ms=time_ms or wall_clock_ms,
             background=background or run_inline,
             producer_id_expiration_ms=producer_id_expiration_ms,
+            failure=failure,
         )
         with log._lock:
             log._load(recovery_point, log_start_offset, had_clean_shutdown)
@@ -424,6 +453,7 @@ class Log:
 
     # -- appending --------------------------------------------------------
 
+    @_io("an append to")
     def append_as_leader(
         self, batches: bytes | bytearray | memoryview, leader_epoch: int
     ) -> LogAppendInfo:
@@ -453,8 +483,7 @@ class Log:
         append_time = self._log_append_time
         idempotent = any(h.producer_id >= 0 for h in headers)
         with self._lock:
-            if self._closed:
-                raise StorageError(f"log {self.name} is closed")
+            self._check_open()
             now = self._time_ms() if append_time else NO_TIMESTAMP
             if idempotent:
                 duplicate = self._producers.check_append(headers)
@@ -516,8 +545,7 @@ class Log:
         max_timestamp = header.max_timestamp
         idempotent = header.producer_id >= 0
         with self._lock:
-            if self._closed:
-                raise StorageError(f"log {self.name} is closed")
+            self._check_open()
             if idempotent:
                 duplicate = self._producers.check_append((header,))
                 if duplicate is not None:
@@ -562,6 +590,7 @@ class Log:
                 producers.update(header, offset, timestamp)
             offset += header.last_offset_delta + 1
 
+    @_io("an append to")
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Store batches copied from the leader, keeping their offsets and epochs.
 
@@ -633,6 +662,7 @@ class Log:
         offset_of_max_timestamp: int,
         records: int,
     ) -> None:
+        self._check_online()  # nothing is written to an offline dir
         segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp)
         segment.append(last_offset, max_timestamp, offset_of_max_timestamp, parts, size)
         self._log_end_offset = last_offset + 1
@@ -677,6 +707,7 @@ class Log:
             size, self._log_end_offset, self._time_ms(), self._segment_bytes, self._segment_ms
         )
 
+    @_io("a roll of")
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset."""
         with self._lock:
@@ -700,6 +731,7 @@ class Log:
 
     # -- reading ------------------------------------------------------------
 
+    @_io("a read of")
     def read(
         self,
         offset: int,
@@ -715,6 +747,7 @@ class Log:
         e.g. the high watermark) stops before the batch holding it.  Reading
         at the log end returns b"".
         """
+        self._check_online()
         view = self._view
         start, end = self._log_start_offset, self._log_end_offset
         if offset < start or offset > end:
@@ -763,6 +796,7 @@ class Log:
 
     # -- truncation and retention ---------------------------------------
 
+    @_io("a truncation of")
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch whose last offset is >= ``offset`` (whole batches).
 
@@ -802,6 +836,7 @@ class Log:
                 self._rebuild_producer_state(end)
             return True
 
+    @_io("a truncation of")
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log, empty, at ``offset``."""
         with self._lock:
@@ -821,6 +856,7 @@ class Log:
         self._high_watermark = min(self._high_watermark, self._log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
 
+    @_io("deleting records of")
     def delete_records_before(self, offset: int) -> int:
         """Kafka's DeleteRecords: move the log start offset up to ``offset``.
 
@@ -960,11 +996,13 @@ class Log:
 
     # -- durability and lifecycle ----------------------------------------
 
+    @_io("a flush of")
     def flush(self, offset: int | None = None) -> None:
         """fsync every segment holding offsets in [recovery point, ``offset``)."""
         with self._lock:
             if self._closed:
                 return
+            self._check_online()
             target = self._log_end_offset if offset is None else offset
             if target <= self._recovery_point:
                 return
@@ -992,10 +1030,12 @@ class Log:
         with self._lock:
             return self._producers.entries()
 
+    @_io("a producer snapshot of")
     def take_producer_snapshot(self) -> None:
         """Snapshot the producer table at the log end (a clean shutdown)."""
         with self._lock:
             if not self._closed:
+                self._check_online()
                 self._producers.take_snapshot(self._log_end_offset)
 
     def remove_expired_producers(self) -> int:
@@ -1011,6 +1051,33 @@ class Log:
     def _check_open(self) -> None:
         if self._closed:
             raise StorageError(f"log {self.name} is closed")
+        self._check_online()
+
+    def _check_online(self) -> None:
+        reason = self._offline_reason
+        if reason is None and self._failure is not None:
+            reason = self._failure.reason(self.directory.parent)
+        if reason is not None:
+            raise LogDirOfflineError(self.directory.parent, reason)
+
+    def _io_failed(self, what: str, exc: OSError) -> LogDirOfflineError:
+        """``what`` failed with ``exc``: the dir (this log, without a channel) goes
+        offline; the error to raise."""
+        doing = f"{what} {self.name}"
+        if self._failure is not None:
+            return self._failure.fail(self.directory.parent, doing, exc)
+        if self._offline_reason is None:
+            self._offline_reason = f"{doing} failed: {exc.strerror or exc}"
+        return LogDirOfflineError(self.directory.parent, self._offline_reason)
+
+    @property
+    def online(self) -> bool:
+        """False once an I/O error took the log's dir offline."""
+        try:
+            self._check_online()
+        except LogDirOfflineError:
+            return False
+        return True
 
     def close(self) -> None:
         """Flush nothing, close every file; pending deletions are carried out now."""

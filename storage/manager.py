@@ -34,7 +34,8 @@ from pathlib import Path
 from . import files
 from .checkpoints import OffsetCheckpointFile
 from .config import LogConfig
-from .errors import LogDirError
+from .dir_failure import LogDirFailureChannel
+from .errors import LogDirError, LogDirOfflineError
 from .log import Clock, Log, wall_clock_ms
 from .meta import MetaProperties, read_meta_properties, write_meta_properties
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
@@ -86,6 +87,8 @@ class LogManager:
         self._scheduler = Scheduler()
         self._started = False
         self.cleaner: object | None = None
+        # where I/O errors take a log dir offline (storage/dir_failure.py)
+        self.failures = LogDirFailureChannel()
 
     # -- start-up --------------------------------------------------------
 
@@ -204,6 +207,7 @@ class LogManager:
                 time_ms=self._time_ms,
                 background=self._scheduler.submit,
                 producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+                failure=self.failures,
             )
             log.update_high_watermark(high_watermarks.get(tp, log.log_end_offset))
             self._logs[tp] = log
@@ -230,16 +234,21 @@ class LogManager:
                 if config is not None:
                     log.update_config(config)
                 return log
-            counts = {d: 0 for d in self.log_dirs}
+            online = [d for d in self.log_dirs if self.failures.reason(d) is None]
+            if not online:
+                raise LogDirError(f"cannot create the log of {tp}: every log dir is offline")
+            counts = {d: 0 for d in online}
             for d in self._log_dir_of.values():
-                counts[d] += 1
-            log_dir = min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+                if d in counts:
+                    counts[d] += 1
+            log_dir = min(online, key=lambda d: (counts[d], self.log_dirs.index(d)))
             log = Log.open(
                 log_dir / files.partition_dir_name(tp.topic, tp.partition),
                 config or self.default_config,
                 time_ms=self._time_ms,
                 background=self._scheduler.submit,
                 producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+                failure=self.failures,
             )
             self._logs[tp] = log
             self._log_dir_of[tp] = log_dir
@@ -267,29 +276,41 @@ class LogManager:
 
     # -- background work ---------------------------------------------------
 
+    def online_logs(self) -> dict[files.TopicPartition, Log]:
+        """The logs whose dir is online (background work leaves the others alone)."""
+        return {tp: log for tp, log in self.all_logs().items() if log.online}
+
     def cleanup_logs(self) -> int:
         """Retention over every log; returns the number of segments removed."""
         removed = 0
-        for log in self.all_logs().values():
+        for log in self.online_logs().values():
             removed += log.delete_old_segments()
             log.delete_pending_segments()
         return removed
 
     def remove_expired_producers(self) -> int:
         """Forget, in every log, producers silent for ``producer.id.expiration.ms``."""
-        return sum(log.remove_expired_producers() for log in self.all_logs().values())
+        return sum(log.remove_expired_producers() for log in self.online_logs().values())
 
     def flush_dirty_logs(self) -> None:
-        for log in self.all_logs().values():
-            log.flush_if_due()
+        for log in self.online_logs().values():
+            try:
+                log.flush_if_due()
+            except LogDirOfflineError:
+                pass  # the dir just went offline (logged once, by the channel)
 
     def _checkpoint(self, name: str, value: str) -> None:
-        by_dir: dict[Path, dict[files.TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        online = [d for d in self.log_dirs if self.failures.reason(d) is None]
+        by_dir: dict[Path, dict[files.TopicPartition, int]] = {d: {} for d in online}
         with self._lock:
             for tp, log in self._logs.items():
-                by_dir[self._log_dir_of[tp]][tp] = getattr(log, value)
+                if self._log_dir_of[tp] in by_dir:
+                    by_dir[self._log_dir_of[tp]][tp] = getattr(log, value)
         for log_dir, offsets in by_dir.items():
-            OffsetCheckpointFile(log_dir / name).write(offsets)
+            try:
+                OffsetCheckpointFile(log_dir / name).write(offsets)
+            except OSError as exc:
+                self.failures.fail(log_dir, f"writing {name} in {log_dir}", exc)
 
     def checkpoint_recovery_points(self) -> None:
         self._checkpoint(files.RECOVERY_POINT_CHECKPOINT, "recovery_point")
@@ -307,15 +328,23 @@ class LogManager:
         self._scheduler.initiate_shutdown()
         self._scheduler.await_shutdown()
         logs = self.all_logs()
-        for log in logs.values():
-            log.flush()
-            log.take_producer_snapshot()
+        for log in self.online_logs().values():
+            try:
+                log.flush()
+                log.take_producer_snapshot()
+            except LogDirOfflineError:
+                pass  # the dir went offline now; it is left for recovery
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()
         for log in logs.values():
             log.close()
         for log_dir in self.log_dirs:
-            (log_dir / files.CLEAN_SHUTDOWN_FILE).touch()
-            files.fsync_dir(log_dir)
+            if self.failures.reason(log_dir) is not None:
+                continue  # no clean-shutdown marker: the next start recovers its logs
+            try:
+                (log_dir / files.CLEAN_SHUTDOWN_FILE).touch()
+                files.fsync_dir(log_dir)
+            except OSError as exc:
+                self.failures.fail(log_dir, f"marking {log_dir} shut down cleanly", exc)
         self._started = False

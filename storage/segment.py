@@ -25,6 +25,7 @@ after the bytes are written.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -320,18 +321,34 @@ class LogSegment:
                 f"with base offset {self.base_offset}"
             )
         position = self.size
+        try:
+            written = os.writev(self._fd, parts) if len(parts) > 1 else os.write(self._fd, parts[0])
+        except OSError:
+            self._cut_back(position)
+            raise
+        if written != size:  # a full disk: what was written goes, the size stays right
+            self._cut_back(position)
+            raise OSError(
+                errno.ENOSPC, f"short write to {self.log_path}: {written} of {size} bytes"
+            )
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
             self.offset_index.append(largest_offset, position)
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
             self._bytes_since_last_index_entry = 0
-        written = os.writev(self._fd, parts) if len(parts) > 1 else os.write(self._fd, parts[0])
-        if written != size:  # a short write leaves a torn tail; recovery cuts it
-            raise OSError(f"short write to {self.log_path}: {written} of {size} bytes")
         if largest_timestamp > self.max_timestamp_so_far:
             self.max_timestamp_so_far = largest_timestamp
             self.offset_of_max_timestamp = offset_of_max_timestamp
         self._bytes_since_last_index_entry += size
         self.size = position + size
+
+    def _cut_back(self, size: int) -> None:
+        """After a failed write: the file back to ``size`` bytes, so that its bytes
+        and ``self.size`` agree.  Best effort: a failure leaves the torn tail to
+        recovery (the dir is offline by then, nothing is appended after it)."""
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError as exc:
+            log.warning("cannot cut %s back to %d bytes: %s", self.log_path, size, exc)
 
     def recover(self) -> RecoveryResult:
         """Rebuild both indexes from the log and cut the log after its last valid batch."""
