@@ -374,7 +374,10 @@ class ControllerChannel:
         controller_epoch: int,
         updates: Sequence[PartitionUpdate],
         live: Sequence[BrokerRegistration],
+        on_storage_errors: Callable[[int, list[TopicPartition]], None] | None = None,
     ) -> None:
+        """``on_storage_errors(broker id, partitions)`` hears of the partitions the
+        broker answered KAFKA_STORAGE_ERROR (replicas on an offline log dir)."""
         request = pb.LeaderAndIsrRequest(
             controller_id=self.controller_id,
             controller_epoch=controller_epoch,
@@ -382,11 +385,20 @@ class ControllerChannel:
             live_leaders=[broker_message(b) for b in live],
             broker_epoch=broker.epoch,
         )
-        self._enqueue(
-            broker,
-            "LeaderAndIsr",
-            lambda stub: stub.LeaderAndIsr(request, timeout=REQUEST_TIMEOUT_S).error,
-        )
+
+        def call(stub: annal_pb2_grpc.BrokerControlStub) -> pb.ErrorCode.ValueType:
+            response = stub.LeaderAndIsr(request, timeout=REQUEST_TIMEOUT_S)
+            failed = [
+                TopicPartition(e.topic, e.partition)
+                for e in response.partition_errors
+                if e.error == pb.KAFKA_STORAGE_ERROR
+            ]
+            if failed and on_storage_errors is not None:
+                on_storage_errors(broker.broker_id, failed)
+            error: pb.ErrorCode.ValueType = response.error
+            return error
+
+        self._enqueue(broker, "LeaderAndIsr", call)
 
     def send_update_metadata(
         self, broker: BrokerRegistration, controller_epoch: int, update: MetadataUpdate

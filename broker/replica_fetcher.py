@@ -63,7 +63,7 @@ from annal.client.security import Security
 from annal.kafkaproto.client import ConnectionFailed, ListenerUnreachable
 from annal.kafkaproto.client_security import ConnectionSecurity
 from annal.storage.batch import read_header
-from annal.storage.errors import NonMonotonicOffsetError, StorageError
+from annal.storage.errors import LogDirOfflineError, NonMonotonicOffsetError, StorageError
 from annal.storage.files import TopicPartition
 from annal.storage.log import Log
 from annal.v1 import annal_pb2 as pb
@@ -77,6 +77,7 @@ logger = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 REQUEST_TIMEOUT_S = 30.0
 KAFKA_RETRY_S = 60  # a leader's Kafka listener refused a connection: tried again after this
+OFFLINE_S = 10**9  # a copy on an offline log dir: never fetched again by this fetcher
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +315,13 @@ class _FetcherThread:
         ``self._cond``)."""
         return self._partitions.get(tp) is follow
 
+    def _stop_copying(self, tp: TopicPartition, follow: _Follow, exc: LogDirOfflineError) -> None:
+        """The copy's log dir is offline: fetch it no more (its fetch offset would
+        look caught up to the leader and bring it back into the ISR); the
+        controller hands its place to the other replicas."""
+        follow.delayed_until = time.monotonic() + OFFLINE_S
+        logger.error("stopped copying %s from leader %d: %s", tp, self.leader, exc)
+
     def _delay(self, tp: TopicPartition, follow: _Follow, error: ErrorCode, detail: str) -> None:
         seen = follow.errors.get(error, 0)
         # A first refusal is usually the leader not having its own LeaderAndIsr
@@ -436,6 +444,9 @@ class _FetcherThread:
                 base = read_header(result.records).base_offset
                 logger.info("truncating %s to %d to line up with the leader's batches", tp, base)
                 log.truncate_to(base)
+                return
+            except LogDirOfflineError as exc:
+                self._stop_copying(tp, follow, exc)
                 return
             except StorageError as exc:
                 self._delay(tp, follow, exc.code, str(exc))

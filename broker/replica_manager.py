@@ -134,6 +134,9 @@ class ReplicaManager:
                 logger.error("cannot open log of %s: %s", tp, exc)
                 results[tp] = errors.KAFKA_STORAGE_ERROR
                 continue
+            if not partition.log.online:  # its log dir is offline: the controller moves it
+                results[tp] = errors.KAFKA_STORAGE_ERROR
+                continue
             applied = partition.apply(state)
             if applied is not Applied.NEW:
                 results[tp] = (

@@ -33,6 +33,7 @@ import queue
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import grpc
 from annal.broker.admin_manager import AdminManager
@@ -187,6 +188,7 @@ class BrokerServer:
             self.zk.stop()
             raise BrokerStartupError(str(exc)) from exc
         self.logs = logs
+        logs.failures.add_listener(self._log_dir_failed)
         limits = RequestLimits(config.queued_max_requests, config.queued_max_request_bytes)
         network = NetworkLayer(limits, config.socket_request_max_bytes, self.metrics)
         network.start()
@@ -379,6 +381,27 @@ class BrokerServer:
             except ZkError:
                 pass  # the connection went meanwhile
         return self.security.credentials(user)
+
+    def _log_dir_failed(self, log_dir: Path, reason: str) -> None:
+        """A log dir went offline (storage/dir_failure.py): tell the controller, which
+        moves the leaderships and ISR places of its replicas to the other brokers
+        (Kafka's log dir event notification), from a thread of its own, since the
+        write that failed may be on the event loop."""
+
+        def notify() -> None:
+            while not self._stopping.is_set():
+                try:
+                    self.zk.notify_log_dir_event(self.config.broker_id)
+                    return
+                except ZkError as exc:
+                    logger.warning("cannot report offline log dir %s yet: %s", log_dir, exc)
+                    self._stopping.wait(1.0)
+
+        threading.Thread(target=notify, name="log-dir-event", daemon=True).start()
+        logs = self.logs
+        if logs is not None and len(logs.failures.offline_dirs()) == len(logs.log_dirs):
+            logger.error("every log dir of broker %d is offline: it serves no partition until "
+                         "it restarts", self.config.broker_id)  # fmt: skip
 
     def _controller_state(self) -> tuple[bool, int, int]:
         controller = self.controller

@@ -100,6 +100,8 @@ class Event(enum.Enum):
     REASSIGNMENT = "reassignment"
     AUTO_REBALANCE = "auto-rebalance"
     CONTROLLED_SHUTDOWN = "controlled-shutdown"
+    LOG_DIR_EVENT = "log-dir-event"
+    OFFLINE_REPLICAS = "offline-replicas"
     SHUTDOWN = "shutdown"
 
 
@@ -124,9 +126,9 @@ class PartitionUpdate:
 
 
 # (broker, controller epoch, updates, live brokers) -> None; raises on failure
-SendLeaderAndIsr = Callable[
-    [BrokerRegistration, int, Sequence[PartitionUpdate], Sequence[BrokerRegistration]], None
-]
+# (broker, controller epoch, partitions, live brokers, on_storage_errors=...) -> None;
+# on_storage_errors(broker id, partitions) hears of replicas on an offline log dir
+SendLeaderAndIsr = Callable[..., None]
 # (broker, controller epoch, partitions, delete the logs) -> None
 SendStopReplica = Callable[[BrokerRegistration, int, Sequence[TopicPartition], bool], None]
 
@@ -231,6 +233,10 @@ class Controller:
             queue.Queue()
         )
         self._armed: set[str] = set()  # topics whose watch has made its first call
+        # replicas on a broker's offline log dir (KIP-112): left out of elections and
+        # ISRs until the broker registers again
+        self._offline: dict[int, set[TopicPartition]] = {}
+        self._offline_reports: queue.Queue[tuple[int, list[TopicPartition]]] = queue.Queue()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -315,6 +321,15 @@ class Controller:
         if children:
             self._events.put(Event.TOPIC_DELETION)
 
+    def _on_log_dir_events(self, children: list[str]) -> None:
+        if children:
+            self._events.put(Event.LOG_DIR_EVENT)
+
+    def _report_offline(self, broker_id: int, partitions: list[TopicPartition]) -> None:
+        """A broker answered KAFKA_STORAGE_ERROR for these (a sender thread)."""
+        self._offline_reports.put((broker_id, partitions))
+        self._events.put(Event.OFFLINE_REPLICAS)
+
     def _on_isr_changes(self, children: list[str]) -> None:
         if children:
             self._events.put(Event.ISR_CHANGE)
@@ -383,6 +398,10 @@ class Controller:
             self.handle_reassignment()
         elif event is Event.CONTROLLED_SHUTDOWN:
             self.handle_controlled_shutdown()
+        elif event is Event.LOG_DIR_EVENT:
+            self.handle_log_dir_event()
+        elif event is Event.OFFLINE_REPLICAS:
+            self.handle_offline_replicas()
 
     # -- office: election, resignation, the session ---------------------------------
 
@@ -464,10 +483,15 @@ class Controller:
             self._watches.append(
                 self.zk.watch_data(layout.REASSIGN_PARTITIONS, self._on_reassignment)
             )
+            self._watches.append(
+                self.zk.watch_children(layout.LOG_DIR_EVENT_NOTIFICATION, self._on_log_dir_events)
+            )
+        self._offline = {}  # the brokers tell it again, answering the LeaderAndIsr below
         topics = self.zk.get_topics()
         self._watch_topics(topics)
         self._bring_online(topics, resend=True, full=True)
         self.handle_reassignment()
+        self.zk.take_log_dir_events(self._fence())  # covered by the LeaderAndIsr just sent
 
     def _resign(self, why: str) -> None:
         """Stop acting as controller: forget everything, tell no broker anything
@@ -539,6 +563,8 @@ class Controller:
         joined = set(brokers) - set(self._live)
         self._live = brokers
         self._shutting_down &= set(brokers) - joined
+        for broker_id in gone | joined:  # a broker that starts again recovered its dirs
+            self._offline.pop(broker_id, None)
         if gone:
             logger.info("brokers %s left", sorted(gone))
         if joined:
@@ -846,6 +872,58 @@ class Controller:
             self._publish(MetadataUpdate(updates, list(self._live.values())))
         return remaining
 
+    # -- offline log dirs (KIP-112) --------------------------------------------------
+
+    def handle_log_dir_event(self) -> None:
+        """Brokers whose log dirs went offline: each is sent the state of every
+        partition it holds, and answers KAFKA_STORAGE_ERROR for those on an
+        offline dir (``handle_offline_replicas`` then), as Kafka's controller asks."""
+        live = list(self._live.values())
+        for broker_id in self.zk.take_log_dir_events(self._fence()):
+            broker = self._live.get(broker_id)
+            if broker is None:
+                continue
+            held = [u for u in self._view.values() if broker_id in u.replicas]
+            logger.info("broker %d reports an offline log dir: asking about its %d "
+                        "partitions", broker_id, len(held))  # fmt: skip
+            if held:
+                self._send(partial(self._send_leader_and_isr, broker, self.epoch, held, live,
+                                   on_storage_errors=self._report_offline))  # fmt: skip
+
+    def handle_offline_replicas(self) -> None:
+        """Replicas a broker cannot serve (its log dir is offline) leave their ISRs,
+        and their leaderships go to other in-sync replicas, at once."""
+        fresh: set[TopicPartition] = set()
+        while True:
+            try:
+                broker_id, partitions = self._offline_reports.get_nowait()
+            except queue.Empty:
+                break
+            if broker_id not in self._live:
+                continue
+            known = self._offline.setdefault(broker_id, set())
+            new = set(partitions) - known
+            if new:
+                logger.warning("replicas on an offline log dir of broker %d: %s", broker_id,
+                               ", ".join(f"{t}-{p}" for t, p in sorted(new)))  # fmt: skip
+            known |= new
+            fresh |= new
+        updates = []
+        for key in sorted(fresh):
+            standing = self._view.get(key)
+            if standing is None:
+                continue
+            update = self._online_partition(key.topic, key.partition, standing.replicas, set())
+            if update is not None:
+                updates.append(update)
+        if updates:
+            self._tell_replicas(updates)
+            self._publish(MetadataUpdate(updates, list(self._live.values())))
+
+    def _offline_holders(self, key: TopicPartition) -> set[int]:
+        """The brokers whose replica of ``key`` is on an offline log dir."""
+        return {b for b, partitions in self._offline.items() if key in partitions}
+
     # -- partition state machine ----------------------------------------------------
 
     def _bring_online(
@@ -909,6 +987,7 @@ class Controller:
         key = TopicPartition(topic, partition)
         current = self.zk.get_partition_state(topic, partition)
         live = set(self._live)
+        dead = dead | self._offline_holders(key)  # replicas it cannot have, for this one
         if current is None:
             self._states[key] = transition(
                 topic, partition, self._states.get(key, State.NON_EXISTENT), State.NEW
@@ -1007,7 +1086,8 @@ class Controller:
         for broker_id, batch in by_broker.items():
             broker = self._live.get(broker_id)
             if broker is not None:
-                self._send(partial(self._send_leader_and_isr, broker, self.epoch, batch, live))
+                self._send(partial(self._send_leader_and_isr, broker, self.epoch, batch, live,
+                                   on_storage_errors=self._report_offline))  # fmt: skip
 
     def _send(self, call: Callable[[], None]) -> None:
         self._ensure_in_office()

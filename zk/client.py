@@ -662,6 +662,29 @@ class ZkClient:
             self.delete_recursive(path, fence)
         return sorted(changed)
 
+    def notify_log_dir_event(self, broker_id: int) -> None:
+        """A sequential ``log_dir_event_`` znode: a log dir of ``broker_id`` went
+        offline (Kafka's LogDirEventNotification)."""
+        data = layout.encode_log_dir_event(broker_id)
+        self._call(
+            self._kazoo.create, layout.LOG_DIR_EVENT_PREFIX, data, sequence=True, makepath=True
+        )
+
+    def take_log_dir_events(self, fence: ControllerEpoch | None = None) -> list[int]:
+        """The brokers named by every pending ``log_dir_event_`` znode, which are
+        deleted once read (the controller's side of ``notify_log_dir_event``)."""
+        brokers: set[int] = set()
+        for child in sorted(self.children(layout.LOG_DIR_EVENT_NOTIFICATION)):
+            path = f"{layout.LOG_DIR_EVENT_NOTIFICATION}/{child}"
+            found = self.get(path)
+            if found is not None:
+                try:
+                    brokers.add(layout.decode_log_dir_event(path, found[0]))
+                except layout.LayoutError as exc:
+                    logger.warning("ignoring a log dir event notification: %s", exc)
+            self.delete_recursive(path, fence)
+        return sorted(brokers)
+
     def notify_isr_change(self, partitions: Sequence[TopicPartition]) -> None:
         """A sequential ``isr_change_`` znode listing partitions whose ISR changed."""
         data = layout.encode_partition_list(partitions)

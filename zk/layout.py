@@ -63,6 +63,10 @@ REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = ISR_CHANGE_NOTIFICATION + "/isr_change_"
+# a broker whose log dir went offline tells the controller here (KIP-112)
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = LOG_DIR_EVENT_NOTIFICATION + "/log_dir_event_"
+LOG_DIR_FAILURE_EVENT = 1
 CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = CONFIG_CHANGES + "/config_change_"
@@ -75,6 +79,7 @@ PERSISTENT_PATHS = (
     "/admin",
     DELETE_TOPICS,
     ISR_CHANGE_NOTIFICATION,
+    LOG_DIR_EVENT_NOTIFICATION,
     CONFIG_TOPICS,
     CONFIG_CHANGES,
     CONSUMERS,
@@ -382,6 +387,20 @@ def decode_controller_epoch(raw: bytes) -> int:
 
 
 # -- partition lists: /admin/preferred_replica_election, isr_change_<seq> ---------
+
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    """Kafka's log dir event notification: ``{"version":1,"broker":1,"event":1}``."""
+    return _dump({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+
+
+def decode_log_dir_event(path: str, raw: bytes) -> int:
+    """The broker a log dir event notification names."""
+    found = _load(path, raw)
+    try:
+        return int(_field(path, found, "broker"))
+    except (TypeError, ValueError):
+        raise LayoutError(f"znode {path} names no broker id") from None
 
 
 def encode_partition_list(partitions: Sequence[TopicPartition]) -> bytes:

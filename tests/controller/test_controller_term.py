@@ -35,6 +35,7 @@ class Recorder:
         epoch: int,
         updates: Sequence[PartitionUpdate],
         live: Sequence[BrokerRegistration],
+        on_storage_errors: object = None,
     ) -> None:
         with self.lock:
             self.leader_and_isr.append((broker.broker_id, epoch, list(updates)))

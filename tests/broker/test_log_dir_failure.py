@@ -1,0 +1,150 @@
+"""A broker whose log dir fills up (a real 2 MiB tmpfs) takes that dir offline and the
+controller moves its replicas' leaderships (where it led) and ISR places (where it
+followed) away within seconds;
+partitions on its other dir keep it in their ISRs; acks=all writes go on;
+nothing acknowledged is lost; after a restart with space freed it rejoins."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from annal.admin.client import AdminClient
+from annal.consumer.simple import SimpleConsumer
+from annal.deploy.runner import BrokerProcess, wait_until
+from annal.producer.producer import Producer
+from annal.zk.client import ZkClient
+from environment import require_command, unavailable
+
+from annal.errors import AnnalError
+
+pytestmark = pytest.mark.timeout(240)
+
+PARTITIONS = 4
+VALUE = b"x" * 2000
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs (a disk that fills up for real); needs root."""
+    if os.geteuid() != 0:
+        unavailable("mounting a small tmpfs needs root")
+    mount = require_command("mount", "util-linux provides it")
+    disk = tmp_path / "small"
+    disk.mkdir()
+    subprocess.run([mount, "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def isr_of(zk_connect: str, topic: str) -> dict[int, tuple[int, tuple[int, ...]]]:
+    """partition -> (leader, isr), from ZooKeeper."""
+    out = {}
+    with ZkClient(zk_connect) as zk:
+        for p in range(PARTITIONS):
+            found = zk.get_partition_state(topic, p)
+            assert found is not None
+            out[p] = (found[0].leader, tuple(sorted(found[0].isr)))
+    return out
+
+
+def test_a_full_log_dir_moves_leadership_and_isr_away_and_loses_nothing(
+    broker_factory: Callable[..., BrokerProcess],
+    zk_connect: str,
+    small_disk: Path,
+    tmp_path: Path,
+) -> None:
+    settings = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "30000",
+                "log.segment.bytes": "262144"}  # fmt: skip
+    one = broker_factory(1, settings)
+    broker_factory(2, settings)
+    big = tmp_path / "big"
+    three = broker_factory(3, {**settings, "log.dirs": f"{small_disk},{big}"})
+    with AdminClient(one.endpoint) as admin:
+        # broker 3 leads 0 and 3, follows 1 and 2; its dirs take them in turn, so
+        # the small one holds a partition it leads and one it follows
+        assignment = {0: [3, 1, 2], 1: [1, 2, 3], 2: [1, 2, 3], 3: [3, 1, 2]}
+        admin.create_topic("filling", assignment=assignment)
+
+        def placed() -> dict[str, set[int]]:
+            dirs = admin.describe_log_dirs([3], ["filling"])
+            return {d.path: {p.partition for p in d.partitions} for d in dirs}
+
+        wait_until(lambda: sum(map(len, placed().values())) == PARTITIONS, 30, "logs on 3")
+        where = placed()
+    on_small, on_big = where[str(small_disk)], where[str(big.resolve())]
+    assert {assignment[p][0] == 3 for p in on_small} == {True, False}, on_small
+    assert on_small and on_big and on_small | on_big == set(range(PARTITIONS))
+
+    acknowledged: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+    first_refusal: float | None = None
+    with Producer(one.endpoint, acks="all", request_timeout_ms=5000, retries=0,
+                  max_block_ms=10_000) as producer:  # fmt: skip
+        for _ in range(2000):
+            futures = [producer.send("filling", VALUE, partition=p) for p in range(PARTITIONS)]
+            for p, future in enumerate(futures):
+                try:
+                    acknowledged[p].append(future.result(30).offset)
+                except AnnalError:
+                    first_refusal = first_refusal or time.monotonic()
+            if first_refusal is not None:
+                break
+    assert first_refusal is not None, "the small disk never filled up"
+
+    def moved() -> bool:
+        states = isr_of(zk_connect, "filling")
+        return all(
+            (3 not in states[p][1] and states[p][0] != 3) if p in on_small else 3 in states[p][1]
+            for p in range(PARTITIONS)
+        )
+
+    wait_until(moved, 10, "broker 3 out of the ISRs of its partitions on the full dir")
+    moved_after = time.monotonic() - first_refusal
+    print(f"ISRs and leaders moved {moved_after:.1f} s after the first refused write")
+    assert moved_after < 5
+    assert "log dir" in three.log_path.read_text() and "is offline" in three.log_path.read_text()
+
+    # acks=all goes on everywhere, within seconds
+    with Producer(one.endpoint, acks="all", request_timeout_ms=5000) as producer:
+        for p in range(PARTITIONS):
+            sent = producer.send("filling", b"after", partition=p)
+            acknowledged[p].append(sent.result(30).offset)
+    resumed_after = time.monotonic() - first_refusal
+    print(f"acks=all writes to every partition acknowledged {resumed_after:.1f} s after it")
+    assert resumed_after < 10
+    with AdminClient(one.endpoint) as admin:
+        offline = {d.path: d for d in admin.describe_log_dirs([3])}
+    assert offline[str(small_disk)].error.name == "KAFKA_STORAGE_ERROR"
+
+    # nothing acknowledged is lost
+    with SimpleConsumer(one.endpoint) as consumer:
+        for p in range(PARTITIONS):
+            seen: set[int] = set()
+            offset = 0
+            while True:
+                result = consumer.fetch("filling", p, offset)
+                if not result.records:
+                    break
+                seen.update(r.offset for r in result.records)
+                offset = result.next_offset
+            assert set(acknowledged[p]) <= seen, p
+
+    # space returns (the tmpfs grows), broker 3 restarts: recovery, then it catches
+    # up and is back in every ISR
+    subprocess.run(["mount", "-o", "remount,size=16m", str(small_disk)], check=True)
+    three.kill()
+    three.start()
+    wait_until(
+        lambda: all(3 in isr for _, isr in isr_of(zk_connect, "filling").values()),
+        60,
+        "broker 3 back in every ISR",
+    )
+    with AdminClient(one.endpoint) as admin:
+        back = {d.path: d for d in admin.describe_log_dirs([3])}
+    assert back[str(small_disk)].error.name == "NONE"
