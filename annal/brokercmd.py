@@ -110,7 +110,7 @@ def run_start(args: argparse.Namespace) -> int:
     except BrokerStartupError as exc:
         print(f"annal broker start: broker {config.broker_id} cannot start: {exc}", file=sys.stderr)
         return 1
-    while not stop.wait(0.5):
+    while not stop.wait(0.5) and not broker.must_stop.is_set():
         pass
     broker.shutdown()
-    return 0
+    return 1 if broker.must_stop.is_set() else 0

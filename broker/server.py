@@ -127,6 +127,9 @@ class BrokerServer:
         self.metadata = MetadataCache()
         self._channel: ControllerChannel | None = None
         self._stopping = threading.Event()
+        # set when the broker can serve nothing more (every log dir offline): its
+        # process shuts it down cleanly and exits 1 (annal/brokercmd.py)
+        self.must_stop = threading.Event()
         self._shutdown_begun = False
         self._session_thread: threading.Thread | None = None
         self._session_events: queue.Queue[SessionEvent] = queue.Queue()
@@ -400,8 +403,9 @@ class BrokerServer:
         threading.Thread(target=notify, name="log-dir-event", daemon=True).start()
         logs = self.logs
         if logs is not None and len(logs.failures.offline_dirs()) == len(logs.log_dirs):
-            logger.error("every log dir of broker %d is offline: it serves no partition until "
-                         "it restarts", self.config.broker_id)  # fmt: skip
+            logger.error("every log dir of broker %d is offline: shutting down",
+                         self.config.broker_id)  # fmt: skip
+            self.must_stop.set()
 
     def _controller_state(self) -> tuple[bool, int, int]:
         controller = self.controller

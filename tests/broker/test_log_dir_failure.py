@@ -17,6 +17,7 @@ from annal.admin.client import AdminClient
 from annal.consumer.simple import SimpleConsumer
 from annal.deploy.runner import BrokerProcess, wait_until
 from annal.producer.producer import Producer
+from annal.storage import files
 from annal.zk.client import ZkClient
 from environment import require_command, unavailable
 
@@ -43,6 +44,16 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+def copy_of(dirs: list[Path], topic: str, partition: int) -> bytes:
+    """A replica's every ``.log`` of the partition, in offset order, from whichever
+    of ``dirs`` holds it."""
+    for d in dirs:
+        found = d / f"{topic}-{partition}"
+        if found.is_dir():
+            return b"".join(f.read_bytes() for f in sorted(found.glob("*.log")))
+    return b""
+
+
 def isr_of(zk_connect: str, topic: str) -> dict[int, tuple[int, tuple[int, ...]]]:
     """partition -> (leader, isr), from ZooKeeper."""
     out = {}
@@ -63,7 +74,7 @@ def test_a_full_log_dir_moves_leadership_and_isr_away_and_loses_nothing(
     settings = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "30000",
                 "log.segment.bytes": "262144"}  # fmt: skip
     one = broker_factory(1, settings)
-    broker_factory(2, settings)
+    two = broker_factory(2, settings)
     big = tmp_path / "big"
     three = broker_factory(3, {**settings, "log.dirs": f"{small_disk},{big}"})
     with AdminClient(one.endpoint) as admin:
@@ -148,3 +159,36 @@ def test_a_full_log_dir_moves_leadership_and_isr_away_and_loses_nothing(
     with AdminClient(one.endpoint) as admin:
         back = {d.path: d for d in admin.describe_log_dirs([3])}
     assert back[str(small_disk)].error.name == "NONE"
+
+    def identical() -> bool:
+        return all(
+            copy_of([one.log_dir], "filling", p)
+            == copy_of([two.log_dir], "filling", p)
+            == copy_of([small_disk, big], "filling", p)
+            for p in range(PARTITIONS)
+        )
+
+    wait_until(identical, 60, "the three copies of every partition byte-identical")
+
+
+def test_a_broker_whose_every_log_dir_fails_shuts_down_cleanly(
+    broker_factory: Callable[..., BrokerProcess], small_disk: Path
+) -> None:
+    broker = broker_factory(1, {"log.dirs": str(small_disk)})
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("only", 1, 1)
+    refused = False
+    with Producer(broker.endpoint, acks=1, retries=0, request_timeout_ms=5000) as producer:
+        for _ in range(2000):
+            try:
+                producer.send("only", VALUE, partition=0).result(30)
+            except AnnalError:
+                refused = True
+                break
+    assert refused, "the small disk never filled up"
+    assert broker.process is not None
+    assert broker.process.wait(60) == 1
+    log = broker.log_path.read_text()
+    assert "every log dir of broker 1 is offline: shutting down" in log
+    assert "broker 1 stopped cleanly" in log
+    assert not (small_disk / files.CLEAN_SHUTDOWN_FILE).exists()  # recovery runs next time
