@@ -44,7 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from annal.security.acl import AccessControlEntry, PatternType, ResourcePattern
 from annal.security.scram import ScramConfigError, ScramCredential, scram_credentials
@@ -68,6 +68,7 @@ from . import acls, layout, users, znode_acls
 from .layout import BrokerRegistration, PartitionState, TopicAssignment
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Answers about one znode that this module turns into return values or its own
 # errors; every other kazoo failure is a ZkError.
@@ -651,16 +652,32 @@ class ZkClient:
         """The partitions named by every pending ``isr_change_`` znode, which are
         deleted once read (the controller's side of ``notify_isr_change``)."""
         changed: set[TopicPartition] = set()
-        for child in sorted(self.children(layout.ISR_CHANGE_NOTIFICATION)):
-            path = f"{layout.ISR_CHANGE_NOTIFICATION}/{child}"
-            found = self.get(path)
-            if found is not None:
-                try:
-                    changed.update(layout.decode_partition_list(path, found[0]))
-                except layout.LayoutError as exc:
-                    logger.warning("ignoring an ISR change notification: %s", exc)
-            self.delete_recursive(path, fence)
+        for listed in self._take_notifications(
+            layout.ISR_CHANGE_NOTIFICATION, layout.decode_partition_list, "an ISR change", fence
+        ):
+            changed.update(listed)
         return sorted(changed)
+
+    def _take_notifications(
+        self,
+        root: str,
+        decode: Callable[[str, bytes], T],
+        what: str,
+        fence: ControllerEpoch | None,
+    ) -> list[T]:
+        """Every notification under ``root`` decoded (one that does not decode is
+        logged and skipped), each deleted once read."""
+        found: list[T] = []
+        for child in sorted(self.children(root)):
+            path = f"{root}/{child}"
+            data = self.get(path)
+            if data is not None:
+                try:
+                    found.append(decode(path, data[0]))
+                except layout.LayoutError as exc:
+                    logger.warning("ignoring %s notification: %s", what, exc)
+            self.delete_recursive(path, fence)
+        return found
 
     def notify_log_dir_event(self, broker_id: int) -> None:
         """A sequential ``log_dir_event_`` znode: a log dir of ``broker_id`` went
@@ -673,17 +690,10 @@ class ZkClient:
     def take_log_dir_events(self, fence: ControllerEpoch | None = None) -> list[int]:
         """The brokers named by every pending ``log_dir_event_`` znode, which are
         deleted once read (the controller's side of ``notify_log_dir_event``)."""
-        brokers: set[int] = set()
-        for child in sorted(self.children(layout.LOG_DIR_EVENT_NOTIFICATION)):
-            path = f"{layout.LOG_DIR_EVENT_NOTIFICATION}/{child}"
-            found = self.get(path)
-            if found is not None:
-                try:
-                    brokers.add(layout.decode_log_dir_event(path, found[0]))
-                except layout.LayoutError as exc:
-                    logger.warning("ignoring a log dir event notification: %s", exc)
-            self.delete_recursive(path, fence)
-        return sorted(brokers)
+        return sorted(set(self._take_notifications(
+            layout.LOG_DIR_EVENT_NOTIFICATION, layout.decode_log_dir_event, "a log dir event",
+            fence,
+        )))  # fmt: skip
 
     def notify_isr_change(self, partitions: Sequence[TopicPartition]) -> None:
         """A sequential ``isr_change_`` znode listing partitions whose ISR changed."""

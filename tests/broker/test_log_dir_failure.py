@@ -6,7 +6,6 @@ nothing acknowledged is lost; after a restart with space freed it rejoins."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +18,7 @@ from annal.deploy.runner import BrokerProcess, wait_until
 from annal.producer.producer import Producer
 from annal.storage import files
 from annal.zk.client import ZkClient
-from environment import require_command, unavailable
+from small_disk import small_disk as mounted
 
 from annal.errors import AnnalError
 
@@ -32,16 +31,8 @@ VALUE = b"x" * 2000
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs (a disk that fills up for real); needs root."""
-    if os.geteuid() != 0:
-        unavailable("mounting a small tmpfs needs root")
-    mount = require_command("mount", "util-linux provides it")
-    disk = tmp_path / "small"
-    disk.mkdir()
-    subprocess.run([mount, "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True)
-    try:
+    with mounted(tmp_path / "small", "2m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def copy_of(dirs: list[Path], topic: str, partition: int) -> bytes:

@@ -7,7 +7,6 @@ is real: a 1 MiB tmpfs."""
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,8 +17,8 @@ from annal.storage.config import LogConfig
 from annal.storage.errors import LogDirOfflineError
 from annal.storage.log import Log
 from annal.storage.manager import LogManager, LogManagerConfig
-from environment import require_command, unavailable
 from logutil import batch, read_all
+from small_disk import small_disk as mounted
 
 from annal import errors
 
@@ -32,16 +31,8 @@ CONFIG = LogConfig(segment_bytes=256 * 1024)
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs (a disk that fills up for real); needs root."""
-    if os.geteuid() != 0:
-        unavailable("mounting a small tmpfs needs root")
-    mount = require_command("mount", "util-linux provides it")
-    disk = tmp_path / "small"
-    disk.mkdir()
-    subprocess.run([mount, "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
-    try:
+    with mounted(tmp_path / "small", "1m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def fill(log: Log, value_size: int) -> list[int]:
