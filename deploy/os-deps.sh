@@ -9,6 +9,8 @@
 #   netavark, aardvark-dns,   podman's container networks: netavark sets them
 #   iptables                  up with iptables rules, aardvark-dns lets their
 #                             members find each other by name
+#   fiu-utils                 libfiu's fiu-run/fiu-ctrl: the failing-disk tests
+#                             inject I/O errors into a broker's writes
 # and the podman settings those tests need, in a containers.conf drop-in.
 # Idempotent: a second run changes nothing.
 set -eu
@@ -23,6 +25,7 @@ fi
 for tool in docker-compose podman debootstrap runc kcat iptables; do
     command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || needed="$needed $tool"
 done
+command -v fiu-run >/dev/null 2>&1 || needed="$needed fiu-utils"
 # Spark's driver (the pipeline tests, the demo) and ZooKeeper run on Java.
 command -v java >/dev/null 2>&1 || needed="$needed default-jre-headless"
 # podman's network helpers live outside PATH; without them (or without

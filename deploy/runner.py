@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import grpc
@@ -75,9 +75,12 @@ class BrokerProcess:
         metrics_port: int | None = None,
         kafka_port: int = 0,
         extra_listeners: str = "",
+        wrapper: Sequence[str] = (),
     ) -> None:
         """``metrics_port``: None serves no metrics, 0 a free port (chosen here);
-        ``extra_listeners``: more of ``listeners`` (``SASL_SSL://127.0.0.1:PORT``)."""
+        ``extra_listeners``: more of ``listeners`` (``SASL_SSL://127.0.0.1:PORT``);
+        ``wrapper``: a command the broker runs under (``fiu-run -x`` for injected
+        I/O errors), which must exec it."""
         self.broker_id = broker_id
         self.zookeeper_connect = zookeeper_connect
         self.directory = Path(directory) / f"broker-{broker_id}"
@@ -86,6 +89,7 @@ class BrokerProcess:
         self.settings = dict(settings or {})
         self.metrics_port = None if metrics_port is None else (metrics_port or free_port())
         self.extra_listeners = extra_listeners
+        self.wrapper = list(wrapper)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -132,7 +136,7 @@ class BrokerProcess:
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                self.command(),
+                [*self.wrapper, *self.command()],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -322,7 +322,7 @@ class LogSegment:
             )
         position = self.size
         try:
-            written = os.writev(self._fd, parts) if len(parts) > 1 else os.write(self._fd, parts[0])
+            written = os.writev(self._fd, parts)  # one call, however many parts
         except OSError:
             self._cut_back(position)
             raise

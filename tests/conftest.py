@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -65,17 +65,20 @@ def _start_broker(
     settings: Mapping[str, str] | None = None,
     extra_listeners: str = "",
     prepare: Callable[[ZkClient], None] | None = None,
+    wrapper: Sequence[str] = (),
 ) -> BrokerProcess:
     """Start a real broker process and wait until it is registered, a controller
     elected, and its metadata lists it.  ``prepare`` writes to ZooKeeper first
-    (e.g. the ACLs the brokers need to talk to each other under an authorizer)."""
+    (e.g. the ACLs the brokers need to talk to each other under an authorizer);
+    ``wrapper`` is a command the broker runs under (``fiu-run -x``)."""
     if prepare is not None:
         with ZkClient(zk_connect) as zk:
             zk.ensure_persistent_paths()
             prepare(zk)
     process = BrokerProcess(
-        broker_id, zk_connect, directory, settings=settings, extra_listeners=extra_listeners
-    )
+        broker_id, zk_connect, directory, settings=settings, extra_listeners=extra_listeners,
+        wrapper=wrapper,
+    )  # fmt: skip
     started.append(process)
     process.start()
     with ZkClient(zk_connect) as zk:
@@ -105,7 +108,10 @@ def broker_factory(
     started: list[BrokerProcess] = []
 
     def start(
-        broker_id: int = 1, settings: Mapping[str, str] | None = None, extra_listeners: str = ""
+        broker_id: int = 1,
+        settings: Mapping[str, str] | None = None,
+        extra_listeners: str = "",
+        wrapper: Sequence[str] = (),
     ) -> BrokerProcess:
         return _start_broker(
             zk_connect,
@@ -114,6 +120,7 @@ def broker_factory(
             broker_id,
             settings,
             extra_listeners,
+            wrapper=wrapper,
         )
 
     yield start
