@@ -6,8 +6,11 @@ nothing acknowledged is lost; after a restart with space freed it rejoins."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import pytest
 from annal.admin.client import AdminClient
 from annal.consumer.simple import SimpleConsumer
 from annal.deploy.runner import BrokerProcess, wait_until
+from annal.deploy.zookeeper import free_port
 from annal.producer.producer import Producer
 from annal.storage import files
 from annal.zk.client import ZkClient
@@ -67,7 +71,10 @@ def test_a_full_log_dir_moves_leadership_and_isr_away_and_loses_nothing(
     one = broker_factory(1, settings)
     two = broker_factory(2, settings)
     big = tmp_path / "big"
-    three = broker_factory(3, {**settings, "log.dirs": f"{small_disk},{big}"})
+    metrics_port = free_port()
+    three = broker_factory(
+        3, {**settings, "log.dirs": f"{small_disk},{big}", "metrics.port": str(metrics_port)}
+    )
     with AdminClient(one.endpoint) as admin:
         # broker 3 leads 0 and 3, follows 1 and 2; its dirs take them in turn, so
         # the small one holds a partition it leads and one it follows
@@ -85,12 +92,27 @@ def test_a_full_log_dir_moves_leadership_and_isr_away_and_loses_nothing(
     assert on_small and on_big and on_small | on_big == set(range(PARTITIONS))
 
     acknowledged: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+    # the partitions on the healthy dir are written all along, by a producer of
+    # their own, and each acknowledgement's time kept
+    acked_at: dict[int, list[float]] = {p: [] for p in on_big}
+    stop = threading.Event()
+
+    def keep_writing() -> None:
+        with Producer(one.endpoint, acks="all", request_timeout_ms=5000) as healthy:
+            while not stop.is_set():
+                for p in sorted(on_big):
+                    acknowledged[p].append(healthy.send("filling", b"h", partition=p)
+                                           .result(30).offset)  # fmt: skip
+                    acked_at[p].append(time.monotonic())
+
+    writer = threading.Thread(target=keep_writing, daemon=True)
+    writer.start()
     first_refusal: float | None = None
     with Producer(one.endpoint, acks="all", request_timeout_ms=5000, retries=0,
                   max_block_ms=10_000) as producer:  # fmt: skip
         for _ in range(2000):
-            futures = [producer.send("filling", VALUE, partition=p) for p in range(PARTITIONS)]
-            for p, future in enumerate(futures):
+            futures = [(p, producer.send("filling", VALUE, partition=p)) for p in sorted(on_small)]
+            for p, future in futures:
                 try:
                     acknowledged[p].append(future.result(30).offset)
                 except AnnalError:
@@ -123,6 +145,18 @@ def test_a_full_log_dir_moves_leadership_and_isr_away_and_loses_nothing(
     with AdminClient(one.endpoint) as admin:
         offline = {d.path: d for d in admin.describe_log_dirs([3])}
     assert offline[str(small_disk)].error.name == "KAFKA_STORAGE_ERROR"
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
+        assert "annal_log_logmanager_offlinelogdirectorycount 1.0" in page.read().decode()
+    counts = {p: len(t) for p, t in acked_at.items()}
+    wait_until(lambda: all(len(acked_at[p]) > counts[p] + 20 for p in acked_at), 30,
+               "the healthy dir's partitions still written")  # fmt: skip
+    stop.set()
+    writer.join(60)
+    for p, times in acked_at.items():
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        print(f"partition {p} (healthy dir): longest wait between acknowledgements "
+              f"{max(gaps):.2f} s")  # fmt: skip
+        assert max(gaps) < 2.0, p
 
     # nothing acknowledged is lost
     with SimpleConsumer(one.endpoint) as consumer:
