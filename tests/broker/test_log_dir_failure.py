@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import confluent_kafka as ck
 import pytest
 from annal.admin.client import AdminClient
 from annal.consumer.simple import SimpleConsumer
@@ -217,3 +218,37 @@ def test_a_broker_whose_every_log_dir_fails_shuts_down_cleanly(
     assert "every log dir of broker 1 is offline: shutting down" in log
     assert "broker 1 stopped cleanly" in log
     assert not (small_disk / files.CLEAN_SHUTDOWN_FILE).exists()  # recovery runs next time
+
+
+def test_kafka_clients_are_answered_kafka_storage_error_for_an_offline_dir(
+    broker_factory: Callable[..., BrokerProcess], small_disk: Path, tmp_path: Path
+) -> None:
+    """On Kafka's protocol too: with no other replica to move to, the partition on
+    the full dir answers KAFKA_STORAGE_ERROR (56), the one on the other dir is
+    written on."""
+    big = tmp_path / "big"
+    broker = broker_factory(1, {"log.dirs": f"{small_disk},{big}"})
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("kafka-side", 2, 1)
+        wait_until(lambda: sum(len(d.partitions) for d in admin.describe_log_dirs([1])) >= 2,
+                   30, "both logs")  # fmt: skip
+        where = {d.path: {p.partition for p in d.partitions if p.topic == "kafka-side"}
+                 for d in admin.describe_log_dirs([1])}  # fmt: skip
+    (full,) = where[str(small_disk)]
+    (fine,) = where[str(big.resolve())]
+    producer = ck.Producer({"bootstrap.servers": broker.kafka_endpoint, "acks": "1",
+                            "retries": 0, "enable.idempotence": False,
+                            "message.timeout.ms": 10000})  # fmt: skip
+    failures: list[ck.KafkaError] = []
+    for _ in range(2000):
+        producer.produce("kafka-side", VALUE, partition=full,
+                         on_delivery=lambda e, _m: e and failures.append(e))  # fmt: skip
+        producer.flush(10)
+        if failures:
+            break
+    assert failures and failures[0].code() == ck.KafkaError.KAFKA_STORAGE_ERROR, failures
+    delivered: list[object] = []
+    producer.produce("kafka-side", b"fine", partition=fine,
+                     on_delivery=lambda e, _m: delivered.append(e))  # fmt: skip
+    producer.flush(10)
+    assert delivered == [None]
