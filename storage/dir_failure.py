@@ -48,7 +48,7 @@ class LogDirFailureChannel:
         with self._lock:
             first = log_dir not in self._offline
             if first:
-                self._offline[log_dir] = reason
+                self._offline = {**self._offline, log_dir: reason}
             listeners = list(self._listeners) if first else []
             reason = self._offline[log_dir]
         if first:
@@ -63,9 +63,9 @@ class LogDirFailureChannel:
         return LogDirOfflineError(log_dir, reason)
 
     def reason(self, log_dir: Path) -> str | None:
-        """Why ``log_dir`` is offline; None while it is online."""
-        with self._lock:
-            return self._offline.get(log_dir)
+        """Why ``log_dir`` is offline; None while it is online.  Asked on every read
+        and write, so without the lock: the map is replaced whole, never changed."""
+        return self._offline.get(log_dir)
 
     def offline_dirs(self) -> dict[Path, str]:
         with self._lock:

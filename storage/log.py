@@ -155,6 +155,7 @@ class Log:
     ) -> None:
         self.directory = directory
         self._failure = failure  # where an I/O error takes the log's dir offline
+        self._log_dir = directory.parent
         self._offline_reason: str | None = None  # this log's own failure, without a channel
         parsed = files.parse_partition_dir_name(directory.name)
         if parsed is None:
@@ -1056,19 +1057,19 @@ class Log:
     def _check_online(self) -> None:
         reason = self._offline_reason
         if reason is None and self._failure is not None:
-            reason = self._failure.reason(self.directory.parent)
+            reason = self._failure.reason(self._log_dir)
         if reason is not None:
-            raise LogDirOfflineError(self.directory.parent, reason)
+            raise LogDirOfflineError(self._log_dir, reason)
 
     def _io_failed(self, what: str, exc: OSError) -> LogDirOfflineError:
         """``what`` failed with ``exc``: the dir (this log, without a channel) goes
         offline; the error to raise."""
         doing = f"{what} {self.name}"
         if self._failure is not None:
-            return self._failure.fail(self.directory.parent, doing, exc)
+            return self._failure.fail(self._log_dir, doing, exc)
         if self._offline_reason is None:
             self._offline_reason = f"{doing} failed: {exc.strerror or exc}"
-        return LogDirOfflineError(self.directory.parent, self._offline_reason)
+        return LogDirOfflineError(self._log_dir, self._offline_reason)
 
     @property
     def online(self) -> bool:
