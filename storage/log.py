@@ -663,7 +663,6 @@ class Log:
         offset_of_max_timestamp: int,
         records: int,
     ) -> None:
-        self._check_online()  # nothing is written to an offline dir
         segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp)
         segment.append(last_offset, max_timestamp, offset_of_max_timestamp, parts, size)
         self._log_end_offset = last_offset + 1

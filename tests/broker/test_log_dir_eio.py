@@ -19,6 +19,7 @@ from annal.deploy.runner import BrokerProcess, wait_until
 from annal.producer.producer import Producer
 from annal.zk.client import ZkClient
 from environment import require_command
+from replicas import copy_of, stored_offsets
 
 from annal.errors import AnnalError
 
@@ -33,11 +34,6 @@ def state_of(zk_connect: str, partition: int) -> tuple[int, tuple[int, ...]]:
         found = zk.get_partition_state("eio", partition)
     assert found is not None
     return found[0].leader, tuple(sorted(found[0].isr))
-
-
-def copy_of(broker: BrokerProcess, partition: int) -> bytes:
-    found = broker.log_dir / f"eio-{partition}"
-    return b"".join(f.read_bytes() for f in sorted(found.glob("*.log"))) if found.is_dir() else b""
 
 
 def test_injected_eio_moves_leadership_and_loses_nothing(
@@ -99,18 +95,15 @@ def test_injected_eio_moves_leadership_and_loses_nothing(
     three.start()
     wait_until(lambda: all(3 in state_of(zk_connect, p)[1] for p in (0, 1)), 60, "3 back in")
     wait_until(
-        lambda: all(copy_of(one, p) == copy_of(two, p) == copy_of(three, p) for p in (0, 1)),
+        lambda: all(
+            copy_of([one.log_dir], "eio", p)
+            == copy_of([two.log_dir], "eio", p)
+            == copy_of([three.log_dir], "eio", p)
+            for p in (0, 1)
+        ),
         60,
         "byte-identical copies",
     )
     with SimpleConsumer(one.endpoint) as consumer:
         for p in (0, 1):
-            seen: set[int] = set()
-            offset = 0
-            while True:
-                result = consumer.fetch("eio", p, offset)
-                if not result.records:
-                    break
-                seen.update(r.offset for r in result.records)
-                offset = result.next_offset
-            assert {o for o, _ in acknowledged[p]} <= seen, p
+            assert {o for o, _ in acknowledged[p]} <= stored_offsets(consumer, "eio", p), p

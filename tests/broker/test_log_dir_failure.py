@@ -23,6 +23,7 @@ from annal.deploy.zookeeper import free_port
 from annal.producer.producer import Producer
 from annal.storage import files
 from annal.zk.client import ZkClient
+from replicas import copy_of, stored_offsets
 from small_disk import small_disk as mounted
 
 from annal.errors import AnnalError
@@ -38,16 +39,6 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs (a disk that fills up for real); needs root."""
     with mounted(tmp_path / "small", "2m") as disk:
         yield disk
-
-
-def copy_of(dirs: list[Path], topic: str, partition: int) -> bytes:
-    """A replica's every ``.log`` of the partition, in offset order, from whichever
-    of ``dirs`` holds it."""
-    for d in dirs:
-        found = d / f"{topic}-{partition}"
-        if found.is_dir():
-            return b"".join(f.read_bytes() for f in sorted(found.glob("*.log")))
-    return b""
 
 
 def isr_of(zk_connect: str, topic: str) -> dict[int, tuple[int, tuple[int, ...]]]:
@@ -162,15 +153,7 @@ def test_a_full_log_dir_moves_leadership_and_isr_away_and_loses_nothing(
     # nothing acknowledged is lost
     with SimpleConsumer(one.endpoint) as consumer:
         for p in range(PARTITIONS):
-            seen: set[int] = set()
-            offset = 0
-            while True:
-                result = consumer.fetch("filling", p, offset)
-                if not result.records:
-                    break
-                seen.update(r.offset for r in result.records)
-                offset = result.next_offset
-            assert set(acknowledged[p]) <= seen, p
+            assert set(acknowledged[p]) <= stored_offsets(consumer, "filling", p), p
 
     # space returns (the tmpfs grows), broker 3 restarts: recovery, then it catches
     # up and is back in every ISR
