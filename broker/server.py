@@ -40,7 +40,7 @@ from annal.broker.admin_manager import AdminManager
 from annal.broker.authorization import RequestAuthorizer
 from annal.broker.config import BrokerConfig
 from annal.broker.config_changes import ConfigChangeListener
-from annal.broker.control import ControllerChannel, ControlService, StaleBrokerEpoch
+from annal.broker.control import ControlService, StaleBrokerEpoch
 from annal.broker.coordinator import OFFSETS_TOPIC, OffsetsCoordinator
 from annal.broker.data_api import DataApi
 from annal.broker.delayed import Purgatories
@@ -60,7 +60,9 @@ from annal.broker.security_admin import SecurityAdmin
 from annal.broker.security_store import SecurityStore
 from annal.broker.service import AnnalService
 from annal.client.security import SecurityConfigError
-from annal.controller.controller import Controller, RebalanceSettings
+from annal.controller.channel import ControllerChannel
+from annal.controller.controller import Controller
+from annal.controller.events import RebalanceSettings
 from annal.kafkaproto.admin import AdminApis
 from annal.kafkaproto.apis import KafkaApis
 from annal.kafkaproto.authentication import listener_security, register_sasl_apis

@@ -1,4 +1,4 @@
-"""Leader election and partition states, as pure functions and closed enums.
+"""Leader election and the partition and replica states, as pure functions and closed enums.
 
 A partition moves through Kafka's states::
 
@@ -6,10 +6,27 @@ A partition moves through Kafka's states::
                          ↑ └──────┘
     any state  → NonExistent (topic deletion)
 
-``transition`` refuses anything else with an error naming the partition and
-both states.  ``elect_leader`` is a pure function of the assignment, the ISR
-and the live brokers: the first live replica of the assignment that is in the
-ISR; with unclean election allowed, the first live replica at all.
+and each replica (one partition on one broker) through Kafka's replica states::
+
+    NonExistent → New → Online ⇄ Offline → DeletionStarted → NonExistent
+
+``transition`` and ``replica_transition`` refuse anything else with an error
+naming the partition (and broker) and both states.
+
+Leader choice is one pure strategy per reason, as Kafka's
+PartitionLeaderElectionAlgorithms:
+
+* ``OFFLINE`` (the leader's broker died or its log dir failed; a new
+  partition): the first live replica of the assignment that is in the ISR;
+  with unclean election allowed, the first live replica at all.
+* ``REASSIGNMENT``: the first replica of the *target* list that is live and
+  in the ISR.
+* ``PREFERRED``: the first replica of the assignment, if live and in the ISR.
+* ``CONTROLLED_SHUTDOWN``: the first replica of the assignment that is live,
+  in the ISR and not shutting down; the brokers shutting down leave the ISR.
+
+"Live" never includes a broker that is shutting down or a replica on an
+offline log dir: the callers leave those out.
 """
 
 from __future__ import annotations
@@ -76,6 +93,73 @@ def elect_leader(
         if live_replicas:
             return Election(live_replicas[0], (live_replicas[0],), unclean=True)
     return Election(-1, tuple(isr))
+
+
+class Reason(enum.Enum):
+    """Why a leader is being chosen: which strategy chooses it."""
+
+    OFFLINE = "offline"
+    REASSIGNMENT = "reassignment"
+    PREFERRED = "preferred"
+    CONTROLLED_SHUTDOWN = "controlled shutdown"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """What every strategy decides from: one partition as the controller sees it."""
+
+    assignment: Sequence[int]
+    isr: Sequence[int]
+    live: Collection[int]  # brokers that may lead it (not shutting down, dir online)
+    shutting_down: Collection[int] = ()
+    target: Sequence[int] = ()  # a reassignment's target replicas
+    unclean_allowed: bool = False
+
+
+def elect(reason: Reason, c: Candidates) -> Election:
+    """The leader ``reason``'s strategy picks (-1: none) and the ISR to write."""
+    if reason is Reason.OFFLINE:
+        return elect_leader(c.assignment, c.isr, c.live, c.unclean_allowed)
+    if reason is Reason.REASSIGNMENT:
+        leader = next((r for r in c.target if r in c.live and r in c.isr), -1)
+        return Election(leader, tuple(c.isr))
+    if reason is Reason.PREFERRED:
+        preferred = c.assignment[0] if c.assignment else -1
+        ok = preferred in c.live and preferred in c.isr
+        return Election(preferred if ok else -1, tuple(c.isr))
+    isr = tuple(r for r in c.isr if r not in c.shutting_down)
+    leader = next((r for r in c.assignment if r in c.live and r in isr), -1)
+    return Election(leader, isr)
+
+
+class ReplicaState(enum.Enum):
+    NON_EXISTENT = "NonExistentReplica"
+    NEW = "NewReplica"
+    ONLINE = "OnlineReplica"
+    OFFLINE = "OfflineReplica"
+    DELETION_STARTED = "ReplicaDeletionStarted"
+
+
+REPLICA_PREVIOUS: dict[ReplicaState, frozenset[ReplicaState]] = {
+    ReplicaState.NON_EXISTENT: frozenset(ReplicaState),
+    ReplicaState.NEW: frozenset({ReplicaState.NON_EXISTENT}),
+    ReplicaState.ONLINE: frozenset({ReplicaState.NEW, ReplicaState.ONLINE, ReplicaState.OFFLINE}),
+    ReplicaState.OFFLINE: frozenset({ReplicaState.NEW, ReplicaState.ONLINE, ReplicaState.OFFLINE}),
+    ReplicaState.DELETION_STARTED: frozenset(
+        {ReplicaState.OFFLINE, ReplicaState.DELETION_STARTED}
+    ),
+}
+
+
+def replica_transition(
+    topic: str, partition: int, broker: int, current: ReplicaState, target: ReplicaState
+) -> ReplicaState:
+    if current not in REPLICA_PREVIOUS[target]:
+        raise IllegalStateTransition(
+            f"replica of {topic}-{partition} on broker {broker} cannot go from "
+            f"{current.value} to {target.value}"
+        )
+    return target
 
 
 def assign_replicas(

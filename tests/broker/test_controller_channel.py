@@ -11,8 +11,8 @@ from concurrent import futures
 
 import grpc
 import pytest
-from annal.broker.control import ControllerChannel
-from annal.controller.controller import MetadataUpdate
+from annal.controller.channel import ControllerChannel
+from annal.controller.requests import MetadataUpdate
 from annal.deploy.runner import wait_until
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc

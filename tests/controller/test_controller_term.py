@@ -10,13 +10,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pytest
-from annal.controller.controller import Controller, MetadataUpdate, PartitionUpdate
+from annal.controller.controller import Controller
+from annal.controller.requests import MetadataUpdate, PartitionUpdate
 from annal.deploy.runner import wait_until
 from annal.deploy.zookeeper import ZooKeeperServer
 from annal.zk import layout
-from annal.zk.client import StaleVersionError, ZkClient
+from annal.zk.batched import BatchedZk, Versioned, Written
+from annal.zk.client import ControllerEpoch, StaleVersionError, ZkClient
 from annal.zk.layout import BrokerRegistration, PartitionState, TopicAssignment
 from zkproxy import ZkProxy
+
+from annal.topic_partition import TopicPartition
 
 SESSION_TIMEOUT_MS = 4000
 
@@ -165,7 +169,7 @@ def test_a_suspended_controller_waits_then_checks_its_office(
 
 @pytest.mark.timeout(60)
 def test_an_election_that_meets_a_moved_state_is_made_again_and_never_drops_the_partition(
-    zk_connect: str, direct: ZkClient
+    zk_connect: str, direct: ZkClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Taking office while a leader writes its ISR: the election's conditional
     write finds the state znode moved on.  The controller reads it again and
@@ -183,16 +187,22 @@ def test_an_election_that_meets_a_moved_state_is_made_again_and_never_drops_the_
                 updates.append(update)
 
     zk = ZkClient(zk_connect).start()
-    real_update = zk.update_partition_state
+    real_update = BatchedZk.update_partition_states
     refused: list[str] = []
+    moved = TopicPartition("moved", 0)
 
-    def update_once_stale(topic: str, partition: int, *args: object, **kwargs: object) -> int:
-        if topic == "moved" and not refused:
-            refused.append(topic)  # as if the leader had just written its ISR
-            raise StaleVersionError(f"/brokers/topics/{topic}/partitions/{partition}/state")
-        return real_update(topic, partition, *args, **kwargs)  # type: ignore[arg-type]
+    def update_once_stale(
+        self: BatchedZk, states: dict[TopicPartition, Versioned], fence: ControllerEpoch
+    ) -> dict[TopicPartition, Written]:
+        if moved in states and not refused:
+            refused.append(moved.topic)  # as if the leader had just written its ISR
+            rest = {k: v for k, v in states.items() if k != moved}
+            out = real_update(self, rest, fence) if rest else {}
+            out[moved] = StaleVersionError("/brokers/topics/moved/partitions/0/state changed")
+            return out
+        return real_update(self, states, fence)
 
-    zk.update_partition_state = update_once_stale  # type: ignore[method-assign]
+    monkeypatch.setattr(BatchedZk, "update_partition_states", update_once_stale)
     controller = start_controller(zk, Recording())
     try:
         wait_until(lambda: controller.active, 20, "in office")
