@@ -17,13 +17,16 @@ For each size, on a fresh local cluster (``annal cluster up --brokers 3``):
 * ``restart_until_isr_full_s``: that broker started again until every ISR is
   full;
 * ``controller_kill_until_led_s``: SIGKILL to the controller until every
-  partition has a live leader in the survivors' Metadata.
+  partition has a live leader in ZooKeeper, and
+  ``controller_kill_until_metadata_s`` until every survivor's Metadata says so;
+* ``rss_mib_by_broker``: each broker's resident memory after the idle interval.
 
-Targets (the work to reach them is under way): at 3,000 partitions, create
-<= 15 s, one record each <= 3 s, idle CPU <= 3 %, controlled shutdown of a
-broker leading 1,000 <= 3 s, restart <= 10 s, controller SIGKILL <= session
-timeout + 3 s.  Run it with nothing else on the machine.  The last line
-printed is one JSON object: the figures by size.
+Targets: at 3,000 partitions, create <= 15 s, one record each <= 3 s, idle
+CPU <= 3 %, controlled shutdown of a broker leading 1,000 <= 3 s with no
+partition leaderless, restart <= 10 s, controller SIGKILL <= session timeout
++ 3 s (Metadata + 4 s); at 10,000 partitions within twice those.  Run it with
+nothing else on the machine.  The last line printed is one JSON object: the
+figures by size.
 """
 
 from __future__ import annotations
@@ -35,15 +38,22 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from annal.admin.client import AdminClient
+from annal.deploy.cluster import SETTINGS as CLUSTER_SETTINGS
 from annal.deploy.cluster import ClusterState, LocalCluster
 from annal.deploy.runner import wait_until
+from annal.zk.batched import BatchedZk
+from annal.zk.client import ZkClient
+
+from annal.topic_partition import TopicPartition
 
 RF = 2
+SESSION_TIMEOUT_S = int(CLUSTER_SETTINGS["zookeeper.session.timeout.ms"]) / 1000
 IDLE_S = 10.0
 
 
@@ -83,7 +93,7 @@ def measure(size: int, per_topic: int) -> dict[str, Any]:
 
     root = Path(tempfile.mkdtemp(prefix=f"annal-bench-scale-{size}-"))
     cluster = LocalCluster(root)
-    figures: dict[str, Any] = {"partitions": size}
+    figures: dict[str, Any] = {"partitions": size, "session_timeout_s": SESSION_TIMEOUT_S}
     try:
         state: ClusterState = cluster.up(3)
         endpoints = {b.id: f"127.0.0.1:{b.port}" for b in state.brokers}
@@ -122,14 +132,20 @@ def measure(size: int, per_topic: int) -> dict[str, Any]:
         figures["idle_cpu_percent_max"] = round(max(idle.values()), 1)
         figures["idle_cpu_percent_by_broker"] = {str(b): round(v, 1) for b, v in idle.items()}
 
+        figures["rss_mib_by_broker"] = {str(b): rss_mib(pid) for b, pid in pids.items()}
+
         found = partitions_of(endpoints[1], topics)
         leads = {b: sum(1 for leader, _ in found if leader == b) for b in live}
         victim = max(leads, key=lambda b: leads[b])
         figures["leaders_moved"] = leads[victim]
         survivor = endpoints[min(live - {victim})]
+        sampler = LeaderlessSampler(survivor, topics, live)
+        sampler.start()
         started = time.monotonic()
         cluster.signal_broker(victim, signal.SIGTERM, timeout_s=300)
         figures["controlled_shutdown_s"] = round(time.monotonic() - started, 1)
+        sampler.stop()
+        figures["leaderless_seen_during_shutdown"] = sampler.worst
         figures["leaderless_after_shutdown"] = not all_led(
             survivor, topics, size, live - {victim}
         )
@@ -140,16 +156,21 @@ def measure(size: int, per_topic: int) -> dict[str, Any]:
         wait_until(lambda: all_full(survivor, topics, size, live), 600, "ISRs full again")
         figures["restart_until_isr_full_s"] = round(time.monotonic() - started, 1)
 
-        controller = _controller_id(cluster.load())
+        state = cluster.load()
+        controller = _controller_id(state)
         others = live - {controller}
         started = time.monotonic()
         cluster.signal_broker(controller, signal.SIGKILL)
+        with ZkClient(state.zookeeper_connect) as zk:
+            wait_until(lambda: led_in_zookeeper(zk, topics, counts, others), 600,
+                       "every partition led by a survivor in ZooKeeper")  # fmt: skip
+        figures["controller_kill_until_led_s"] = round(time.monotonic() - started, 1)
         wait_until(
             lambda: all(all_led(endpoints[b], topics, size, others) for b in others),
             600,
             "every partition led, in every survivor's Metadata",
         )
-        figures["controller_kill_until_led_s"] = round(time.monotonic() - started, 1)
+        figures["controller_kill_until_metadata_s"] = round(time.monotonic() - started, 1)
         print(f"{size}: {figures}", flush=True)
     finally:
         try:
@@ -160,9 +181,46 @@ def measure(size: int, per_topic: int) -> dict[str, Any]:
     return figures
 
 
-def _controller_id(state: ClusterState) -> int:
-    from annal.zk.client import ZkClient
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return -1.0
 
+
+def led_in_zookeeper(zk: ZkClient, topics: list[str], counts: list[int], live: set[int]) -> bool:
+    wanted = [TopicPartition(t, p) for t, n in zip(topics, counts, strict=True) for p in range(n)]
+    found = BatchedZk(zk).partition_states(wanted)
+    return len(found) == len(wanted) and all(s.leader in live for s, _ in found.values())
+
+
+class LeaderlessSampler:
+    """Polls one broker's Metadata in the background: the most partitions seen
+    at once with no live leader (leader -1, or a broker that is gone)."""
+
+    def __init__(self, endpoint: str, topics: list[str], live: set[int]) -> None:
+        self.endpoint, self.topics, self.live = endpoint, topics, live
+        self.worst = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                found = partitions_of(self.endpoint, self.topics)
+            except Exception:
+                continue
+            self.worst = max(self.worst, sum(1 for leader, _ in found if leader not in self.live))
+
+
+def _controller_id(state: ClusterState) -> int:
     with ZkClient(state.zookeeper_connect) as zk:
         found = zk.get_controller()
     assert found is not None

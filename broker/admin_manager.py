@@ -220,6 +220,7 @@ class AdminManager:
         repeated = checks.repeated(t.name for t in request.topics)
         response = pb.CreateTopicsResponse()
         created: list[TopicPartition] = []
+        brokers = [b.broker_id for b in self._zk.get_brokers()]  # read once for all topics
         for topic in request.topics:
             refusal = (
                 checks.repeated_refusal(topic.name)
@@ -229,7 +230,9 @@ class AdminManager:
             if refusal is not None:
                 error, message, partitions = code(refusal.error), refusal.message, 0
             else:
-                error, message, partitions = self._create_topic_now(topic, request.validate_only)
+                error, message, partitions = self._create_topic_now(
+                    topic, request.validate_only, brokers
+                )
             response.topics.add(name=topic.name, error=error, error_message=message)
             if error == pb.NONE and not request.validate_only:
                 created.append(TopicPartition(topic.name, partitions))
@@ -249,7 +252,7 @@ class AdminManager:
         await self.wait_for_cache(led, timeout_ms)
 
     def _create_topic_now(
-        self, topic: pb.CreatableTopic, validate_only: bool
+        self, topic: pb.CreatableTopic, validate_only: bool, brokers: list[int] | None = None
     ) -> tuple[pb.ErrorCode.ValueType, str, int]:
         """(error, message, partition count) for one topic of CreateTopics, checked in
         Kafka's order: the name, whether it exists, its configs, then its partitions
@@ -266,7 +269,7 @@ class AdminManager:
             topic.num_partitions,
             topic.replication_factor,
             {p: list(r.brokers) for p, r in topic.assignment.items()},
-            [b.broker_id for b in zk.get_brokers()],
+            [b.broker_id for b in zk.get_brokers()] if brokers is None else brokers,
             config.num_partitions,
             config.default_replication_factor,
         )

@@ -134,7 +134,8 @@ class BrokerServer:
         self.must_stop = threading.Event()
         self._shutdown_begun = False
         self._session_thread: threading.Thread | None = None
-        self._session_events: queue.Queue[SessionEvent] = queue.Queue()
+        # session changes for the session thread; None wakes it to stop
+        self._session_events: queue.Queue[SessionEvent | None] = queue.Queue()
         self.started = threading.Event()
         self.metrics = BrokerMetrics()
         self.metrics_port: int | None = None
@@ -519,8 +520,10 @@ class BrokerServer:
         connected = True
         backoff_s = retry_at = 0.0
         while not self._stopping.is_set():
+            # asleep until an event, or until a re-registration is due again
+            timeout = max(retry_at - time.monotonic(), 0.0) if lost and connected else None
             try:
-                event: SessionEvent | None = self._session_events.get(timeout=0.2)
+                event = self._session_events.get(timeout=timeout)
             except queue.Empty:
                 event = None
             if event is SessionEvent.LOST:
@@ -609,13 +612,18 @@ class BrokerServer:
         if self.config.controlled_shutdown_enable and self.network is not None:
             self._controlled_shutdown()
         self._stopping.set()
+        self._session_events.put(None)  # the session thread wakes and stops
+        step = _Steps()
         if self.controller is not None:
             self.controller.initiate_shutdown()
             self.controller.await_shutdown()
+        step.done("the controller")
         if self._channel is not None:
             self._channel.close()  # what the controller queued goes out while we serve
+        step.done("the controller's channel")
         if self.fetchers is not None:
             self.fetchers.shutdown()
+        step.done("the replica fetchers")
         if self._config_changes is not None:
             self._config_changes.stop()
         self.security.stop()
@@ -623,15 +631,20 @@ class BrokerServer:
             self.replicas.shutdown()
             self._isr_writer.initiate_shutdown()
             self._isr_writer.await_shutdown()
+        step.done("the replica manager")
         self._stop_kafka()
+        step.done("the Kafka listeners")
         if self.network is not None:
             self.network.stop(grace_s)
+        step.done("the gRPC server")
         self.metrics.stop()
         if self._session_thread is not None:
             self._session_thread.join(5)
         self.zk.stop()
+        step.done("the ZooKeeper session")
         if self.logs is not None:
             self.logs.shutdown()
+        step.done("the logs")
         logger.info("broker %d stopped cleanly", self.config.broker_id)
 
     def wait(self) -> None:
@@ -644,3 +657,16 @@ class BrokerServer:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+class _Steps:
+    """Logs each step of a clean stop that took a second or more."""
+
+    def __init__(self) -> None:
+        self._at = time.monotonic()
+
+    def done(self, what: str) -> None:
+        now = time.monotonic()
+        if now - self._at >= 1.0:
+            logger.info("stopping: %s took %.1f s", what, now - self._at)
+        self._at = now

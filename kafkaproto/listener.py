@@ -137,7 +137,9 @@ class KafkaListener:
             cancelled = True
         reading.clear()
         try:
-            if not cancelled and not sender.done():
+            if cancelled:  # the broker stopping (or the sender gave up): wait for no answer
+                sender.cancel()
+            elif not sender.done():
                 await answers.put(None)  # the sender makes room: it reads or drains
             await asyncio.wait([sender])
         except asyncio.CancelledError:  # the broker stopping: no answers are waited for
