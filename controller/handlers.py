@@ -193,10 +193,10 @@ class EventHandlers:
         replicas.handle_state_changes(held, ReplicaState.NON_EXISTENT)
         partitions.handle_state_changes(doomed, State.OFFLINE)
         partitions.forget(doomed)
+        trees = [path for t in topics for path in
+                 (layout.topic_path(t), layout.topic_config_path(t), layout.delete_topic_path(t))]
+        self.batched.delete_trees(trees, self.fence())  # fmt: skip
         for topic in topics:
-            self.zk.delete_recursive(layout.topic_path(topic), self.fence())
-            self.zk.delete_recursive(layout.topic_config_path(topic), self.fence())
-            self.zk.delete_recursive(layout.delete_topic_path(topic), self.fence())
             ctx.remove_topic(topic)
             self.batch.add_deleted_topic(topic)
             logger.info("deleted topic %s", topic)

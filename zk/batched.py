@@ -124,6 +124,29 @@ class BatchedZk:
         }
         return self._fenced_many(ops, fence, _zero)
 
+    def delete_trees(self, roots: Sequence[str], fence: ControllerEpoch) -> None:
+        """Delete each root and everything under it (a root that does not exist
+        is skipped): the tree is listed level by level, each level in one round,
+        then deleted deepest level first, each level in one round of fenced
+        multi-ops."""
+        kazoo = self.zk.kazoo
+        levels = [list(roots)]
+        try:
+            while levels[-1]:
+                asked = [(path, kazoo.get_children_async(path)) for path in levels[-1]]
+                below = []
+                for path, answer in asked:
+                    try:
+                        below += [f"{path}/{child}" for child in answer.get()]
+                    except NoNodeError:
+                        continue
+                levels.append(below)
+        except KazooException as exc:
+            raise ZkError(f"ZooKeeper batched listing failed: {type(exc).__name__} {exc}") from exc
+        for level in reversed(levels):
+            if level:  # a znode gone meanwhile is answered stale, and that is fine
+                self._fenced_many({path: partial(_delete, path) for path in level}, fence, _zero)
+
     def _fenced_many(
         self,
         ops: Mapping[K, Callable[[Any], object]],
@@ -171,6 +194,10 @@ def _set_data(path: str, data: bytes, version: int, txn: Any) -> None:
 
 def _create(path: str, data: bytes, txn: Any) -> None:
     txn.create(path, data)
+
+
+def _delete(path: str, txn: Any) -> None:
+    txn.delete(path)
 
 
 def _zero(_: object) -> int:
