@@ -520,7 +520,9 @@ class Controller:
             logger.warning("controller request failed: %s", exc)
 
 
-def _drain(reports: queue.Queue[tuple[int, list[TopicPartition]]]) -> list[tuple[int, list[TopicPartition]]]:  # noqa: E501
+def _drain(
+    reports: queue.Queue[tuple[int, list[TopicPartition]]],
+) -> list[tuple[int, list[TopicPartition]]]:
     out = []
     while True:
         try:

@@ -145,9 +145,7 @@ REPLICA_PREVIOUS: dict[ReplicaState, frozenset[ReplicaState]] = {
     ReplicaState.NEW: frozenset({ReplicaState.NON_EXISTENT}),
     ReplicaState.ONLINE: frozenset({ReplicaState.NEW, ReplicaState.ONLINE, ReplicaState.OFFLINE}),
     ReplicaState.OFFLINE: frozenset({ReplicaState.NEW, ReplicaState.ONLINE, ReplicaState.OFFLINE}),
-    ReplicaState.DELETION_STARTED: frozenset(
-        {ReplicaState.OFFLINE, ReplicaState.DELETION_STARTED}
-    ),
+    ReplicaState.DELETION_STARTED: frozenset({ReplicaState.OFFLINE, ReplicaState.DELETION_STARTED}),
 }
 
 

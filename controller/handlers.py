@@ -193,8 +193,15 @@ class EventHandlers:
         replicas.handle_state_changes(held, ReplicaState.NON_EXISTENT)
         partitions.handle_state_changes(doomed, State.OFFLINE)
         partitions.forget(doomed)
-        trees = [path for t in topics for path in
-                 (layout.topic_path(t), layout.topic_config_path(t), layout.delete_topic_path(t))]
+        trees = [
+            path
+            for t in topics
+            for path in (
+                layout.topic_path(t),
+                layout.topic_config_path(t),
+                layout.delete_topic_path(t),
+            )
+        ]
         self.batched.delete_trees(trees, self.fence())  # fmt: skip
         for topic in topics:
             ctx.remove_topic(topic)
@@ -313,4 +320,3 @@ class EventHandlers:
         partitions.handle_state_changes(led, State.OFFLINE)
         partitions.handle_state_changes(led, State.ONLINE, Reason.OFFLINE)
         replicas.remove_from_isr(fresh)
-

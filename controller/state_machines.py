@@ -59,7 +59,9 @@ class PartitionStore(Protocol):
     """The batched ZooKeeper reads and writes the state machines make
     (``zk.batched.BatchedZk``)."""
 
-    def partition_states(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Versioned]: ...  # noqa: E501
+    def partition_states(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, Versioned]: ...
 
     def update_partition_states(
         self, states: Mapping[TopicPartition, Versioned], fence: ControllerEpoch
@@ -74,7 +76,57 @@ class PartitionStore(Protocol):
 UncleanTopics = Callable[[Sequence[str]], set[str]]
 
 
-class PartitionStateMachine:
+# decides one partition from its current state and version: the state to
+# write, or None to leave it as it is
+Decide = Callable[[TopicPartition, PartitionState, int], PartitionState | None]
+
+
+class _StateMachine:
+    def __init__(
+        self,
+        ctx: ControllerContext,
+        store: PartitionStore,
+        batch: RequestBatch,
+        fence: Callable[[], ControllerEpoch],
+    ) -> None:
+        self.ctx = ctx
+        self.store = store
+        self.batch = batch
+        self.fence = fence
+
+    def _write_in_rounds(
+        self, partitions: Sequence[TopicPartition], decide: Decide
+    ) -> tuple[
+        dict[TopicPartition, Versioned], dict[TopicPartition, Versioned], list[TopicPartition]
+    ]:
+        """Read the partitions' states (one batched round), ``decide`` each, write
+        the decisions (one batched round); read and decide again those whose
+        state moved meanwhile, a few times.  The states written with their new
+        versions, the states last read, and the partitions still moving."""
+        written: dict[TopicPartition, Versioned] = {}
+        seen: dict[TopicPartition, Versioned] = {}
+        remaining = list(partitions)
+        for attempt in range(1, STALE_STATE_ATTEMPTS + 1):
+            if not remaining:
+                break
+            current = self.store.partition_states(remaining)
+            seen.update(current)
+            decided: dict[TopicPartition, Versioned] = {}
+            for tp in remaining:
+                if tp in current and (new := decide(tp, *current[tp])) is not None:
+                    decided[tp] = (new, current[tp][1])
+            outcomes = self.store.update_partition_states(decided, self.fence()) if decided else {}
+            remaining = []
+            for tp, outcome in outcomes.items():
+                if isinstance(outcome, StaleVersionError):
+                    logger.warning("%s (attempt %d of %d)", outcome, attempt, STALE_STATE_ATTEMPTS)
+                    remaining.append(tp)
+                else:
+                    written[tp] = (decided[tp][0], outcome)
+        return written, seen, remaining
+
+
+class PartitionStateMachine(_StateMachine):
     def __init__(
         self,
         ctx: ControllerContext,
@@ -83,10 +135,7 @@ class PartitionStateMachine:
         fence: Callable[[], ControllerEpoch],
         unclean_topics: UncleanTopics,
     ) -> None:
-        self.ctx = ctx
-        self.store = store
-        self.batch = batch
-        self.fence = fence
+        super().__init__(ctx, store, batch, fence)
         self.unclean_topics = unclean_topics
 
     def handle_state_changes(
@@ -117,7 +166,9 @@ class PartitionStateMachine:
 
     # -- New → Online ----------------------------------------------------------------
 
-    def _initialize(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, PartitionUpdate | str]:  # noqa: E501
+    def _initialize(
+        self, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, PartitionUpdate | str]:
         ctx = self.ctx
         states: dict[TopicPartition, PartitionState] = {}
         for tp in partitions:
@@ -142,60 +193,52 @@ class PartitionStateMachine:
 
     # -- Offline/Online → Online -------------------------------------------------------
 
-    def _elect(self, partitions: Sequence[TopicPartition], reason: Reason) -> dict[TopicPartition, PartitionUpdate | str]:  # noqa: E501
+    def _elect(
+        self, partitions: Sequence[TopicPartition], reason: Reason
+    ) -> dict[TopicPartition, PartitionUpdate | str]:
         results: dict[TopicPartition, PartitionUpdate | str] = {}
-        remaining = list(partitions)
-        seen: dict[TopicPartition, Versioned] = {}
-        for attempt in range(1, STALE_STATE_ATTEMPTS + 1):
-            if not remaining:
-                break
-            current = self.store.partition_states(remaining)
-            seen.update(current)
-            decided: dict[TopicPartition, Versioned] = {}
-            for tp in remaining:
-                found = current.get(tp)
-                if found is None:
-                    results[tp] = "it has no state in ZooKeeper"
-                    continue
-                outcome = self._decide(tp, *found, reason)
-                if isinstance(outcome, str):
-                    results[tp] = outcome
-                elif outcome[0] == found[0]:
-                    results[tp] = self._decided(tp, found[0], found[1], None)
-                else:
-                    decided[tp] = outcome
-            written = self.store.update_partition_states(decided, self.fence()) if decided else {}
-            remaining = []
-            for tp, version in written.items():
-                if isinstance(version, StaleVersionError):
-                    logger.warning("%s (attempt %d of %d)", version, attempt, STALE_STATE_ATTEMPTS)
-                    remaining.append(tp)
-                else:
-                    results[tp] = self._decided(tp, decided[tp][0], version, reason.value)
-        for tp in remaining:
+
+        def decide(
+            tp: TopicPartition, state: PartitionState, version: int
+        ) -> PartitionState | None:
+            outcome = self._decide(tp, state, reason)
+            if outcome == state:
+                results[tp] = self._decided(tp, state, version, None)
+            elif isinstance(outcome, str):
+                results[tp] = outcome
+            else:
+                return outcome
+            return None
+
+        written, seen, moving = self._write_in_rounds(partitions, decide)
+        for tp, (state, version) in written.items():
+            results[tp] = self._decided(tp, state, version, reason.value)
+        for tp in moving:
             results[tp] = "its state kept changing; will retry on the next event"
-        for tp, result in results.items():
-            if isinstance(result, str) and tp not in self.ctx.leadership and tp in seen:
+        for tp in partitions:
+            if tp not in seen:
+                results[tp] = "it has no state in ZooKeeper"
+            elif isinstance(results.get(tp), str) and tp not in self.ctx.leadership:
                 state, version = seen[tp]  # known to brokers as it stands
-                update = PartitionUpdate(*tp, state, self.ctx.replicas(tp), version)
-                self.ctx.leadership[tp] = update
+                replicas = self.ctx.replicas(tp)
+                self.ctx.leadership[tp] = PartitionUpdate(*tp, state, replicas, version)
         return results
 
     def _decide(
-        self, tp: TopicPartition, state: PartitionState, version: int, reason: Reason
-    ) -> tuple[PartitionState, int] | str:
-        """The state to write for ``tp`` (with the version it must be at), the
-        state as it is when nothing changes, or why it cannot move."""
+        self, tp: TopicPartition, state: PartitionState, reason: Reason
+    ) -> PartitionState | str:
+        """The state to write for ``tp``, ``state`` itself when nothing changes,
+        or why it cannot move."""
         ctx = self.ctx
         live = ctx.candidates(tp)
         if reason is Reason.OFFLINE and state.leader in live:
-            return state, version  # its leader lives: nothing to elect
+            return state  # its leader lives: nothing to elect
         if reason is Reason.CONTROLLED_SHUTDOWN and state.leader in live:
             # led elsewhere already: the brokers shutting down only leave the ISR
             isr = tuple(r for r in state.isr if r not in ctx.shutting_down) or state.isr
             if isr == state.isr:
-                return state, version
-            return PartitionState(state.leader, state.leader_epoch + 1, isr, ctx.epoch), version
+                return state
+            return PartitionState(state.leader, state.leader_epoch + 1, isr, ctx.epoch)
         candidates = Candidates(
             ctx.replicas(tp), state.isr, live, ctx.shutting_down,
             target=ctx.replicas(tp),
@@ -208,16 +251,15 @@ class PartitionStateMachine:
             if reason is not Reason.OFFLINE:
                 return f"no live in-sync replica can lead it ({reason.value})"
             if state.leader < 0:
-                return state, version  # leaderless already
+                return state  # leaderless already
         elif election.leader == state.leader and election.isr == state.isr:
-            return state, version
+            return state
         if election.unclean:
             logger.warning(
                 "unclean election of %s: %d was not in the ISR %s; records only the lost "
                 "replicas had are gone", tp, election.leader, list(state.isr),
             )  # fmt: skip
-        new = PartitionState(election.leader, state.leader_epoch + 1, election.isr, ctx.epoch)
-        return new, version
+        return PartitionState(election.leader, state.leader_epoch + 1, election.isr, ctx.epoch)
 
     def _decided(
         self, tp: TopicPartition, state: PartitionState, version: int, why: str | None
@@ -241,19 +283,7 @@ def _unclean(c: Candidates) -> Candidates:
     return Candidates(c.assignment, c.isr, c.live, c.shutting_down, c.target, unclean_allowed=True)
 
 
-class ReplicaStateMachine:
-    def __init__(
-        self,
-        ctx: ControllerContext,
-        store: PartitionStore,
-        batch: RequestBatch,
-        fence: Callable[[], ControllerEpoch],
-    ) -> None:
-        self.ctx = ctx
-        self.store = store
-        self.batch = batch
-        self.fence = fence
-
+class ReplicaStateMachine(_StateMachine):
     def handle_state_changes(
         self, replicas: Iterable[tuple[int, TopicPartition]], target: ReplicaState
     ) -> None:
@@ -285,37 +315,26 @@ class ReplicaStateMachine:
         leaving: dict[TopicPartition, set[int]] = {}
         for broker, tp in replicas:
             leaving.setdefault(tp, set()).add(broker)
-        remaining = sorted(leaving)
-        for attempt in range(1, STALE_STATE_ATTEMPTS + 1):
-            if not remaining:
-                return
-            current = self.store.partition_states(remaining)
-            decided: dict[TopicPartition, Versioned] = {}
-            for tp in remaining:
-                if tp not in current:
-                    continue
-                state, version = current[tp]
-                if state.leader < 0 or state.leader in leaving[tp]:
-                    continue
-                isr = tuple(r for r in state.isr if r not in leaving[tp])
-                if isr != state.isr:
-                    new = PartitionState(state.leader, state.leader_epoch + 1, isr, ctx.epoch)
-                    decided[tp] = (new, version)
-            written = self.store.update_partition_states(decided, self.fence()) if decided else {}
-            remaining = []
-            for tp, outcome in written.items():
-                if isinstance(outcome, StaleVersionError):
-                    logger.warning("%s (attempt %d of %d)", outcome, attempt, STALE_STATE_ATTEMPTS)
-                    remaining.append(tp)
-                    continue
-                state = decided[tp][0]
-                update = PartitionUpdate(tp.topic, tp.partition, state, ctx.replicas(tp), outcome)
-                ctx.leadership[tp] = update
-                recipients = [b for b in ctx.recipients(tp) if b not in leaving[tp]]
-                self.batch.add_leader_and_isr(recipients, update)
-                logger.info("partition %s: isr %s, leader %d, epoch %d (replicas %s offline)",
-                            tp, list(state.isr), state.leader, state.leader_epoch,
-                            sorted(leaving[tp]))  # fmt: skip
+
+        def decide(
+            tp: TopicPartition, state: PartitionState, version: int
+        ) -> PartitionState | None:
+            if state.leader < 0 or state.leader in leaving[tp]:
+                return None
+            isr = tuple(r for r in state.isr if r not in leaving[tp])
+            if isr == state.isr:
+                return None
+            return PartitionState(state.leader, state.leader_epoch + 1, isr, ctx.epoch)
+
+        written, _, remaining = self._write_in_rounds(sorted(leaving), decide)
+        for tp, (state, version) in written.items():
+            update = PartitionUpdate(tp.topic, tp.partition, state, ctx.replicas(tp), version)
+            ctx.leadership[tp] = update
+            recipients = [b for b in ctx.recipients(tp) if b not in leaving[tp]]
+            self.batch.add_leader_and_isr(recipients, update)
+            logger.info("partition %s: isr %s, leader %d, epoch %d (replicas %s offline)",
+                        tp, list(state.isr), state.leader, state.leader_epoch,
+                        sorted(leaving[tp]))  # fmt: skip
         for tp in remaining:
             logger.warning("partition %s: its state kept changing; the ISR shrinks on a "
                            "later event", tp)  # fmt: skip

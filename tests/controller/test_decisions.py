@@ -42,7 +42,9 @@ class Store:
     rounds: int = 0  # batched write rounds
     stale_once: set[TopicPartition] = field(default_factory=set)
 
-    def partition_states(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Versioned]:  # noqa: E501
+    def partition_states(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, Versioned]:
         return {tp: self.states[tp] for tp in partitions if tp in self.states}
 
     def update_partition_states(
@@ -110,7 +112,9 @@ def cluster(
 
 
 def machines(
-    ctx: ControllerContext, store: Store, unclean: set[str] = frozenset()  # type: ignore[assignment]
+    ctx: ControllerContext,
+    store: Store,
+    unclean: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> tuple[PartitionStateMachine, ReplicaStateMachine, RequestBatch]:
     batch = RequestBatch()
     return (
