@@ -57,6 +57,7 @@ from annal.security.acl import AclOperation, Resource, ResourceType
 from annal.security.session import Session
 from annal.storage.config import LogConfig
 from annal.v1 import annal_pb2 as pb
+from annal.zk.batched import BatchedZk
 from annal.zk.client import StaleVersionError, ZkClient
 from annal.zk.layout import TopicAssignment
 
@@ -187,7 +188,7 @@ class AdminManager:
 
     def _auto_create_now(self, name: str) -> pb.TopicMetadata:
         self._create_topic_now(
-            pb.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1), False
+            pb.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1)
         )
         found = self._zk.get_topic_assignment(name)
         if found is None:
@@ -217,10 +218,16 @@ class AdminManager:
     def _create_topics_now(
         self, request: pb.CreateTopicsRequest, refused: dict[str, Refusal]
     ) -> tuple[pb.CreateTopicsResponse, list[TopicPartition]]:
+        """Every topic is checked first (existing topics read in one batched round),
+        then all the accepted ones are written together (``BatchedZk.create_topics``),
+        so the controller takes them in one or two events, not one per topic."""
         repeated = checks.repeated(t.name for t in request.topics)
-        response = pb.CreateTopicsResponse()
-        created: list[TopicPartition] = []
+        batched = BatchedZk(self._zk)
         brokers = [b.broker_id for b in self._zk.get_brokers()]  # read once for all topics
+        named = [t.name for t in request.topics if checks.topic_name(t.name) is None]
+        existing = set(batched.topic_assignments(named))
+        answers: list[tuple[str, pb.ErrorCode.ValueType, str, int]] = []
+        plans: dict[str, tuple[TopicAssignment, dict[str, str]]] = {}
         for topic in request.topics:
             refusal = (
                 checks.repeated_refusal(topic.name)
@@ -228,14 +235,23 @@ class AdminManager:
                 else refused.get(topic.name)
             )
             if refusal is not None:
-                error, message, partitions = code(refusal.error), refusal.message, 0
-            else:
-                error, message, partitions = self._create_topic_now(
-                    topic, request.validate_only, brokers
-                )
-            response.topics.add(name=topic.name, error=error, error_message=message)
+                answers.append((topic.name, code(refusal.error), refusal.message, 0))
+                continue
+            planned = self._plan_topic(topic, brokers, topic.name in existing)
+            if isinstance(planned, Refusal):
+                answers.append((topic.name, code(planned.error), planned.message, 0))
+                continue
+            answers.append((topic.name, pb.NONE, "", len(planned)))
+            plans[topic.name] = (TopicAssignment(planned), dict(topic.configs))
+        made = {} if request.validate_only else batched.create_topics(plans)
+        response = pb.CreateTopicsResponse()
+        created: list[TopicPartition] = []
+        for name, error, message, partitions in answers:
+            if error == pb.NONE and made.get(name) is False:
+                error, message = pb.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+            response.topics.add(name=name, error=error, error_message=message)
             if error == pb.NONE and not request.validate_only:
-                created.append(TopicPartition(topic.name, partitions))
+                created.append(TopicPartition(name, partitions))
         return response, created
 
     async def _await_leaders(self, wanted: list[TopicPartition], timeout_ms: int) -> None:
@@ -251,35 +267,39 @@ class AdminManager:
 
         await self.wait_for_cache(led, timeout_ms)
 
-    def _create_topic_now(
-        self, topic: pb.CreatableTopic, validate_only: bool, brokers: list[int] | None = None
-    ) -> tuple[pb.ErrorCode.ValueType, str, int]:
-        """(error, message, partition count) for one topic of CreateTopics, checked in
-        Kafka's order: the name, whether it exists, its configs, then its partitions
-        and replicas."""
+    def _plan_topic(
+        self, topic: pb.CreatableTopic, brokers: list[int], exists: bool
+    ) -> dict[int, tuple[int, ...]] | Refusal:
+        """One topic of CreateTopics checked in Kafka's order (the name, whether it
+        exists, its configs, then its partitions and replicas): its assignment,
+        or why it is refused."""
         config = self._config
-        zk = self._zk
         refusal = checks.topic_name(topic.name)
-        if refusal is None and zk.get_topic_assignment(topic.name) is not None:
+        if refusal is None and exists:
             refusal = Refusal(errors.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists")
         refusal = refusal or checks.topic_configs(dict(topic.configs))
         if refusal is not None:
-            return code(refusal.error), refusal.message, 0
-        planned = checks.new_topic_assignment(
+            return refusal
+        return checks.new_topic_assignment(
             topic.num_partitions,
             topic.replication_factor,
             {p: list(r.brokers) for p, r in topic.assignment.items()},
-            [b.broker_id for b in zk.get_brokers()] if brokers is None else brokers,
+            brokers,
             config.num_partitions,
             config.default_replication_factor,
         )
+
+    def _create_topic_now(self, topic: pb.CreatableTopic) -> tuple[pb.ErrorCode.ValueType, str]:
+        """Create one topic (auto-creation, the offsets topic): (error, message)."""
+        zk = self._zk
+        named = checks.topic_name(topic.name) is None
+        exists = named and zk.get_topic_assignment(topic.name) is not None
+        planned = self._plan_topic(topic, [b.broker_id for b in zk.get_brokers()], exists)
         if isinstance(planned, Refusal):
-            return code(planned.error), planned.message, 0
-        if validate_only:
-            return pb.NONE, "", len(planned)
+            return code(planned.error), planned.message
         if not zk.create_topic(topic.name, TopicAssignment(planned), dict(topic.configs)):
-            return pb.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists", 0
-        return pb.NONE, "", len(planned)
+            return pb.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists"
+        return pb.NONE, ""
 
     def create_offsets_topic_now(self, live_brokers: int) -> None:
         """``__consumer_offsets`` on first use (FindCoordinator), Kafka's settings."""
@@ -290,7 +310,7 @@ class AdminManager:
             replication_factor=max(1, min(config.offsets_topic_replication_factor, live_brokers)),
             configs={"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
         )
-        error, message, _ = self._create_topic_now(topic, validate_only=False)
+        error, message = self._create_topic_now(topic)
         if error not in (pb.NONE, pb.TOPIC_ALREADY_EXISTS):
             logger.warning("cannot create %s: %s", OFFSETS_TOPIC, message)
 

@@ -96,6 +96,41 @@ class BatchedZk:
             for topic in names
         }
 
+    # -- topic creation (an admin's, not fenced) ------------------------------------
+
+    def create_topics(
+        self, topics: Mapping[str, tuple[TopicAssignment, Mapping[str, str]]]
+    ) -> dict[str, bool]:
+        """Create many topics in two rounds: every config override first, then
+        every assignment (the controller acts on those).  False for a topic whose
+        assignment existed already."""
+        kazoo = self.zk.kazoo
+        try:
+            configs = [
+                kazoo.create_async(layout.topic_config_path(t), layout.encode_topic_config(c),
+                                   makepath=True)
+                for t, (_, c) in topics.items() if c
+            ]  # fmt: skip
+            for answer in configs:
+                try:
+                    answer.get()
+                except NodeExistsError:
+                    pass  # left by an earlier attempt: the assignment decides
+            made = [
+                (t, kazoo.create_async(layout.topic_path(t), a.encode(), makepath=True))
+                for t, (a, _) in topics.items()
+            ]
+            created: dict[str, bool] = {}
+            for topic, answer in made:
+                try:
+                    answer.get()
+                    created[topic] = True
+                except NodeExistsError:
+                    created[topic] = False
+            return created
+        except KazooException as exc:
+            raise ZkError(f"ZooKeeper batched create failed: {type(exc).__name__} {exc}") from exc
+
     # -- fenced writes -----------------------------------------------------------
 
     def update_partition_states(

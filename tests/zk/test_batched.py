@@ -71,3 +71,20 @@ def test_a_deposed_controllers_batch_writes_nothing(zk_connect: str) -> None:
                 {tp: (PartitionState(-1, 1, (1,), term.epoch), 0) for tp in keys}, term
             )
         assert BatchedZk(zk).partition_states(keys)[keys[0]][0].leader == 1
+
+
+@pytest.mark.timeout(60)
+def test_many_topics_created_in_two_rounds(zk_connect: str) -> None:
+    with ZkClient(zk_connect) as zk:
+        zk.ensure_persistent_paths()
+        zk.create_topic("taken", TopicAssignment({0: (1,)}))
+        wanted = {f"made-{i}": (TopicAssignment({0: (1,), 1: (2,)}), {}) for i in range(200)}
+        wanted["configured"] = (TopicAssignment({0: (1,)}), {"cleanup.policy": "compact"})
+        wanted["taken"] = (TopicAssignment({0: (2,)}), {})
+        made = BatchedZk(zk).create_topics(wanted)
+        assert made.pop("taken") is False and set(made.values()) == {True}
+        assert zk.get_topic_config("configured") == {"cleanup.policy": "compact"}
+        found = zk.get_topic_assignment("made-199")
+        assert found is not None and dict(found[0].partitions) == {0: (1,), 1: (2,)}
+        taken = zk.get_topic_assignment("taken")
+        assert taken is not None and dict(taken[0].partitions) == {0: (1,)}  # left as it was
