@@ -230,6 +230,8 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "log.flush.interval.ms": (_int(0), None),
     "log.flush.scheduler.interval.ms": (_int(1), "1000"),
     "log.cleanup.policy": (_policy, "delete"),
+    # threads per log dir that load (and after a crash recover) the logs at start-up
+    "num.recovery.threads.per.data.dir": (_int(1), "1"),
     "log.cleaner.enable": (_bool, "true"),
     "log.cleaner.backoff.ms": (_int(1), "15000"),
     "log.cleaner.min.cleanable.ratio": (_ratio, "0.5"),
@@ -249,6 +251,10 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "num.replica.fetchers": (_int(1), "1"),
     "replica.fetch.backoff.ms": (_int(0), "1000"),
     "replica.fetch.response.max.bytes": (_int(1), "10485760"),
+    # Kafka's fetch sessions (KIP-227, broker/fetch_sessions.py): how many the broker
+    # keeps, and how long a session is safe from eviction by a newer one
+    "max.incremental.fetch.session.cache.slots": (_int(0), "1000"),
+    "min.incremental.fetch.session.eviction.ms": (_int(0), "120000"),
     # which listener followers fetch over: a PLAINTEXT Kafka listener's name (the
     # leaders' listener of that name, gRPC for a leader without one) or the gRPC
     # listener's; by default PLAINTEXT unless gRPC is served over TLS (then GRPCS)
@@ -504,6 +510,21 @@ class BrokerConfig:
     def connections_max_reauth_ms(self) -> int:
         """A SASL session's lifetime on the Kafka listeners (KIP-368); 0: none."""
         return int(self._value("connections.max.reauth.ms"))
+
+    @property
+    def max_incremental_fetch_session_cache_slots(self) -> int:
+        """How many fetch sessions (KIP-227) the broker keeps; 0: none."""
+        return int(self._value("max.incremental.fetch.session.cache.slots"))
+
+    @property
+    def min_incremental_fetch_session_eviction_ms(self) -> int:
+        """How long a fetch session is safe from eviction by a newer one."""
+        return int(self._value("min.incremental.fetch.session.eviction.ms"))
+
+    @property
+    def num_recovery_threads_per_data_dir(self) -> int:
+        """Threads per log dir that load the logs at start-up (storage/loading.py)."""
+        return int(self._value("num.recovery.threads.per.data.dir"))
 
     def _value(self, name: str) -> Any:
         parse, default = SETTINGS[name]

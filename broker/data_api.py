@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -36,7 +37,23 @@ from annal.broker.authorization import (
     INTERNAL,
     RequestAuthorizer,
 )
-from annal.broker.delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, Purgatories
+from annal.broker.delayed import (
+    DelayedDeleteRecords,
+    DelayedFetch,
+    DelayedProduce,
+    DelayedSessionFetch,
+    Purgatories,
+)
+from annal.broker.fetch_sessions import (
+    INVALID_SESSION_ID,
+    CachedPartition,
+    FetchKind,
+    FetchSession,
+    FetchSessionCache,
+    PartitionFetch,
+    Probe,
+    kind_of,
+)
 from annal.broker.metrics import BrokerMetrics
 from annal.broker.replica_manager import AppendResult, ReadResult, ReplicaManager
 from annal.security.acl import AclOperation
@@ -50,6 +67,9 @@ from annal.errors import ErrorCode
 
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024
+# How often an incremental fetch looks at every partition of its session (``_sweep``):
+# this, or a quarter of replica.lag.time.max.ms when that is shorter.
+SESSION_SWEEP_S = 10.0
 
 
 def code(error: ErrorCode) -> pb.ErrorCode.ValueType:
@@ -89,12 +109,19 @@ class DataApi:
         run_storage: Callable[[Callable[[], AppendResult]], Awaitable[AppendResult]],
         metrics: BrokerMetrics | None = None,
         authorizer: RequestAuthorizer = ALLOW_ALL,
+        fetch_sessions: FetchSessionCache | None = None,
     ) -> None:
         self._replicas = replicas
         self._metrics = metrics
         self._authorizer = authorizer
         self._purgatories = purgatories
         self._run_storage = run_storage
+        # Kafka's Fetch v7+ sessions (KIP-227); events on a partition mark it dirty
+        # in the sessions holding it and wake their waiting fetches
+        self.fetch_sessions = fetch_sessions or FetchSessionCache()
+        purgatories.add_listener(self._touched)
+        if metrics is not None:
+            metrics.add_fetch_sessions(self.fetch_sessions)
         # Partitions with an append on the storage thread: the end of each one's
         # chain.  Later appends to them queue behind it, in arrival order.
         self._off_loop: dict[TopicPartition, asyncio.Future[AppendResult]] = {}
@@ -307,6 +334,157 @@ class DataApi:
                 )
         return response
 
+    # -- fetch sessions (KIP-227) --------------------------------------------------
+
+    async def fetch_in_session(
+        self,
+        request: pb.FetchRequest,
+        session_id: int,
+        epoch: int,
+        forgotten: Iterable[TopicPartition],
+        context: Deadline,
+        session: Session = INTERNAL,
+    ) -> tuple[pb.FetchResponse, int]:
+        """A Fetch with a fetch session's fields (``broker/fetch_sessions.py``): its
+        answer and the session id to send with it.  A full fetch is ``fetch``'s,
+        opening a session when asked and a slot is free; an incremental fetch
+        (``request`` holds the partitions added or changed) is answered with the
+        session's partitions that have something new.  Raises FetchSessionError
+        for an incremental fetch of an unknown session or out of step."""
+        checks.check_replica_id(request.replica_id)
+        checks.check_fetch_limits(request.max_wait_ms, request.min_bytes, request.max_bytes)
+        sessions = self.fetch_sessions
+        kind = kind_of(epoch)
+        if kind is not FetchKind.INCREMENTAL:
+            if session_id != INVALID_SESSION_ID:
+                sessions.remove(session_id, session.user)  # a full fetch closes it
+            response = await self.fetch(request, context, session)
+            if kind is FetchKind.SESSIONLESS:
+                return response, INVALID_SESSION_ID
+            opened = sessions.create(request.replica_id, session.user, _cached(request, response))
+            return response, INVALID_SESSION_ID if opened is None else opened.id
+        changed = dict(_partition_fetches(request))
+        fetch = sessions.incremental(
+            session_id, epoch, request.replica_id, session.user, changed, forgotten
+        )
+        if fetch is None:  # it forgot every partition: closed
+            return pb.FetchResponse(), INVALID_SESSION_ID
+        return await self._fetch_incremental(fetch, changed, request, context, session), fetch.id
+
+    async def _fetch_incremental(
+        self,
+        fetch: FetchSession,
+        changed: Iterable[TopicPartition],
+        request: pb.FetchRequest,
+        context: Deadline,
+        session: Session,
+    ) -> pb.FetchResponse:
+        """Read the partitions the request names and those touched since (all of them
+        once per sweep), answer those with something new; with nothing to answer,
+        wait for the session's partitions to be touched, up to max_wait_ms."""
+        wanted = max(request.min_bytes, 1)
+        loop = asyncio.get_running_loop()
+        timeout_ms = wait_ms(request.max_wait_ms, context) if request.max_wait_ms > 0 else 0
+        deadline = loop.time() + timeout_ms / 1000
+        to_read = dict.fromkeys(changed)
+        now = time.monotonic()
+        if now - fetch.swept >= self._sweep_s:
+            fetch.swept = now
+            self._sweep(fetch, to_read)
+        before = -1  # bytes found by the previous read: a wake-up that finds no more answers
+        while True:
+            to_read.update(dict.fromkeys(fetch.take_dirty()))
+            response = self._read_session(fetch, to_read, request, session)
+            news, size, urgent = _news(fetch, response)
+            if size >= wanted or urgent or size <= before or loop.time() >= deadline:
+                return _answered(fetch, response, news)
+            before = size
+            to_read = dict.fromkeys(news)  # read again after the wait
+            operation = DelayedSessionFetch(
+                fetch, lambda tp, cached: self._probe(tp, cached, fetch.follower)
+            )
+            remaining_ms = max(int((deadline - loop.time()) * 1000), 0)
+            await self._purgatories.fetch.wait(operation, [fetch], remaining_ms)
+            to_read.update(dict.fromkeys(operation.news))
+
+    @property
+    def _sweep_s(self) -> float:
+        return min(SESSION_SWEEP_S, self._replicas.replica_lag_time_max_ms / 4000)
+
+    def _sweep(self, fetch: FetchSession, to_read: dict[TopicPartition, None]) -> None:
+        """Look at every partition of a session (what no event reports: retention
+        moving a log start), and have a follower count as fetching those it is
+        caught up on: Kafka's leader takes each fetch of a session as a fetch of
+        all its partitions, and a follower that no longer fetched them would
+        leave their ISRs after replica.lag.time.max.ms."""
+        follower = fetch.follower
+        for tp, cached in fetch.partitions.items():
+            if self._probe(tp, cached, follower) is not Probe.NOTHING:
+                to_read[tp] = None
+                continue
+            partition = self._replicas.partition(tp) if follower else None
+            if partition is not None and partition.record_follower_fetch(
+                fetch.replica_id, cached.fetch.fetch_offset, partition.log.log_end_offset
+            ):
+                self._purgatories.touch(tp)  # the high watermark moved
+
+    def _read_session(
+        self,
+        fetch: FetchSession,
+        tps: Iterable[TopicPartition],
+        request: pb.FetchRequest,
+        session: Session,
+    ) -> pb.FetchResponse:
+        """``_fetch_once`` of some of a session's partitions, at their cached positions."""
+        ask = pb.FetchRequest(
+            replica_id=fetch.replica_id, min_bytes=request.min_bytes, max_bytes=request.max_bytes
+        )
+        topics: dict[str, pb.TopicFetchData] = {}
+        for tp in tps:
+            cached = fetch.partitions.get(tp)
+            if cached is None:
+                continue
+            out = topics.get(tp.topic)
+            if out is None:
+                out = topics[tp.topic] = ask.topics.add(name=tp.topic)
+            wanted = cached.fetch
+            partition = out.partitions.add(
+                partition=tp.partition,
+                fetch_offset=wanted.fetch_offset,
+                partition_max_bytes=wanted.max_bytes,
+                log_start_offset=wanted.log_start_offset,
+            )
+            if wanted.leader_epoch >= 0:
+                partition.current_leader_epoch = wanted.leader_epoch
+        if fetch.follower and not self._authorizer.cluster_action(session):
+            return _fetch_refused(ask, _refused_replica(session, fetch.replica_id))
+        refused = self._authorizer.refused_topics(session, AclOperation.READ, list(topics))
+        return self._fetch_once(ask, refused)
+
+    def _probe(self, tp: TopicPartition, cached: CachedPartition, follower: bool) -> Probe:
+        """What a session's touched partition has to say, from attributes alone."""
+        partition = self._replicas.partition(tp)
+        if partition is None or not partition.is_leader or cached.high_watermark < 0:
+            return Probe.NOW  # an error to answer, or never answered
+        wanted = cached.fetch
+        if 0 <= wanted.leader_epoch != partition.leader_epoch:
+            return Probe.NOW
+        log = partition.log
+        if log.log_start_offset != cached.log_start_offset:
+            return Probe.NOW
+        end = log.log_end_offset
+        if wanted.fetch_offset > end:
+            return Probe.NOW  # out of range: the log was cut back
+        if (end if follower else log.high_watermark) > wanted.fetch_offset:
+            return Probe.DATA
+        return Probe.NOTHING if log.high_watermark == cached.high_watermark else Probe.METADATA
+
+    def _touched(self, tp: TopicPartition) -> None:
+        """An event on ``tp`` (``Purgatories.touch``, on the loop): the sessions
+        holding it mark it dirty, and a fetch waiting on one of them looks."""
+        for fetch in self.fetch_sessions.touched(tp):
+            self._purgatories.fetch.check_and_complete(fetch)
+
     # -- log dirs ------------------------------------------------------------------
 
     def describe_log_dirs(
@@ -473,6 +651,76 @@ class DataApi:
                 error_message=message,
             )
         return response
+
+
+def _partition_fetches(
+    request: pb.FetchRequest,
+) -> Iterable[tuple[TopicPartition, PartitionFetch]]:
+    for topic in request.topics:
+        for p in topic.partitions:
+            epoch = p.current_leader_epoch if p.HasField("current_leader_epoch") else -1
+            yield (
+                TopicPartition(topic.name, p.partition),
+                PartitionFetch(p.fetch_offset, p.partition_max_bytes, p.log_start_offset, epoch),
+            )
+
+
+def _cached(
+    request: pb.FetchRequest, response: pb.FetchResponse
+) -> dict[TopicPartition, CachedPartition]:
+    """A new session's partitions: as a full fetch asked for them and was answered."""
+    cached = {tp: CachedPartition(wanted) for tp, wanted in _partition_fetches(request)}
+    for t in response.topics:
+        for p in t.partitions:
+            found = cached.get(TopicPartition(t.name, p.partition))
+            if found is not None:
+                found.answered(p.error, p.high_watermark, p.log_start_offset)
+    return cached
+
+
+def _news(
+    fetch: FetchSession, response: pb.FetchResponse
+) -> tuple[list[TopicPartition], int, bool]:
+    """The partitions of ``response`` with something new for the session's fetcher,
+    their bytes of records, and whether one must be answered now (an error, a
+    moved log start)."""
+    news: list[TopicPartition] = []
+    size = 0
+    urgent = False
+    for t in response.topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.name, p.partition)
+            cached = fetch.partitions[tp]
+            records = len(p.records)
+            if cached.has_news(p.error, p.high_watermark, p.log_start_offset, records):
+                news.append(tp)
+                size += records
+                urgent |= p.error != pb.NONE or p.log_start_offset != cached.log_start_offset
+    return news, size, urgent
+
+
+def _answered(
+    fetch: FetchSession, response: pb.FetchResponse, news: Sequence[TopicPartition]
+) -> pb.FetchResponse:
+    """``response`` cut down to ``news``, which the session remembers as sent.  A
+    partition answered with records or an error stays dirty: the next fetch reads
+    it again, so records the fetcher did not move past are sent again, and an
+    error is answered until it is gone or the fetcher forgets the partition (as
+    Kafka, which reads every partition of a session on every fetch, does)."""
+    sent = set(news)
+    for t in response.topics:
+        for i in reversed(range(len(t.partitions))):
+            if TopicPartition(t.name, t.partitions[i].partition) not in sent:
+                del t.partitions[i]
+        for p in t.partitions:
+            tp = TopicPartition(t.name, p.partition)
+            fetch.partitions[tp].answered(p.error, p.high_watermark, p.log_start_offset)
+            if p.error != pb.NONE or p.records:
+                fetch.dirty.add(tp)
+    for i in reversed(range(len(response.topics))):
+        if not response.topics[i].partitions:
+            del response.topics[i]
+    return response
 
 
 def _size(response: pb.FetchResponse) -> int:

@@ -1,8 +1,9 @@
 """The broker's delayed operations, and the purgatories that hold them.
 
 Each kind answers one waiting request (Kafka's DelayedFetch, DelayedProduce,
-DelayedDeleteRecords, and the admin calls' wait for the metadata cache);
-``purgatory.py`` says how they wait.  The checks are cheap reads of
+DelayedDeleteRecords, and the admin calls' wait for the metadata cache; an
+incremental fetch of a fetch session waits as a ``DelayedSessionFetch``,
+watched under its session); ``purgatory.py`` says how they wait.  The checks are cheap reads of
 in-memory state (log end and high watermark, the ISR, follower log starts,
 the metadata snapshot), so running them on every event costs little.
 
@@ -22,6 +23,10 @@ LeaderAndIsr, StopReplica          everything on the partition: it answers
                                    NOT_LEADER_OR_FOLLOWER at once
 =================================  =======================================
 
+Every touch is also told to the fetch sessions (``Purgatories.add_listener``),
+which mark the partition dirty in the sessions holding it and wake their
+waiting fetches.
+
 Thread safety: the operations run on the event loop; ``Purgatories.touch``
 may be called from any thread.
 """
@@ -34,6 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from annal.broker.fetch_sessions import CachedPartition, FetchSession, Probe
 from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot
 from annal.broker.purgatory import DelayedOperation, Parking, Purgatory
 from annal.storage.files import TopicPartition
@@ -94,6 +100,43 @@ class DelayedFetch(DelayedOperation[bool]):
                 return True
         if total:
             self.saw_nothing = False
+        return None
+
+    def on_expire(self) -> bool:
+        return False
+
+
+class DelayedSessionFetch(DelayedOperation[bool]):
+    """An incremental fetch (a fetch session, KIP-227) with nothing to answer yet.
+
+    It watches its session, not each partition: an event on one of the
+    session's partitions marks it dirty there (``FetchSessionCache.touched``)
+    and checks this operation, which looks at the dirty partitions only, one
+    cheap ``probe`` each.  Records or a change that must be answered now
+    complete it (True: read now); a partition with only a new high watermark
+    is kept in ``news`` for the read that follows, without waking anyone."""
+
+    def __init__(
+        self, session: FetchSession, probe: Callable[[TopicPartition, CachedPartition], Probe]
+    ) -> None:
+        self._session = session
+        self._probe = probe
+        self.news: set[TopicPartition] = set()  # to read when the wait ends
+
+    def try_complete(self) -> bool | None:
+        session = self._session
+        dirty = session.dirty
+        while dirty:
+            tp = dirty.pop()
+            cached = session.partitions.get(tp)
+            if cached is None:
+                continue
+            found = self._probe(tp, cached)
+            if found is Probe.NOTHING:
+                continue
+            self.news.add(tp)
+            if found is not Probe.METADATA:
+                return True
         return None
 
     def on_expire(self) -> bool:
@@ -207,6 +250,12 @@ class Purgatories:
             Purgatory("delete-records", loop, parking)
         )
         self.metadata: Purgatory[bool] = Purgatory("metadata", loop, parking)
+        self._listeners: list[Callable[[TopicPartition], None]] = []
+
+    def add_listener(self, listener: Callable[[TopicPartition], None]) -> None:
+        """Have ``listener(tp)`` told of every touch too, on the loop, after the
+        operations watching ``tp`` looked (the fetch sessions' dirty marks)."""
+        self._listeners.append(listener)
 
     def touch(self, tp: TopicPartition) -> None:
         """Something happened to ``tp``: waiting operations on it look again.
@@ -221,6 +270,8 @@ class Purgatories:
         self.produce.check_and_complete(tp)
         self.fetch.check_and_complete(tp)
         self.delete_records.check_and_complete(tp)
+        for listener in self._listeners:
+            listener(tp)
 
     def metadata_changed(self) -> None:
         """The metadata cache changed (called from any thread)."""

@@ -7,6 +7,10 @@ thread, in order of arrival:
 
 1. writes the partition's state znode, conditioned on the version the leader
    last knew (a stale version or a ZooKeeper error leaves the ISR as it was);
+   given ``write_states``, the changes queued together (a restarted follower
+   catching up on thousands of partitions at once) go in one call, up to
+   ``MAX_BATCH`` of them, which a pipelined ZooKeeper write answers in about
+   one round trip; without it, one write after another;
 2. reports the outcome to ``on_written`` (the replica manager has the
    partition commit or drop the change, ``Partition.complete_isr_change``,
    and wakes the requests waiting on it: acks=all produces, long polls);
@@ -37,7 +41,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from annal.broker.partition import IsrChange
 from annal.storage.files import TopicPartition
@@ -49,6 +53,12 @@ logger = logging.getLogger(__name__)
 # (partition, state to write, expected znode version) -> the new version;
 # raises StaleVersionError when the version moved, ZkError when ZooKeeper fails.
 StateWriter = Callable[[TopicPartition, PartitionState, int], int]
+# Many of those in one go, in order: for each, the new version or the error raised.
+StatesWriter = Callable[
+    [Sequence[tuple[TopicPartition, PartitionState, int]]], Sequence[int | Exception]
+]
+
+MAX_BATCH = 1000  # changes written in one StatesWriter call
 
 
 class IsrChangeWriter:
@@ -59,8 +69,11 @@ class IsrChangeWriter:
         write_state: StateWriter,
         notify_controller: Callable[[list[TopicPartition]], None],
         on_written: Callable[[IsrChange, int | None], None],
+        *,
+        write_states: StatesWriter | None = None,
     ) -> None:
         self._write_state = write_state
+        self._write_states = write_states
         self._notify_controller = notify_controller
         self._on_written = on_written
         self._queue: queue.Queue[IsrChange | None] = queue.Queue()
@@ -108,13 +121,60 @@ class IsrChangeWriter:
                 continue
             if item is None:
                 break
-            if not self._wait_for_session():
+            batch, stop = self._more([item])
+            if not self._write_all(batch, written) or stop:
                 break
-            version = self._write(item)
-            if version is not None:
-                written.append(item.tp)
-            self._on_written(item, version)
         self._announce(written)
+
+    def _more(self, batch: list[IsrChange]) -> tuple[list[IsrChange], bool]:
+        """``batch`` and the changes queued behind it (with a batched writer, up to
+        MAX_BATCH); True when the stop sentinel came up."""
+        limit = MAX_BATCH if self._write_states is not None else 1
+        while len(batch) < limit:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
+    def _write_all(self, batch: list[IsrChange], written: list[TopicPartition]) -> bool:
+        """Write ``batch``, report each outcome, add the written partitions to
+        ``written``; False when stopping."""
+        if not self._wait_for_session():
+            return False
+        if len(batch) == 1 or self._write_states is None:
+            outcomes = [self._write(change) for change in batch]
+        else:
+            outcomes = self._write_many(batch)
+        for change, version in zip(batch, outcomes, strict=True):
+            if version is not None:
+                written.append(change.tp)
+            self._on_written(change, version)
+        return True
+
+    def _write_many(self, batch: Sequence[IsrChange]) -> list[int | None]:
+        assert self._write_states is not None
+        try:
+            found = self._write_states([(c.tp, c.state, c.expected_version) for c in batch])
+        except ZkError as exc:
+            logger.warning("%d ISR changes not written: %s", len(batch), exc)
+            return [None] * len(batch)
+        except Exception:  # the writer outlives any one bad write
+            logger.exception("%d ISR changes not written", len(batch))
+            return [None] * len(batch)
+        return [self._outcome(change, got) for change, got in zip(batch, found, strict=True)]
+
+    def _outcome(self, change: IsrChange, got: int | Exception) -> int | None:
+        if not isinstance(got, Exception):
+            return got
+        if isinstance(got, StaleVersionError):
+            logger.info("ISR change of %s refused (%s): %s", change.tp, change.why, got)
+        else:
+            logger.warning("ISR change of %s not written (%s): %s", change.tp, change.why, got)
+        return None
 
     def _write(self, change: IsrChange) -> int | None:
         try:

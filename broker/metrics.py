@@ -28,7 +28,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -155,6 +155,10 @@ class BrokerMetrics:
             self._thread.join(5)
             self._thread = None
 
+    def add_fetch_sessions(self, sessions: FetchSessionStats) -> None:
+        """Serve the fetch session cache's gauges (Kafka's FetchSessionCache metrics)."""
+        self.registry.register(FetchSessionCollector(sessions))
+
 
 class StateCollector(Collector):
     """Gauges read from the broker at each scrape; see the module docstring."""
@@ -271,3 +275,40 @@ class StateCollector(Collector):
         for name in SESSION_STATES:
             session.add_metric([name], 1 if name == current else 0)
         yield session
+
+
+class FetchSessionStats(Protocol):
+    """What the fetch session cache (``broker/fetch_sessions.py``) tells of itself."""
+
+    partitions_cached: int
+    evictions: int
+
+    def __len__(self) -> int: ...
+
+
+class FetchSessionCollector(Collector):
+    """Kafka's ``kafka.server:type=FetchSessionCache`` metrics, read at each scrape."""
+
+    def __init__(self, sessions: FetchSessionStats) -> None:
+        self._sessions = sessions
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        sessions = self._sessions
+        yield GaugeMetricFamily(
+            "annal_server_fetchsessioncache_numincrementalfetchsessions",
+            "Fetch sessions (KIP-227) this broker keeps",
+            value=len(sessions),
+        )
+        yield GaugeMetricFamily(
+            "annal_server_fetchsessioncache_numincrementalfetchpartitionscached",
+            "Partitions held by this broker's fetch sessions, all sessions together",
+            value=sessions.partitions_cached,
+        )
+        yield CounterMetricFamily(
+            "annal_server_fetchsessioncache_incrementalfetchsessionevictions",
+            "Fetch sessions evicted to make room for new ones",
+            value=sessions.evictions,
+        )

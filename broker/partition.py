@@ -6,7 +6,9 @@ The rules are Kafka's (ZooKeeper era, 2.x):
 * A follower's fetch offset is its log end offset: it holds everything below.
 * A follower is caught up when it fetched up to the leader's log end (or up to
   where the log ended at its previous fetch); one that has not been caught up
-  for ``replica.lag.time.max.ms`` leaves the ISR.
+  for ``replica.lag.time.max.ms`` leaves the ISR.  One that holds the whole
+  log stays caught up while its broker keeps fetching from this leader
+  (``isr_expiry.py``, which also decides which partitions are looked at).
 * A follower outside the ISR rejoins once its log end reaches both the high
   watermark and the first offset of the current leader epoch.
 * The high watermark is the smallest log end over the ISR, and never goes back.
@@ -42,6 +44,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from annal.storage.files import TopicPartition
 from annal.storage.log import Log, LogAppendInfo
@@ -49,6 +52,9 @@ from annal.zk.layout import PartitionState
 
 from annal import errors
 from annal.errors import AnnalError, ErrorCode
+
+if TYPE_CHECKING:
+    from annal.broker.isr_expiry import IsrWatch
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +122,9 @@ class FollowerState:
     last_fetch_ms: int = 0
 
 
+_UNKNOWN_FOLLOWER = FollowerState()  # a follower not heard from (never changed)
+
+
 class Partition:
     """A hosted partition; see the module docstring."""
 
@@ -126,6 +135,7 @@ class Partition:
         broker_id: int,
         clock_ms: Callable[[], int] = wall_clock_ms,
         submit_isr_change: IsrChangeSink = _drop_isr_change,
+        watch: IsrWatch | None = None,
     ) -> None:
         self.tp = tp
         self.log = log
@@ -133,6 +143,10 @@ class Partition:
         self._clock_ms = clock_ms
         self._submit_isr_change = submit_isr_change
         self._pending_isr: IsrChange | None = None
+        # the ISR expiration's watch (isr_expiry.py); this partition is on it while
+        # an in-sync follower may not hold the whole log
+        self._watch = watch
+        self._watched = False
         self._lock = threading.Lock()
         self.leader = -1
         self.leader_epoch = -1
@@ -175,6 +189,7 @@ class Partition:
             }
             self.leader_epoch_start_offset = self.log.log_end_offset
             self._maybe_increment_high_watermark()
+            self._keep_watch()  # the followers' log ends are unknown
             return Applied.NEW
 
     def follower_log_end(self, replica_id: int) -> int:
@@ -206,6 +221,8 @@ class Partition:
                     )
             info = self.log.append_as_leader(records, self.leader_epoch)
             self._maybe_increment_high_watermark()
+            if not self._watched:
+                self._keep_watch()  # the followers are behind now
             return info
 
     def fetch_bound(self, replica_id: int, leader_epoch: int) -> int | None:
@@ -249,6 +266,8 @@ class Partition:
     def after_leader_append(self) -> bool:
         """True when the high watermark moved (an ISR of the leader alone)."""
         with self._lock:
+            if not self._watched:
+                self._keep_watch()
             return self._maybe_increment_high_watermark()
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int, leader_end: int) -> bool:
@@ -260,6 +279,10 @@ class Partition:
             if self.leader != self.broker_id or follower is None:
                 return False
             now = self._clock_ms()
+            if self._watch is not None:
+                self._watch.fetched(replica_id, now)
+                if fetch_offset != leader_end and not self._watched and replica_id in self.isr:
+                    self._keep_watch()
             follower.log_end_offset = fetch_offset
             if fetch_offset >= leader_end:
                 follower.last_caught_up_ms = max(follower.last_caught_up_ms, now)
@@ -298,24 +321,63 @@ class Partition:
                     starts.append(-1 if follower is None else follower.log_start_offset)
             return min(starts)
 
-    def maybe_shrink_isr(self, max_lag_ms: int) -> None:
-        """Propose dropping the followers not caught up for ``max_lag_ms``."""
+    def maybe_shrink_isr(self, max_lag_ms: int) -> bool:
+        """Propose dropping the in-sync followers not caught up for ``max_lag_ms``
+        (isr_expiry.py says what caught up means).  True while the partition must
+        be looked at again; False, and off the ISR expiration's watch, once every
+        in-sync follower holds the whole log (or this broker no longer leads)."""
+        change = None
         with self._lock:
             if self.leader != self.broker_id:
-                return
+                self._leave_watch()
+                return False
             now = self._clock_ms()
-            lagging = [
-                r
-                for r in self.isr
-                if r != self.broker_id
-                and now - self._followers.get(r, FollowerState()).last_caught_up_ms > max_lag_ms
-            ]
-            if not lagging:
-                return
-            kept = tuple(r for r in self.isr if r not in lagging)
-            change = self._propose_isr(kept, f"{lagging} not caught up for {max_lag_ms} ms")
+            leader_end = self.log.log_end_offset
+            lagging = []
+            behind = False
+            for r in self.isr:
+                if r == self.broker_id:
+                    continue
+                follower = self._followers.get(r, _UNKNOWN_FOLLOWER)
+                caught_up_ms = follower.last_caught_up_ms
+                if follower.log_end_offset != leader_end:
+                    behind = True
+                elif self._watch is not None:  # it holds the whole log: fetching is enough
+                    caught_up_ms = max(caught_up_ms, self._watch.last_fetch_ms(r))
+                if now - caught_up_ms > max_lag_ms:
+                    lagging.append(r)
+            if lagging:
+                kept = tuple(r for r in self.isr if r not in lagging)
+                change = self._propose_isr(kept, f"{lagging} not caught up for {max_lag_ms} ms")
+            elif not behind:
+                self._leave_watch()
+            watched = self._watched
         if change is not None:
             self._submit_isr_change(change)
+        return watched
+
+    def watch_isr(self) -> None:
+        """Have the ISR expiration look at this partition (a follower broker fell silent)."""
+        with self._lock:
+            if self.leader == self.broker_id:
+                self._keep_watch()
+
+    def _keep_watch(self) -> None:
+        """Join the ISR expiration's watch while leading with followers in the ISR
+        (caller holds the lock)."""
+        if (
+            not self._watched
+            and self._watch is not None
+            and self.leader == self.broker_id
+            and len(self.isr) > 1
+        ):
+            self._watched = True
+            self._watch.add(self)
+
+    def _leave_watch(self) -> None:
+        if self._watched and self._watch is not None:
+            self._watched = False
+            self._watch.discard(self)
 
     @property
     def isr_change_pending(self) -> bool:
@@ -352,6 +414,7 @@ class Partition:
             )
             self.isr = change.state.isr
             self.zk_version = new_version
+            self._keep_watch()
             return self._maybe_increment_high_watermark()
 
     def _maybe_increment_high_watermark(self) -> bool:

@@ -34,7 +34,11 @@ connection costs both brokers a fraction of a gRPC call
 is logged and that leader is fetched from over gRPC for ``KAFKA_RETRY_S``
 (a firewall that lets only gRPC through) — unless gRPC fails too, which
 means the leader is down, and the next try is over its Kafka listener again.
-OffsetsForLeaderEpoch always goes over gRPC.
+OffsetsForLeaderEpoch always goes over gRPC.  Over the Kafka listener the
+thread fetches in a fetch session (KIP-227): each request names only the
+partitions whose fetch offset, log start or leader epoch moved, and one held
+back (an error's backoff, a truncation to do) is left out, so the leader
+forgets it (it would otherwise count it as fetched) until it is due again.
 
 Thread safety: ``self._cond`` guards each fetcher's partition map, and
 fetched data is stored while holding it, so ``remove`` returns only once no

@@ -14,20 +14,29 @@ whether they are done (``bytes_available``, ``replication_outcome``,
 follower's fetch, a moved log start, a written ISR change, a leadership
 change) is reported to ``on_change`` with its partition.
 
-Thread safety: ``self._lock`` guards the partition map and the controller
-epoch; each ``Partition`` guards its leader state with its own lock; logs
-guard themselves.  ``on_change`` may be called from any thread.
+A LeaderAndIsr is applied in one pass however many partitions it names:
+the topic configs of the partitions not hosted yet are read once per topic
+(``topic_configs``), the fetchers are told once about the partitions this
+broker now leads, and one line is logged per request (one per partition at
+DEBUG).  The ISR expiration looks only at partitions where something
+happened (``isr_expiry.py``).
+
+Thread safety: ``self._lock`` guards changes to the partition map and the
+controller epoch; a lookup (``partition``) is one read of the map, without it.
+Each ``Partition`` guards its leader state with its own lock; logs guard
+themselves.  ``on_change`` may be called from any thread.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from annal.broker.delayed import FetchStart
 from annal.broker.isr_changes import IsrChangeWriter
+from annal.broker.isr_expiry import IsrExpiration, IsrWatch
 from annal.broker.metrics import PartitionHealth
 from annal.broker.partition import (
     Applied,
@@ -35,6 +44,7 @@ from annal.broker.partition import (
     LeaderAndIsrState,
     Partition,
     PartitionStateError,
+    wall_clock_ms,
 )
 from annal.broker.replica_fetcher import ReplicaFetcherManager
 from annal.storage.config import LogConfig
@@ -47,6 +57,10 @@ from annal import errors
 from annal.errors import ErrorCode
 
 logger = logging.getLogger(__name__)
+
+# Topic configs of several topics at once: each topic's overrides ({} for none).
+TopicConfigs = Callable[[Collection[str]], Mapping[str, Mapping[str, str]]]
+SHOWN_PARTITIONS = 5  # partitions a LeaderAndIsr's log line names
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +98,8 @@ class ReplicaManager:
         replica_lag_time_max_ms: int = 30_000,
         on_leadership: Callable[[TopicPartition, Log | None], None] | None = None,
         on_change: Callable[[TopicPartition], None] | None = None,
+        *,
+        topic_configs: TopicConfigs | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.fetchers = fetchers
@@ -91,10 +107,19 @@ class ReplicaManager:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         # told (partition, its log) on becoming its leader, (partition, None) on ceasing
         self._on_leadership = on_leadership or (lambda tp, log: None)
-        self._expiry_stop = threading.Event()
-        self._expiry: threading.Thread | None = None
+        self.isr_watch = IsrWatch()
+        self._isr_expiration = IsrExpiration(
+            self.isr_watch,
+            replica_lag_time_max_ms,
+            self.partition,
+            self.hosted,
+            wall_clock_ms,
+        )
         self.logs = logs
-        self._topic_config = topic_config
+        # several topics' configs in one read (ZooKeeper's, batched), else one by one
+        self._topic_configs = topic_configs or (
+            lambda topics: {topic: topic_config(topic) for topic in topics}
+        )
         self._partition_exists = partition_exists
         self._lock = threading.Lock()
         self._partitions: dict[TopicPartition, Partition] = {}
@@ -124,19 +149,31 @@ class ReplicaManager:
 
         ``leaders`` maps the leaders' broker ids to their gRPC endpoints and
         ``kafka_leaders`` to their Kafka listeners (those that have one): a
-        follower starts copying from its leader, a new leader stops copying."""
+        follower starts copying from its leader, a new leader stops copying
+        (before it takes the leadership, so no fetched batch lands after)."""
         results: dict[TopicPartition, ErrorCode] = {}
+        partitions = self._get_or_create_all(states, results)
+        applicable: list[tuple[LeaderAndIsrState, Partition]] = []
         for state in states:
             tp = TopicPartition(state.topic, state.partition)
-            try:
-                partition = self._get_or_create(tp)
-            except (StorageError, ValueError) as exc:
-                logger.error("cannot open log of %s: %s", tp, exc)
-                results[tp] = errors.KAFKA_STORAGE_ERROR
-                continue
+            partition = partitions.get(tp)
+            if partition is None:
+                continue  # its log could not be opened: answered already
             if not partition.log.online:  # its log dir is offline: the controller moves it
                 results[tp] = errors.KAFKA_STORAGE_ERROR
                 continue
+            applicable.append((state, partition))
+        to_lead = [
+            p.tp
+            for state, p in applicable
+            if state.leader == self.broker_id and state.leader_epoch > p.leader_epoch
+        ]
+        if to_lead and self.fetchers is not None:
+            self.fetchers.unfollow(to_lead)
+        led: list[TopicPartition] = []
+        followed: list[tuple[LeaderAndIsrState, Partition]] = []
+        for state, partition in applicable:
+            tp = partition.tp
             applied = partition.apply(state)
             if applied is not Applied.NEW:
                 results[tp] = (
@@ -144,66 +181,116 @@ class ReplicaManager:
                 )
                 continue
             self._on_change(tp)  # waiting requests on it answer NOT_LEADER_OR_FOLLOWER
+            results[tp] = errors.NONE
             if state.leader == self.broker_id:
-                if self.fetchers is not None:
-                    self.fetchers.unfollow([tp])
-                logger.info(
+                led.append(tp)
+                logger.debug(
                     "leader of %s at epoch %d, isr %s", tp, state.leader_epoch, list(state.isr)
                 )
                 self._on_leadership(tp, partition.log)
             else:
-                self._follow(tp, partition, state, leaders or {}, kafka_leaders or {})
-                self._on_leadership(tp, None)
-            results[tp] = errors.NONE
+                followed.append((state, partition))
+        unreachable = self._follow_all(followed, leaders or {}, kafka_leaders or {})
+        if led or followed:
+            logger.info(
+                "LeaderAndIsr: leader of %d partitions%s, follower of %d%s%s",
+                len(led),
+                _some(led),
+                len(followed),
+                _some([p.tp for _, p in followed]),
+                f", {len(unreachable)} with no reachable leader{_some(unreachable)}"
+                if unreachable
+                else "",
+            )
         return results
 
-    def _follow(
+    def _follow_all(
         self,
-        tp: TopicPartition,
-        partition: Partition,
-        state: LeaderAndIsrState,
+        followed: Sequence[tuple[LeaderAndIsrState, Partition]],
         leaders: Mapping[int, str],
         kafka_leaders: Mapping[int, str],
-    ) -> None:
-        endpoint = leaders.get(state.leader)
-        if self.fetchers is None:
-            return
-        if state.leader < 0 or endpoint is None:
-            self.fetchers.unfollow([tp])  # offline, or a leader we cannot reach yet
-            logger.info("replica of %s with no reachable leader (epoch %d)", tp, state.leader_epoch)
-            return
-        self.fetchers.follow(
-            tp,
-            state.leader,
-            endpoint,
-            partition.log,
-            state.leader_epoch,
-            kafka_leaders.get(state.leader),
-        )
-        logger.info(
-            "follower of %s (leader %d at %s, epoch %d)",
-            tp,
-            state.leader,
-            endpoint,
-            state.leader_epoch,
-        )
+    ) -> list[TopicPartition]:
+        """Hand the newly followed partitions to the fetchers; those with no reachable
+        leader are no longer fetched, and returned."""
+        unreachable = []
+        for state, partition in followed:
+            tp = partition.tp
+            endpoint = leaders.get(state.leader)
+            if self.fetchers is not None:
+                if state.leader < 0 or endpoint is None:
+                    unreachable.append(tp)  # offline, or a leader we cannot reach yet
+                    logger.debug(
+                        "replica of %s with no reachable leader (epoch %d)", tp, state.leader_epoch
+                    )
+                else:
+                    self.fetchers.follow(
+                        tp,
+                        state.leader,
+                        endpoint,
+                        partition.log,
+                        state.leader_epoch,
+                        kafka_leaders.get(state.leader),
+                    )
+                    logger.debug(
+                        "follower of %s (leader %d at %s, epoch %d)",
+                        tp,
+                        state.leader,
+                        endpoint,
+                        state.leader_epoch,
+                    )
+            self._on_leadership(tp, None)
+        if unreachable and self.fetchers is not None:
+            self.fetchers.unfollow(unreachable)
+        return unreachable
 
-    def _get_or_create(self, tp: TopicPartition) -> Partition:
+    def _get_or_create_all(
+        self, states: Sequence[LeaderAndIsrState], results: dict[TopicPartition, ErrorCode]
+    ) -> dict[TopicPartition, Partition]:
+        """The partitions of ``states``, created (with their logs) when new; the
+        configs of the new ones' topics are read once per topic.  Those whose
+        log cannot be opened are answered KAFKA_STORAGE_ERROR in ``results``."""
+        wanted = [TopicPartition(s.topic, s.partition) for s in states]
         with self._lock:
-            partition = self._partitions.get(tp)
-            if partition is not None:
-                return partition
-        overrides = self._topic_config(tp.topic)
-        config = LogConfig.from_properties(overrides, self.logs.default_config)
-        log = self.logs.get_or_create_log(tp, config)
+            found = {tp: p for tp in wanted if (p := self._partitions.get(tp)) is not None}
+        missing = [tp for tp in dict.fromkeys(wanted) if tp not in found]
+        if not missing:
+            return found
+        overrides = self._topic_configs(sorted({tp.topic for tp in missing}))
+        configs: dict[str, LogConfig | ValueError] = {}
+        for topic in {tp.topic for tp in missing}:
+            try:
+                configs[topic] = LogConfig.from_properties(
+                    overrides.get(topic, {}), self.logs.default_config
+                )
+            except ValueError as exc:
+                configs[topic] = exc
+        for tp in missing:
+            config = configs[tp.topic]
+            try:
+                if isinstance(config, ValueError):
+                    raise config
+                found[tp] = self._host(tp, self.logs.get_or_create_log(tp, config))
+            except (StorageError, ValueError) as exc:
+                logger.error("cannot open log of %s: %s", tp, exc)
+                results[tp] = errors.KAFKA_STORAGE_ERROR
+        return found
+
+    def _host(self, tp: TopicPartition, log: Log) -> Partition:
+        """The hosted partition of ``tp`` over ``log``, created when missing."""
         with self._lock:
             partition = self._partitions.get(tp)
             if partition is None:
                 writer = self._isr_writer
                 partition = (
-                    Partition(tp, log, self.broker_id)
+                    Partition(tp, log, self.broker_id, watch=self.isr_watch)
                     if writer is None
-                    else Partition(tp, log, self.broker_id, submit_isr_change=writer.submit)
+                    else Partition(
+                        tp,
+                        log,
+                        self.broker_id,
+                        submit_isr_change=writer.submit,
+                        watch=self.isr_watch,
+                    )
                 )
                 self._partitions[tp] = partition
         return partition
@@ -225,22 +312,28 @@ class ReplicaManager:
             self.fetchers.unfollow([tp])
         self._on_leadership(tp, None)
         with self._lock:
-            self._partitions.pop(tp, None)
+            partition = self._partitions.pop(tp, None)
+        if partition is not None:
+            self.isr_watch.discard(partition)
         self._on_change(tp)
         if delete:
             self.logs.delete_log(tp)
         return errors.NONE
 
     def partition(self, tp: TopicPartition) -> Partition | None:
+        """The hosted partition of ``tp``: one read of the map (asked on every
+        fetch and produce of every partition), without the lock."""
+        return self._partitions.get(tp)
+
+    def hosted(self) -> list[Partition]:
+        """Every hosted partition, now."""
         with self._lock:
-            return self._partitions.get(tp)
+            return list(self._partitions.values())
 
     def health(self) -> list[PartitionHealth]:
         """Every hosted partition's replication state and log figures, now."""
-        with self._lock:
-            hosted = list(self._partitions.values())
         out = []
-        for p in hosted:
+        for p in self.hosted():
             log = p.log
             out.append(
                 PartitionHealth(
@@ -366,17 +459,12 @@ class ReplicaManager:
 
     def start_isr_expiration(self) -> None:
         """Check every half ``replica.lag.time.max.ms`` for followers that fell
-        behind (Kafka's isr-expiration task)."""
-        self._expiry = threading.Thread(target=self._expire_isr, name="isr-expiration", daemon=True)
-        self._expiry.start()
+        behind (Kafka's isr-expiration task; ``isr_expiry.py``)."""
+        self._isr_expiration.start()
 
-    def _expire_isr(self) -> None:
-        interval_s = max(self.replica_lag_time_max_ms / 2, 50) / 1000
-        while not self._expiry_stop.wait(interval_s):
-            with self._lock:
-                led = [p for p in self._partitions.values() if p.is_leader]
-            for partition in led:
-                partition.maybe_shrink_isr(self.replica_lag_time_max_ms)
+    def expire_isr_once(self) -> int:
+        """One run of the ISR expiration; how many partitions it looked at."""
+        return self._isr_expiration.tick()
 
     def on_isr_written(self, change: IsrChange, version: int | None) -> None:
         """The ISR writer's report (the znode's new version, or None): the partition
@@ -393,9 +481,7 @@ class ReplicaManager:
         self._on_change(change.tp)
 
     def shutdown(self) -> None:
-        self._expiry_stop.set()
-        if self._expiry is not None:
-            self._expiry.join(5)
+        self._isr_expiration.shutdown()
 
     # -- fetch -----------------------------------------------------------------------
 
@@ -500,3 +586,11 @@ class ReplicaManager:
         if found is None:
             return errors.NONE, -1, -1, partition.leader_epoch
         return errors.NONE, found.timestamp, found.offset, partition.leader_epoch
+
+
+def _some(tps: Sequence[TopicPartition]) -> str:
+    """A few of ``tps`` for a log line."""
+    if not tps:
+        return ""
+    shown = ", ".join(str(tp) for tp in tps[:SHOWN_PARTITIONS])
+    return f" ({shown}{', ...' if len(tps) > SHOWN_PARTITIONS else ''})"

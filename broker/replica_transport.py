@@ -15,6 +15,19 @@ when the leader finds its fetch offset out of range (is the follower ahead
 of the leader's end, or behind its start?); the fetcher asks that partition
 again over gRPC then (``Answer.log_end_offset`` is -1 until it does).
 
+Fetch sessions (KIP-227).  ``KafkaReplicaFetch`` fetches in a session with
+the leader (``broker/fetch_sessions.py``): its first fetch is full and asks
+for a session; each later one names only the partitions whose fetch offset,
+log start or leader epoch changed since the previous one, and forgets those
+the fetcher no longer asks for (removed, or waiting out an error), so a
+fetch of a thousand idle partitions is a few bytes each way and the leader
+looks at none of them.  A session the leader no longer knows (it restarted,
+or evicted it) or whose epoch is out of step is given up at once for a full
+fetch that opens a new one; a failed connection makes the next fetch full
+too.  ``GrpcReplicaFetch`` is the fallback (a leader without a Kafka
+listener, a listener that refuses connections) and fetches without
+sessions: every request names every partition.
+
 Failures: gRPC's come as ``grpc.RpcError``, the Kafka connection's as
 ``kafkaproto.client.ConnectionFailed`` (``ListenerUnreachable`` when no
 connection could be made at all).
@@ -25,12 +38,16 @@ thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
+from annal.broker.fetch_sessions import FetchSessionHandler, SessionRequest
 from annal.kafkaproto.client import (
     FETCH_KEY,
     FETCH_VERSION,
+    ConnectionFailed,
     FetchPartition,
     KafkaConnection,
     fetch_request,
@@ -43,11 +60,12 @@ from annal.v1 import annal_pb2_grpc
 from annal import errors
 from annal.errors import ErrorCode
 
+logger = logging.getLogger(__name__)
+
 REQUEST_TIMEOUT_S = 30.0
 
 
-@dataclass(frozen=True, slots=True)
-class Wanted:
+class Wanted(NamedTuple):
     """One partition of a replica fetch."""
 
     tp: TopicPartition
@@ -133,7 +151,9 @@ class GrpcReplicaFetch:
 class KafkaReplicaFetch:
     """Replica fetches as Kafka Fetch v11 requests on one connection to the
     leader's Kafka listener at ``endpoint``, secured as that listener is
-    (``security``: TLS, and a SASL login, before the first fetch)."""
+    (``security``: TLS, and a SASL login, before the first fetch), in a fetch
+    session with the leader (see the module docstring).  The answers hold the
+    partitions the leader had something new for."""
 
     def __init__(
         self,
@@ -150,8 +170,36 @@ class KafkaReplicaFetch:
             f"annal-replica-{broker_id}",
             security,
         )
+        self.session: FetchSessionHandler[Wanted] = FetchSessionHandler()
 
     def fetch(self, wanted: Sequence[Wanted], limits: FetchLimits) -> dict[TopicPartition, Answer]:
+        partitions = {w.tp: w for w in wanted}
+        error = errors.NONE
+        for _ in range(2):  # a session refused: once more, as a full fetch
+            request = self.session.request(partitions)
+            try:
+                body = self._connection.exchange(
+                    FETCH_KEY, FETCH_VERSION, self._values(request, limits)
+                )
+            except ConnectionFailed:
+                self.session.reset()  # the next fetch is full, closing the session
+                raise
+            error = errors.from_wire(body.error_code.value)
+            if error == errors.NONE:
+                self.session.answered(request, int(body.session_id))
+                return _answers(body)
+            self.session.refused(error)
+            if request.full:
+                break
+            logger.info(
+                "fetch session %d with the leader at %s refused (%s): fetching in full",
+                request.session_id,
+                self.endpoint,
+                error,
+            )
+        return {w.tp: Answer(error, "", -1, -1, -1, b"") for w in wanted}
+
+    def _values(self, request: SessionRequest[Wanted], limits: FetchLimits) -> dict[str, Any]:
         topics = {
             topic: [
                 FetchPartition(
@@ -163,30 +211,40 @@ class KafkaReplicaFetch:
                 )
                 for w in partitions
             ]
-            for topic, partitions in _grouped(wanted).items()
+            for topic, partitions in _grouped(list(request.partitions.values())).items()
         }
-        values = fetch_request(
-            self._broker_id, limits.wait_max_ms, limits.min_bytes, limits.response_max_bytes, topics
+        forgotten: Mapping[str, list[int]] = {
+            topic: [tp.partition for tp in tps]
+            for topic, tps in by_topic(request.forgotten).items()
+        }
+        return fetch_request(
+            self._broker_id,
+            limits.wait_max_ms,
+            limits.min_bytes,
+            limits.response_max_bytes,
+            topics,
+            request.session_id,
+            request.epoch,
+            forgotten,
         )
-        body = self._connection.exchange(FETCH_KEY, FETCH_VERSION, values)
-        if body.error_code.value != 0:  # a fetch session error: none is ever opened
-            error = errors.from_wire(body.error_code.value)
-            return {w.tp: Answer(error, "", -1, -1, -1, b"") for w in wanted}
-        return {
-            TopicPartition(t.topic, p.partition_index): Answer(
-                errors.from_wire(p.error_code.value),
-                "",
-                p.high_watermark,
-                p.log_start_offset,
-                -1,
-                p.records or b"",
-            )
-            for t in body.responses
-            for p in t.partitions
-        }
 
     def abort(self) -> None:
         self._connection.abort()
 
     def close(self) -> None:
         self._connection.close()
+
+
+def _answers(body: Any) -> dict[TopicPartition, Answer]:
+    return {
+        TopicPartition(t.topic, p.partition_index): Answer(
+            errors.from_wire(p.error_code.value),
+            "",
+            p.high_watermark,
+            p.log_start_offset,
+            -1,
+            p.records or b"",
+        )
+        for t in body.responses
+        for p in t.partitions
+    }

@@ -44,6 +44,7 @@ from annal.broker.control import ControlService, StaleBrokerEpoch
 from annal.broker.coordinator import OFFSETS_TOPIC, OffsetsCoordinator
 from annal.broker.data_api import DataApi
 from annal.broker.delayed import Purgatories
+from annal.broker.fetch_sessions import FetchSessionCache
 from annal.broker.group_api import GroupApi
 from annal.broker.group_membership import GroupMembership
 from annal.broker.grpc_auth import PasswordCheck, PasswordGuard
@@ -78,6 +79,7 @@ from annal.storage.log import Log
 from annal.storage.manager import LogManager, LogManagerConfig
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
+from annal.zk.batched import BatchedZk
 from annal.zk.client import BrokerIdTakenError, SessionEvent, ZkClient, ZkError
 from annal.zk.layout import BrokerRegistration, Endpoint, PartitionState
 from annal.zk.producer_ids import reserve_producer_id_block
@@ -186,6 +188,7 @@ class BrokerServer:
                 producer_id_expiration_check_interval_ms=(
                     config.producer_id_expiration_check_interval_ms
                 ),
+                recovery_threads_per_data_dir=config.num_recovery_threads_per_data_dir,
             ),
         )
         try:
@@ -220,10 +223,12 @@ class BrokerServer:
             self._append_offsets,
             lambda appended, timeout_ms: data.await_replication(appended, timeout_ms),
         )
+        batched = BatchedZk(self.zk)
         self._isr_writer = IsrChangeWriter(
             self._write_partition_state,
             self._notify_isr_change,
             lambda change, version: self.replicas.on_isr_written(change, version),
+            write_states=batched.write_partition_states,
         )
         self.replicas = ReplicaManager(
             config.broker_id,
@@ -235,12 +240,17 @@ class BrokerServer:
             config.replica_lag_time_max_ms,
             self._leadership_changed,
             purgatories.touch,
+            topic_configs=batched.topic_configs,
         )
         self.zk.add_session_listener(self._isr_writer.session_changed)
         self._isr_writer.start()
         data = DataApi(
-            self.replicas, purgatories, network.run_storage, self.metrics, self.authorizer
-        )
+            self.replicas, purgatories, network.run_storage, self.metrics, self.authorizer,
+            fetch_sessions=FetchSessionCache(
+                config.max_incremental_fetch_session_cache_slots,
+                config.min_incremental_fetch_session_eviction_ms,
+            ),
+        )  # fmt: skip
         admin = AdminManager(
             config,
             self.zk,

@@ -55,17 +55,22 @@ def fetch_request(
     min_bytes: int,
     max_bytes: int,
     topics: Mapping[str, Sequence[FetchPartition]],
+    session_id: int = 0,
+    session_epoch: int = -1,
+    forgotten: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, Any]:
-    """A Fetch v11 request's values for ``exchange``: read uncommitted, no fetch
-    session, ``replica_id`` -1 for a consumer or a follower's broker id."""
+    """A Fetch v11 request's values for ``exchange``: read uncommitted,
+    ``replica_id`` -1 for a consumer or a follower's broker id; by default no
+    fetch session (KIP-227: ``session_id``, ``session_epoch`` and the partitions
+    an incremental fetch ``forgotten``, by topic)."""
     return {
         "replica_id": replica_id,
         "max_wait": max_wait_ms,
         "min_bytes": min_bytes,
         "max_bytes": max_bytes,
         "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
+        "session_id": session_id,
+        "session_epoch": session_epoch,
         "topics": [
             {
                 "topic": topic,
@@ -82,7 +87,10 @@ def fetch_request(
             }
             for topic, partitions in topics.items()
         ],
-        "forgotten_topics_data": [],
+        "forgotten_topics_data": [
+            {"topic": topic, "partitions": list(partitions)}
+            for topic, partitions in (forgotten or {}).items()
+        ],
         "rack_id": "",
     }
 

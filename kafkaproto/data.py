@@ -4,11 +4,18 @@ OffsetForLeaderEpoch, InitProducerId.
 Each handler turns the decoded Kafka request into the request of the same
 name that annal's gRPC service takes, hands it to the same broker code
 (``DataApi``, ``InitProducerIdApi``), and turns the answer back.  Record
-batches are the same bytes both ways.  What Kafka's protocol has and annal
-does not (fetch sessions, transactions) is answered as Kafka allows:
+batches are the same bytes both ways.
 
-* fetch sessions are declined: every response carries session id 0, so a
-  client sends full fetch requests (KIP-227 lets a broker do this);
+Fetch v7+ carries a fetch session's fields (KIP-227), which only Kafka's
+protocol has: ``DataApi.fetch_in_session`` keeps the sessions
+(``broker/fetch_sessions.py``) and answers an incremental fetch with the
+partitions that have something new; an unknown session or an epoch out of
+step is answered FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH
+with no partitions, as Kafka answers them.  Fetch v4-v6 has no session.
+
+What Kafka's protocol has and annal does not (transactions) is answered as
+Kafka allows:
+
 * a read_committed fetch or ListOffsets sees the high watermark as the last
   stable offset (annal writes no transactional batches), with no aborted
   transactions;
@@ -28,9 +35,11 @@ from __future__ import annotations
 from typing import Any
 
 from annal.broker.data_api import DataApi
+from annal.broker.fetch_sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionError
 from annal.broker.producer_ids import InitProducerIdApi
 from annal.kafkaproto.apis import KafkaApis, Values
 from annal.kafkaproto.wire import Request, millis
+from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 from kio.schema.errors import ErrorCode as KioErrorCode
 
@@ -101,37 +110,28 @@ class DataApis:
 
     async def fetch(self, request: Request) -> Values:
         body = request.body
-        session_id = getattr(body, "session_id", 0)
-        if session_id != 0:  # never handed out: this broker keeps no sessions
+        session_id = getattr(body, "session_id", INVALID_SESSION_ID)  # v7+
+        epoch = getattr(body, "session_epoch", FINAL_EPOCH)
+        forgotten = [
+            TopicPartition(t.topic, p)
+            for t in getattr(body, "forgotten_topics_data", ())
+            for p in t.partitions
+        ]
+        try:
+            answer, session_id = await self._data.fetch_in_session(
+                _fetch_request(body), session_id, epoch, forgotten, NO_DEADLINE, request.session
+            )
+        except FetchSessionError as exc:
             return {
                 "throttle_time": 0,
-                "error_code": KioErrorCode.fetch_session_id_not_found.value,
-                "session_id": 0,
+                "error_code": exc.code.number,
+                "session_id": INVALID_SESSION_ID,
                 "responses": [],
             }
-        ask = pb.FetchRequest(
-            replica_id=body.replica_id,
-            max_wait_ms=millis(body.max_wait),
-            min_bytes=body.min_bytes,
-            max_bytes=body.max_bytes,
-        )
-        for topic in body.topics:
-            out = ask.topics.add(name=topic.topic)
-            for p in topic.partitions:
-                wanted = out.partitions.add(
-                    partition=p.partition,
-                    fetch_offset=p.fetch_offset,
-                    partition_max_bytes=p.partition_max_bytes,
-                    log_start_offset=p.log_start_offset,
-                )
-                epoch = getattr(p, "current_leader_epoch", -1)
-                if epoch >= 0:
-                    wanted.current_leader_epoch = epoch
-        answer = await self._data.fetch(ask, NO_DEADLINE, request.session)
         return {
             "throttle_time": 0,
             "error_code": errors.NONE.number,
-            "session_id": 0,
+            "session_id": session_id,
             "responses": [
                 {
                     "topic": t.name,
@@ -253,3 +253,26 @@ def _produce_refused(body: Any, error: int, message: str) -> Values:
         ],
         "throttle_time": 0,
     }  # fmt: skip
+
+
+def _fetch_request(body: Any) -> pb.FetchRequest:
+    """The partitions a Fetch names, as annal's FetchRequest."""
+    ask = pb.FetchRequest(
+        replica_id=body.replica_id,
+        max_wait_ms=millis(body.max_wait),
+        min_bytes=body.min_bytes,
+        max_bytes=body.max_bytes,
+    )
+    for topic in body.topics:
+        out = ask.topics.add(name=topic.topic)
+        for p in topic.partitions:
+            wanted = out.partitions.add(
+                partition=p.partition,
+                fetch_offset=p.fetch_offset,
+                partition_max_bytes=p.partition_max_bytes,
+                log_start_offset=p.log_start_offset,
+            )
+            epoch = getattr(p, "current_leader_epoch", -1)
+            if epoch >= 0:
+                wanted.current_leader_epoch = epoch
+    return ask

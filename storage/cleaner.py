@@ -171,12 +171,13 @@ class LogCleaner:
 
     def cleanable_logs(self) -> list[CleanableLog]:
         """Every compacted log whose dirty ratio reaches its threshold, dirtiest first."""
+        compacted = self._manager.compacted_logs()
+        if not compacted:
+            return []  # nothing to read the checkpoints for
         now = self._time_ms()
         checkpoints = self.first_dirty_offsets()
         found: list[CleanableLog] = []
-        for tp, log in self._manager.all_logs().items():
-            if not log.config.compact:
-                continue
+        for tp, log in compacted.items():
             candidate = describe_dirty_range(log, checkpoints.get(tp, 0), now)
             config = log.config
             forced = candidate.cleanable_bytes > 0 and _oldest_dirty_age(candidate, now) > (

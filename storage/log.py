@@ -49,6 +49,7 @@ from .batch import (
 from .checkpoints import LeaderEpochCheckpointFile
 from .config import LogConfig
 from .dir_failure import LogDirFailureChannel
+from .dirty import DirtyMarks
 from .epoch_cache import LeaderEpochFileCache
 from .errors import (
     CorruptIndexError,
@@ -78,6 +79,8 @@ LATEST_TIMESTAMP = -1
 
 Clock = Callable[[], int]
 Executor = Callable[[Callable[[], None]], None]
+
+NEVER_MS = 2**63 - 1  # flush.ms when only the OS flushes (Kafka's default)
 
 
 def wall_clock_ms() -> int:
@@ -152,9 +155,13 @@ class Log:
         background: Executor,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         failure: LogDirFailureChannel | None = None,
+        marks: DirtyMarks | None = None,
     ) -> None:
         self.directory = directory
         self._failure = failure  # where an I/O error takes the log's dir offline
+        # where this log tells its dir's manager what changed (storage/dirty.py)
+        self._marks = marks if marks is not None else DirtyMarks()
+        self._flush_pending = False  # on the marks' list of logs to flush in time
         self._log_dir = directory.parent
         self._offline_reason: str | None = None  # this log's own failure, without a channel
         parsed = files.parse_partition_dir_name(directory.name)
@@ -201,6 +208,7 @@ class Log:
         background: Executor | None = None,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         failure: LogDirFailureChannel | None = None,
+        marks: DirtyMarks | None = None,
     ) -> Log:
         """Open (creating when missing) the log in ``directory`` and recover it.
 
@@ -225,9 +233,12 @@ class Log:
             background=background or run_inline,
             producer_id_expiration_ms=producer_id_expiration_ms,
             failure=failure,
+            marks=marks,
         )
         with log._lock:
             log._load(recovery_point, log_start_offset, had_clean_shutdown)
+            if log._compact:  # loaded: the cleaner may look at it
+                log._marks.compacted(log, True)
         return log
 
     def _new_segment(self, base_offset: int, suffix: str = "") -> LogSegment:
@@ -279,6 +290,10 @@ class Log:
         )
         self._recovery_point = self._log_end_offset
         self._high_watermark = self._log_end_offset
+        if self._recovery_point != recovery_point:  # the dir's checkpoints are behind
+            self._marks.recovery_points = True
+        if self._log_start_offset != log_start_offset:
+            self._marks.log_start_offsets = True
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
         self._load_producer_state(min(recovery_point, self._log_end_offset), clean)
@@ -399,6 +414,9 @@ class Log:
         with self._lock:
             self._config = config
             self._cache_config()
+            self._maybe_pend_flush()
+            if not self._closed:
+                self._marks.compacted(self, self._compact)
 
     def _cache_config(self) -> None:
         """Flags the append path reads on every call, computed once per config."""
@@ -409,6 +427,7 @@ class Log:
         self._segment_ms = config.segment_ms
         self._max_message_bytes = config.max_message_bytes
         self._flush_messages = config.flush_messages
+        self._flush_on_time = config.flush_ms < NEVER_MS
         self._validator = RecordValidator(config)
 
     @property
@@ -669,6 +688,25 @@ class Log:
         self._unflushed_records += records
         if self._unflushed_records >= self._flush_messages:
             self.flush()
+        elif not self._flush_pending:
+            self._maybe_pend_flush()
+
+    def _maybe_pend_flush(self) -> None:
+        """Put this log on its dir's list of logs to flush by ``flush.ms``, once it
+        holds unflushed records under a finite one (caller holds the lock)."""
+        if self._unflushed_records and self._flush_on_time and not self._flush_pending:
+            self._flush_pending = True
+            self._marks.unflushed(self)
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        if offset != self._log_start_offset:
+            self._log_start_offset = offset
+            self._marks.log_start_offsets = True
+
+    def _set_recovery_point(self, offset: int) -> None:
+        if offset != self._recovery_point:
+            self._recovery_point = offset
+            self._marks.recovery_points = True
 
     def _maybe_roll(
         self, size: int, first_offset: int, last_offset: int, max_timestamp: int
@@ -845,14 +883,14 @@ class Log:
             self._remove_segments(old, "full truncation")
             self._view = _View.of([self._new_segment(offset)])
             self._log_end_offset = offset
-            self._log_start_offset = offset
+            self._set_log_start_offset(offset)
             self.leader_epoch_cache.clear_and_flush()
             self._producers.truncate_fully()
             self._after_truncation()
 
     def _after_truncation(self) -> None:
         self._epoch_hint = None
-        self._recovery_point = min(self._recovery_point, self._log_end_offset)
+        self._set_recovery_point(min(self._recovery_point, self._log_end_offset))
         self._high_watermark = min(self._high_watermark, self._log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
 
@@ -870,7 +908,7 @@ class Log:
                     f"is {self._log_end_offset}"
                 )
             if offset > self._log_start_offset:
-                self._log_start_offset = offset
+                self._set_log_start_offset(offset)
                 self._high_watermark = max(self._high_watermark, offset)
                 self.leader_epoch_cache.truncate_from_start(offset)
             self._delete_segments_where(
@@ -878,6 +916,28 @@ class Log:
                 "log start offset",
             )
             return self._log_start_offset
+
+    def retention_due(self, now_ms: int) -> bool:
+        """Whether ``delete_old_segments`` could remove anything at ``now_ms``, or
+        removed segments wait for their delay.  Every rule removes segments oldest
+        first and stops at the first it keeps, so the first segment decides.
+        Read without the lock: a cheap first look, which the removal repeats."""
+        if any(due <= now_ms for due, _ in self._pending_deletes):
+            return True
+        segments = self._view.segments
+        first = segments[0]
+        following = segments[1] if len(segments) > 1 else None
+        if following is None:
+            if first.size == 0:
+                return False
+        elif following.base_offset <= self._log_start_offset:
+            return True
+        config = self._config
+        if not config.delete:
+            return False
+        if config.retention_ms >= 0 and now_ms - first.largest_timestamp > config.retention_ms:
+            return True
+        return config.retention_bytes >= 0 and self.size - config.retention_bytes >= first.size
 
     def delete_old_segments(self) -> int:
         """Apply retention (time, size, log start offset); returns segments removed."""
@@ -933,7 +993,7 @@ class Log:
         first_base = self._view.segments[0].base_offset
         # the snapshots of deleted segments go with them; the producers stay (Kafka 2.5+)
         self._producers.delete_snapshots(range(first_base, self._log_end_offset + 1))
-        self._log_start_offset = max(self._log_start_offset, first_base)
+        self._set_log_start_offset(max(self._log_start_offset, first_base))
         self._high_watermark = max(self._high_watermark, self._log_start_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
         return len(doomed)
@@ -1019,8 +1079,9 @@ class Log:
             for segment in dirty:
                 if not segment.closed:
                     segment.flush()
-            self._recovery_point = max(self._recovery_point, target)
-            self._unflushed_records = 0
+            self._set_recovery_point(max(self._recovery_point, target))
+            if target >= self._log_end_offset:  # a roll's flush leaves the new segment's
+                self._unflushed_records = 0
             self._last_flush_ms = self._time_ms()
 
     # -- producer state ----------------------------------------------------
@@ -1043,10 +1104,26 @@ class Log:
         with self._lock:
             return self._producers.remove_expired(self._time_ms())
 
-    def flush_if_due(self) -> None:
-        """Flush when ``flush.ms`` has passed since the last flush."""
-        if self._time_ms() - self._last_flush_ms >= self._config.flush_ms:
-            self.flush()
+    def flush_if_due(self) -> bool:
+        """Flush when ``flush.ms`` has passed since the last flush.  True while
+        records stay unflushed under a finite ``flush.ms``: the caller (the log
+        manager's flush tick, which took this log off its dir's list) hands it
+        back to ``DirtyMarks.unflushed`` to look again."""
+        with self._lock:
+            if self._closed:
+                self._flush_pending = False
+                return False
+            if self._time_ms() - self._last_flush_ms >= self._config.flush_ms:
+                self.flush()
+                if self._log_end_offset <= self._recovery_point:
+                    self._unflushed_records = 0
+            self._flush_pending = bool(self._unflushed_records) and self._flush_on_time
+            return self._flush_pending
+
+    @property
+    def has_producers(self) -> bool:
+        """Whether the log remembers any idempotent producer (a read without the lock)."""
+        return bool(self._producers.producers)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -1086,6 +1163,7 @@ class Log:
                 return
             self.delete_pending_segments(force=True)
             self._closed = True
+            self._marks.compacted(self, False)
             for segment in self._view.segments:
                 segment.close()
 

@@ -14,10 +14,19 @@ directory per partition::
 
 A new partition goes to the directory that holds the fewest partitions.
 
-Thread safety: ``self._lock`` guards the map of logs; each Log guards itself.
+Start-up loads the logs on ``recovery_threads_per_data_dir`` threads per log
+dir (``loading.py``).
+
 Background work (retention, flushes, checkpoints, the cleaner, delayed
-deletes, producer id expiration) runs on one Scheduler thread owned by the manager, started by
-``startup`` and stopped by ``shutdown``.
+deletes, producer id expiration) runs on one Scheduler thread owned by the
+manager, started by ``startup`` and stopped by ``shutdown``.  None of it
+visits a log that has nothing to do: the logs mark what changed in their dir
+(``dirty.py``), so a checkpoint tick rewrites only the checkpoints of dirs
+whose offsets moved and the flush tick visits only logs holding records a
+finite ``flush.ms`` must flush; retention, producer expiration and the
+cleaner pass over a log with a glance at a few attributes.
+
+Thread safety: ``self._lock`` guards the map of logs; each Log guards itself.
 """
 
 from __future__ import annotations
@@ -26,8 +35,10 @@ import logging
 import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +46,9 @@ from . import files
 from .checkpoints import OffsetCheckpointFile
 from .config import LogConfig
 from .dir_failure import LogDirFailureChannel
+from .dirty import DirtyMarks
 from .errors import LogDirError, LogDirOfflineError
+from .loading import LogLoadError, run_per_dir
 from .log import Clock, Log, wall_clock_ms
 from .meta import MetaProperties, read_meta_properties, write_meta_properties
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
@@ -58,6 +71,20 @@ class LogManagerConfig:
     cleaner_backoff_ms: int = 15_000
     producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS
     producer_id_expiration_check_interval_ms: int = 600_000
+    recovery_threads_per_data_dir: int = 1  # num.recovery.threads.per.data.dir
+
+
+@dataclass(frozen=True, slots=True)
+class _LogToLoad:
+    """A partition directory found at start-up, with what the dir's checkpoints say."""
+
+    tp: files.TopicPartition
+    directory: Path
+    log_dir: Path
+    recovery_point: int
+    log_start_offset: int
+    high_watermark: int | None
+    clean: bool
 
 
 class LogManager:
@@ -86,6 +113,8 @@ class LogManager:
         self._log_dir_of: dict[files.TopicPartition, Path] = {}
         self._scheduler = Scheduler()
         self._started = False
+        self._load_failed = False  # then nothing may overwrite the dirs' checkpoints
+        self._marks = {d: DirtyMarks() for d in self.log_dirs}
         self.cleaner: object | None = None
         # where I/O errors take a log dir offline (storage/dir_failure.py)
         self.failures = LogDirFailureChannel()
@@ -96,8 +125,7 @@ class LogManager:
         """Check and load every log dir, then start the background work."""
         for log_dir in self.log_dirs:
             self._check_log_dir(log_dir)
-        for log_dir in self.log_dirs:
-            self._load_log_dir(log_dir)
+        self._load_logs()
         self._started = True
         self._scheduler.start()
         s = self.settings
@@ -115,13 +143,13 @@ class LogManager:
         )
         self._scheduler.schedule(
             "recovery-point-checkpoint",
-            self.checkpoint_recovery_points,
+            self.checkpoint_changed_recovery_points,
             s.flush_recovery_point_interval_ms,
             s.flush_recovery_point_interval_ms,
         )
         self._scheduler.schedule(
             "log-start-offset-checkpoint",
-            self.checkpoint_log_start_offsets,
+            self.checkpoint_changed_log_start_offsets,
             s.flush_start_offset_interval_ms,
             s.flush_start_offset_interval_ms,
         )
@@ -172,12 +200,53 @@ class LogManager:
                 f"{self.cluster_id}"
             )
 
-    def _load_log_dir(self, log_dir: Path) -> None:
-        marker = log_dir / files.CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
+    def _load_logs(self) -> None:
+        """Load every log of every dir, ``recovery_threads_per_data_dir`` at a time
+        per dir.  When any fails, the others are closed again, nothing is
+        written (markers and checkpoints stay as they are) and LogLoadError
+        names every failed log."""
+        started = time.monotonic()
+        found = {d: self._scan_log_dir(d) for d in self.log_dirs}
+        seen: dict[files.TopicPartition, Path] = {}
+        for log_dir, wanted in found.items():
+            for plan in wanted:
+                if plan.tp in seen:
+                    raise LogDirError(
+                        f"duplicate log directories for {plan.tp}: {seen[plan.tp]} and {log_dir}"
+                    )
+                seen[plan.tp] = log_dir
+        threads = self.settings.recovery_threads_per_data_dir
+        loaded, failed = run_per_dir(found, self._open_found, threads)
+        if failed:
+            self._load_failed = True
+            for _, log in loaded:
+                log.close()
+            raise LogLoadError([(plan.directory, exc) for plan, exc in failed], len(seen))
+        with self._lock:
+            for plan, log in loaded:
+                self._logs[plan.tp] = log
+                self._log_dir_of[plan.tp] = plan.log_dir
+        for log_dir in self.log_dirs:
+            marker = log_dir / files.CLEAN_SHUTDOWN_FILE
+            if marker.exists():
+                marker.unlink()
+                files.fsync_dir(log_dir)
+        logger.info(
+            "loaded %d logs from %d log dirs in %.1f s (%d recovery threads per dir)",
+            len(loaded),
+            len(self.log_dirs),
+            time.monotonic() - started,
+            threads,
+        )
+
+    def _scan_log_dir(self, log_dir: Path) -> list[_LogToLoad]:
+        """The partition directories of ``log_dir`` with their checkpointed offsets;
+        logs deleted before the last stop are removed, strangers left alone."""
+        clean = (log_dir / files.CLEAN_SHUTDOWN_FILE).exists()
         recovery_points = OffsetCheckpointFile(log_dir / files.RECOVERY_POINT_CHECKPOINT).read()
         start_offsets = OffsetCheckpointFile(log_dir / files.LOG_START_OFFSET_CHECKPOINT).read()
         high_watermarks = OffsetCheckpointFile(log_dir / files.REPLICATION_CHECKPOINT).read()
+        found = []
         for path in sorted(log_dir.iterdir()):
             if not path.is_dir():
                 if path.name not in files.LOG_DIR_FILES and not path.name.endswith(".tmp"):
@@ -194,27 +263,36 @@ class LogManager:
                 logger.warning("%s is not a partition directory, left in place", path)
                 continue
             tp = files.TopicPartition(*parsed)
-            if tp in self._logs:
-                raise LogDirError(
-                    f"duplicate log directories for {tp}: {self._log_dir_of[tp]} and {log_dir}"
+            found.append(
+                _LogToLoad(
+                    tp,
+                    path,
+                    log_dir,
+                    recovery_points.get(tp, 0),
+                    start_offsets.get(tp, 0),
+                    high_watermarks.get(tp),
+                    clean,
                 )
-            log = Log.open(
-                path,
-                self.default_config,
-                recovery_point=recovery_points.get(tp, 0),
-                log_start_offset=start_offsets.get(tp, 0),
-                had_clean_shutdown=clean,
-                time_ms=self._time_ms,
-                background=self._scheduler.submit,
-                producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
-                failure=self.failures,
             )
-            log.update_high_watermark(high_watermarks.get(tp, log.log_end_offset))
-            self._logs[tp] = log
-            self._log_dir_of[tp] = log_dir
-        if clean:
-            marker.unlink()
-            files.fsync_dir(log_dir)
+        return found
+
+    def _open_found(self, plan: _LogToLoad) -> Log:
+        """Open (recovering when needed) one log found at start-up; any thread."""
+        log = Log.open(
+            plan.directory,
+            self.default_config,
+            recovery_point=plan.recovery_point,
+            log_start_offset=plan.log_start_offset,
+            had_clean_shutdown=plan.clean,
+            time_ms=self._time_ms,
+            background=self._scheduler.submit,
+            producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+            failure=self.failures,
+            marks=self._marks[plan.log_dir],
+        )
+        hw = plan.high_watermark
+        log.update_high_watermark(log.log_end_offset if hw is None else hw)
+        return log
 
     # -- logs ------------------------------------------------------------
 
@@ -231,17 +309,20 @@ class LogManager:
         with self._lock:
             log = self._logs.get(tp)
             if log is not None:
-                if config is not None:
+                if config is not None and config != log.config:
                     log.update_config(config)
                 return log
             online = [d for d in self.log_dirs if self.failures.reason(d) is None]
             if not online:
                 raise LogDirError(f"cannot create the log of {tp}: every log dir is offline")
-            counts = {d: 0 for d in online}
-            for d in self._log_dir_of.values():
-                if d in counts:
-                    counts[d] += 1
-            log_dir = min(online, key=lambda d: (counts[d], self.log_dirs.index(d)))
+            if len(online) == 1:
+                log_dir = online[0]
+            else:
+                counts = {d: 0 for d in online}
+                for d in self._log_dir_of.values():
+                    if d in counts:
+                        counts[d] += 1
+                log_dir = min(online, key=lambda d: (counts[d], self.log_dirs.index(d)))
             log = Log.open(
                 log_dir / files.partition_dir_name(tp.topic, tp.partition),
                 config or self.default_config,
@@ -249,9 +330,11 @@ class LogManager:
                 background=self._scheduler.submit,
                 producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
                 failure=self.failures,
+                marks=self._marks[log_dir],
             )
             self._logs[tp] = log
             self._log_dir_of[tp] = log_dir
+            self._marks[log_dir].checkpoints_changed()
             return log
 
     def log_dir_of(self, tp: files.TopicPartition) -> Path | None:
@@ -265,6 +348,7 @@ class LogManager:
             log_dir = self._log_dir_of.pop(tp, None)
         if log is None or log_dir is None:
             return False
+        self._marks[log_dir].checkpoints_changed()  # its entries go
         log.close()
         doomed = log_dir / f"{tp}.{uuid.uuid4().hex}-delete"
         log.directory.rename(doomed)
@@ -276,6 +360,11 @@ class LogManager:
 
     # -- background work ---------------------------------------------------
 
+    def compacted_logs(self) -> dict[files.TopicPartition, Log]:
+        """The open logs whose cleanup.policy has compact (what the cleaner looks at)."""
+        found = [log for marks in self._marks.values() for log in marks.compacted_logs()]
+        return {log.topic_partition: log for log in found}
+
     def online_logs(self) -> dict[files.TopicPartition, Log]:
         """The logs whose dir is online (background work leaves the others alone)."""
         return {tp: log for tp, log in self.all_logs().items() if log.online}
@@ -283,25 +372,44 @@ class LogManager:
     def cleanup_logs(self) -> int:
         """Retention over every log; returns the number of segments removed."""
         removed = 0
-        for log in self.online_logs().values():
-            removed += log.delete_old_segments()
-            log.delete_pending_segments()
+        now = self._time_ms()
+        for log in self.all_logs().values():
+            if log.retention_due(now) and log.online:
+                removed += log.delete_old_segments()
+                log.delete_pending_segments()
         return removed
 
     def remove_expired_producers(self) -> int:
         """Forget, in every log, producers silent for ``producer.id.expiration.ms``."""
-        return sum(log.remove_expired_producers() for log in self.online_logs().values())
+        return sum(
+            log.remove_expired_producers()
+            for log in self.all_logs().values()
+            if log.has_producers and log.online
+        )
 
     def flush_dirty_logs(self) -> None:
-        for log in self.online_logs().values():
-            try:
-                log.flush_if_due()
-            except LogDirOfflineError:
-                pass  # the dir just went offline (logged once, by the channel)
+        """Flush the logs whose ``flush.ms`` has passed; only logs holding unflushed
+        records under a finite ``flush.ms`` are looked at."""
+        for marks in self._marks.values():
+            for log in marks.take_unflushed():
+                try:
+                    if log.flush_if_due():
+                        marks.unflushed(log)
+                except LogDirOfflineError:
+                    pass  # the dir just went offline (logged once, by the channel)
 
-    def _checkpoint(self, name: str, value: str) -> None:
+    def _checkpoint(self, name: str, value: str, mark: str | None = None) -> None:
+        """Write the checkpoint ``name`` of every online dir, ``value`` of each log;
+        with ``mark`` (a ``DirtyMarks`` attribute) only of the dirs whose logs
+        marked it out of date."""
         online = [d for d in self.log_dirs if self.failures.reason(d) is None]
+        if mark is not None:
+            online = [d for d in online if getattr(self._marks[d], mark)]
+            for d in online:
+                setattr(self._marks[d], mark, False)  # before reading: see dirty.py
         by_dir: dict[Path, dict[files.TopicPartition, int]] = {d: {} for d in online}
+        if not by_dir:
+            return
         with self._lock:
             for tp, log in self._logs.items():
                 if self._log_dir_of[tp] in by_dir:
@@ -318,6 +426,14 @@ class LogManager:
     def checkpoint_log_start_offsets(self) -> None:
         self._checkpoint(files.LOG_START_OFFSET_CHECKPOINT, "log_start_offset")
 
+    def checkpoint_changed_recovery_points(self) -> None:
+        """``checkpoint_recovery_points`` for the dirs where one moved (the timer's)."""
+        self._checkpoint(files.RECOVERY_POINT_CHECKPOINT, "recovery_point", "recovery_points")
+
+    def checkpoint_changed_log_start_offsets(self) -> None:
+        """``checkpoint_log_start_offsets`` for the dirs where one moved (the timer's)."""
+        self._checkpoint(files.LOG_START_OFFSET_CHECKPOINT, "log_start_offset", "log_start_offsets")
+
     def checkpoint_high_watermarks(self) -> None:
         self._checkpoint(files.REPLICATION_CHECKPOINT, "high_watermark")
 
@@ -328,12 +444,17 @@ class LogManager:
         self._scheduler.initiate_shutdown()
         self._scheduler.await_shutdown()
         logs = self.all_logs()
-        for log in self.online_logs().values():
-            try:
-                log.flush()
-                log.take_producer_snapshot()
-            except LogDirOfflineError:
-                pass  # the dir went offline now; it is left for recovery
+        if self._load_failed:  # the checkpoints hold the logs not loaded: left alone
+            for log in logs.values():
+                log.close()
+            return
+        online = list(self.online_logs().values())
+        # As Kafka's shutdown: the recovery threads flush and snapshot the logs
+        # (their fsyncs overlap; an idle log has nothing to flush and keeps its
+        # snapshot at the log end).
+        threads = max(1, self.settings.recovery_threads_per_data_dir) * len(self.log_dirs)
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="log-close") as pool:
+            list(pool.map(_flush_for_shutdown, online))
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()
@@ -348,3 +469,11 @@ class LogManager:
             except OSError as exc:
                 self.failures.fail(log_dir, f"marking {log_dir} shut down cleanly", exc)
         self._started = False
+
+
+def _flush_for_shutdown(log: Log) -> None:
+    try:
+        log.flush()
+        log.take_producer_snapshot()
+    except LogDirOfflineError:
+        pass  # the dir went offline now; it is left for recovery

@@ -378,10 +378,13 @@ class ProducerStateManager:
 
     def take_snapshot(self, offset: int) -> Path:
         """Write the table, which must describe exactly the batches below
-        ``offset``, as ``<offset>.snapshot`` (tmp → fsync → rename → fsync dir,
-        replacing one of that name)."""
+        ``offset``, as ``<offset>.snapshot`` (tmp → fsync → rename → fsync dir).
+        A snapshot of that offset already on disk describes the same batches and
+        is kept, as Kafka's takeSnapshot keeps it: a log restarted and stopped
+        with nothing appended writes nothing."""
         path = self._path(offset)
-        files.atomic_write(path, encode_snapshot(self.producers.values()))
+        if not path.exists():
+            files.atomic_write(path, encode_snapshot(self.producers.values()))
         return path
 
     def load(self, limit: int, start_offset: int, now_ms: int) -> int:

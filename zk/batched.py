@@ -96,6 +96,32 @@ class BatchedZk:
             for topic in names
         }
 
+    # -- a leader's writes (not fenced: leaders change ISRs on their own) -------------
+
+    def write_partition_states(
+        self, writes: Sequence[tuple[TopicPartition, PartitionState, int]]
+    ) -> list[int | Exception]:
+        """Each state written if its znode is still at the version given, in one
+        pipelined round: for each, in order, the new version or why it was not
+        written (StaleVersionError when the version moved or the znode is gone)."""
+        kazoo = self.zk.kazoo
+        try:
+            pending = [
+                (tp, kazoo.set_async(layout.partition_state_path(*tp), state.encode(), version))
+                for tp, state, version in writes
+            ]
+            out: list[int | Exception] = []
+            for tp, answer in pending:
+                try:
+                    out.append(int(answer.get().version))
+                except BadVersionError:
+                    out.append(StaleVersionError(f"{_name(tp)} changed since it was read"))
+                except NoNodeError:
+                    out.append(StaleVersionError(f"{_name(tp)} no longer exists"))
+            return out
+        except KazooException as exc:
+            raise ZkError(f"ZooKeeper batched write failed: {type(exc).__name__} {exc}") from exc
+
     # -- topic creation (an admin's, not fenced) ------------------------------------
 
     def create_topics(

@@ -42,6 +42,7 @@ def test_defaults_follow_kafka() -> None:
     assert config.default_replication_factor == 1
     assert config.offsets_topic_num_partitions == 50
     assert config.zookeeper_session_timeout_ms == 18000
+    assert config.num_recovery_threads_per_data_dir == 1
     log = config.log_config()
     assert log.retention_ms == 168 * 3600 * 1000 and log.segment_bytes == 1 << 30
 
@@ -65,6 +66,7 @@ def test_retention_precedence() -> None:
         ({"auto.create.topics.enable": "yes"}, "expected true or false"),
         ({"log.cleanup.policy": "shred"}, "expected delete, compact or compact,delete"),
         ({"log.segment.bytes": "10"}, "must be at least 14"),
+        ({"num.recovery.threads.per.data.dir": "0"}, "must be at least 1"),
     ],
 )
 def test_bad_settings_are_named(props: dict[str, str], message: str) -> None:
@@ -133,10 +135,10 @@ def test_a_stock_kafka_server_properties_loads_with_its_unused_settings_named(
     path.write_text(STOCK_SERVER_PROPERTIES)
     config = BrokerConfig.load(path)
     assert config.broker_id == 0 and config.num_partitions == 1
+    assert config.num_recovery_threads_per_data_dir == 1
     assert config.ignored == (
         "num.io.threads",
         "num.network.threads",
-        "num.recovery.threads.per.data.dir",
         "socket.receive.buffer.bytes",
         "socket.send.buffer.bytes",
         "transaction.state.log.min.isr",

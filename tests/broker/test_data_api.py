@@ -55,7 +55,8 @@ def test_an_append_that_rolls_leaves_the_loop_and_keeps_its_partitions_order() -
         async def run_storage(fn: Any) -> Any:
             return await loop.run_in_executor(storage, fn)
 
-        api = DataApi(cast(ReplicaManager, replicas), cast(Purgatories, None), run_storage)
+        purgatories = Purgatories(loop, threading.get_ident())
+        api = DataApi(cast(ReplicaManager, replicas), purgatories, run_storage)
         context: Any = None
         rolling = asyncio.ensure_future(api.produce(produce("t", 0, ROLLS), context))
         await loop.run_in_executor(None, replicas.rolling.wait, 10)

@@ -17,8 +17,17 @@ from typing import Any, NamedTuple
 
 import grpc
 import pytest
+from annal.broker.fetch_sessions import (
+    CachedPartition,
+    FetchKind,
+    FetchSessionCache,
+    PartitionFetch,
+    kind_of,
+)
 from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
+from annal.broker.replica_transport import FetchLimits, KafkaReplicaFetch, Wanted
 from annal.deploy.runner import wait_until
+from annal.kafkaproto.client import ConnectionFailed
 from annal.kafkaproto.data import DataApis
 from annal.kafkaproto.wire import decode_request, encode_response, peek_head, response
 from annal.storage.errors import OffsetOutOfRangeError
@@ -102,6 +111,19 @@ class KafkaStandIn:
     ) -> pb.FetchResponse:
         return self.leader.Fetch(request, None)  # type: ignore[arg-type]
 
+    async def fetch_in_session(
+        self,
+        request: pb.FetchRequest,
+        session_id: int,
+        epoch: int,
+        forgotten: Any,
+        deadline: Any,
+        session: Any = None,
+    ) -> tuple[pb.FetchResponse, int]:
+        """Fetch sessions declined (KIP-227 allows it): session id 0, every fetch full."""
+        assert epoch in (0, -1), "no session was handed out"
+        return await self.fetch(request, deadline, session), 0
+
     def _accept(self) -> None:
         while True:
             try:
@@ -123,6 +145,46 @@ class KafkaStandIn:
 
     def close(self) -> None:
         self._server.close()
+
+
+class SessionStandIn(KafkaStandIn):
+    """A stand-in that keeps fetch sessions in a real ``FetchSessionCache`` and
+    answers the partitions each request names; ``restart`` forgets them all."""
+
+    def __init__(self, leader: StandInLeader) -> None:
+        super().__init__(leader)
+        self.sessions = FetchSessionCache()
+        # (session id, epoch, partitions named, partitions forgotten) of each request
+        self.requests: list[tuple[int, int, list[int], list[int]]] = []
+
+    def restart(self) -> None:
+        self.sessions = FetchSessionCache()
+
+    async def fetch_in_session(
+        self,
+        request: pb.FetchRequest,
+        session_id: int,
+        epoch: int,
+        forgotten: Any,
+        deadline: Any,
+        session: Any = None,
+    ) -> tuple[pb.FetchResponse, int]:
+        named = {
+            TopicPartition(t.name, p.partition): PartitionFetch(p.fetch_offset, 1 << 20)
+            for t in request.topics
+            for p in t.partitions
+        }
+        self.requests.append(
+            (session_id, epoch, [tp.partition for tp in named], [tp.partition for tp in forgotten])
+        )
+        if kind_of(epoch) is FetchKind.INCREMENTAL:  # raises FetchSessionError when refused
+            self.sessions.incremental(session_id, epoch, request.replica_id, "", named, forgotten)
+            return await self.fetch(request, deadline), session_id
+        self.sessions.remove(session_id)
+        answer = await self.fetch(request, deadline)
+        cached = {tp: CachedPartition(wanted) for tp, wanted in named.items()}
+        opened = self.sessions.create(request.replica_id, "", cached)
+        return answer, 0 if opened is None else opened.id
 
 
 def _read(connection: socket.socket, size: int) -> bytes | None:
@@ -340,3 +402,49 @@ def test_a_follower_ahead_of_the_leaders_log_end_cuts_back_to_it(
     assert log_bytes(follower) == log_bytes(leader)
     assert "truncating t-0 from 10 to the leader's log end 3" in caplog.text
     assert "fell behind" not in caplog.text
+
+
+@pytest.mark.timeout(60)
+def test_replica_fetches_go_in_a_session_and_start_over_when_the_leader_forgot_it(
+    tmp_path: Path,
+) -> None:
+    """The first fetch is full and opens a session; the next ones name only what
+    moved and forget what is no longer fetched; a leader that no longer knows the
+    session (it restarted, or evicted it) is asked again at once in full."""
+    leader = open_log(tmp_path / "leader" / "t-0")
+    leader.append_as_leader(batch([b"a", b"b"]), 0)
+    listener = SessionStandIn(StandInLeader(leader, 0))
+    fetch = KafkaReplicaFetch(listener.endpoint, 2, 10)
+    limits = FetchLimits(1 << 20, 10 << 20, 10, 1)
+    t1 = TopicPartition("t", 1)
+    try:
+        first = fetch.fetch([Wanted(TP, 0, 0, 0), Wanted(t1, 2, 0, 0)], limits)
+        assert first[TP].records and first[TP].high_watermark == 2
+        (session_id, *_), *_ = listener.requests
+        opened = listener.sessions.get(fetch.session.session_id)
+        assert session_id == 0 and opened is not None
+        fetch.fetch([Wanted(TP, 2, 0, 0), Wanted(t1, 2, 0, 0)], limits)  # TP moved on
+        fetch.fetch([Wanted(TP, 2, 0, 0), Wanted(t1, 2, 0, 0)], limits)  # nothing moved
+        fetch.fetch([Wanted(TP, 2, 0, 0)], limits)  # t1 no longer fetched
+        listener.restart()
+        again = fetch.fetch([Wanted(TP, 0, 0, 0)], limits)  # refused, then full at once
+        assert again[TP].records
+        reopened = fetch.session.session_id
+        assert listener.sessions.get(reopened) is not None
+        sid = opened.id
+        assert listener.requests == [
+            (0, 0, [0, 1], []),  # full, asking for a session
+            (sid, 1, [0], []),
+            (sid, 2, [], []),
+            (sid, 3, [], [1]),
+            (sid, 4, [0], []),  # FETCH_SESSION_ID_NOT_FOUND
+            (0, 0, [0], []),  # full again: a new session
+        ]
+        fetch.abort()  # a failed connection: the next fetch is full, closing the session
+        with pytest.raises(ConnectionFailed):
+            fetch.fetch([Wanted(TP, 2, 0, 0)], limits)
+        fetch.fetch([Wanted(TP, 2, 0, 0)], limits)
+        assert listener.requests[-1] == (reopened, 0, [0], [])
+    finally:
+        fetch.close()
+        listener.close()

@@ -3,7 +3,9 @@ acks=all."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from annal.broker.isr_changes import IsrChangeWriter
@@ -160,4 +162,81 @@ def test_acks_all_waits_for_the_isr(tmp_path: Path) -> None:
     finally:
         writer.initiate_shutdown()
         writer.await_shutdown()
+        logs.shutdown()
+
+
+class Fetchers:
+    """Stands in for the replica fetcher manager: what it was told, in order, and
+    whether each partition it was told to stop copying was led here already."""
+
+    def __init__(self, replicas: list[ReplicaManager]) -> None:
+        self._replicas = replicas
+        self.calls: list[tuple[str, object]] = []
+
+    def follow(self, tp: TopicPartition, leader: int, *args: object) -> None:
+        self.calls.append(("follow", (tp, leader)))
+
+    def unfollow(self, tps: Iterable[TopicPartition]) -> None:
+        tps = list(tps)
+        led = [p is not None and p.is_leader for p in map(self._replicas[0].partition, tps)]
+        self.calls.append(("unfollow", (tps, led)))
+
+
+def test_a_big_leader_and_isr_is_applied_in_one_pass(tmp_path: Path) -> None:
+    """Topic configs read once per topic, the fetchers told once about the new
+    leaderships (before they are taken), each follower handed to its leader."""
+    logs = LogManager([tmp_path], broker_id=1, settings=LogManagerConfig(cleaner_enable=False))
+    logs.startup()
+    reads: list[str] = []
+
+    def topic_config(topic: str) -> dict[str, str]:
+        reads.append(topic)
+        return {"retention.ms": "1234"} if topic == "b" else {}
+
+    owner: list[ReplicaManager] = []
+    fetchers = Fetchers(owner)
+    replicas = ReplicaManager(1, logs, topic_config, fetchers=fetchers)  # type: ignore[arg-type]
+    owner.append(replicas)
+    tps = [TopicPartition(t, p) for t in "abc" for p in range(100)]
+
+    def states(epoch: int, leads: Callable[[int], bool]) -> list[LeaderAndIsrState]:
+        out = []
+        for i, tp in enumerate(tps):
+            ids = (1, 2 + i % 2) if leads(i) else (2 + i % 2, 1)
+            out.append(LeaderAndIsrState(tp.topic, tp.partition, 1, ids[0], epoch, ids, ids, 0))
+        return out
+
+    endpoints = {2: "h:2", 3: "h:3"}
+    try:
+        results = replicas.become_leader_or_follower(states(1, lambda i: i % 3 == 0), endpoints)
+        assert set(results.values()) == {errors.NONE} and len(results) == 300
+        assert sorted(reads) == ["a", "b", "c"]  # once per topic, not per partition
+        configured = [logs.get_log(tp) for tp in tps if tp.topic == "b"]
+        assert all(log is not None and log.config.retention_ms == 1234 for log in configured)
+        led = [tp for i, tp in enumerate(tps) if i % 3 == 0]
+        assert fetchers.calls[0] == ("unfollow", (led, [False] * 100))  # before leading
+        followed = [c for c in fetchers.calls[1:] if c[0] == "follow"]
+        assert followed == [("follow", (tp, 2 + i % 2)) for i, tp in enumerate(tps) if i % 3 != 0]
+        assert len(fetchers.calls) == 1 + 200
+
+        fetchers.calls.clear()
+        # a new epoch for all, leading the others; one of them from a stale controller
+        flipped = states(2, lambda i: i % 3 != 0)
+        flipped[1] = dataclasses.replace(flipped[1], leader_epoch=0)
+        results = replicas.become_leader_or_follower(flipped, endpoints)
+        assert results[tps[1]] is errors.FENCED_LEADER_EPOCH
+        assert reads == sorted(reads) and len(reads) == 3  # nothing new to read
+        unfollowed, led_then = fetchers.calls[0][1]  # type: ignore[misc]
+        assert unfollowed == [tp for i, tp in enumerate(tps) if i % 3 != 0 and i != 1]
+        assert not any(led_then)
+        assert len(fetchers.calls) == 1 + 100
+        assert replicas.partition(tps[1]).is_leader is False  # type: ignore[union-attr]
+
+        # a leader nobody can reach yet: no longer fetched, in one call
+        fetchers.calls.clear()
+        gone = states(3, lambda i: False)
+        assert set(replicas.become_leader_or_follower(gone, {}).values()) == {errors.NONE}
+        assert fetchers.calls == [("unfollow", (tps, [False] * 300))]
+    finally:
+        replicas.shutdown()
         logs.shutdown()

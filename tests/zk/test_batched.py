@@ -88,3 +88,21 @@ def test_many_topics_created_in_two_rounds(zk_connect: str) -> None:
         assert found is not None and dict(found[0].partitions) == {0: (1,), 1: (2,)}
         taken = zk.get_topic_assignment("taken")
         assert taken is not None and dict(taken[0].partitions) == {0: (1,)}  # left as it was
+
+
+@pytest.mark.timeout(60)
+def test_a_leaders_isr_writes_go_in_one_round_each_on_its_own_version(zk_connect: str) -> None:
+    with ZkClient(zk_connect) as zk:
+        zk.ensure_persistent_paths()
+        zk.create_topic("isr", TopicAssignment({p: (1, 2) for p in range(3)}))
+        for p in range(3):
+            zk.create_partition_state("isr", p, PartitionState(1, 0, (1,), 1))
+        zk.update_partition_state("isr", 1, PartitionState(1, 1, (1,), 1), 0)  # moved on
+        got = BatchedZk(zk).write_partition_states(
+            [(TopicPartition("isr", p), PartitionState(1, 0, (1, 2), 1), 0) for p in range(3)]
+            + [(TopicPartition("isr", 9), PartitionState(1, 0, (1,), 1), 0)]
+        )
+        assert got[0] == 1 and got[2] == 1
+        assert isinstance(got[1], StaleVersionError) and isinstance(got[3], StaleVersionError)
+        found = zk.get_partition_state("isr", 0)
+        assert found is not None and found[0].isr == (1, 2)

@@ -111,6 +111,12 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The partition has no state for the producer id (Kafka before 2.5 answers this;
     annal, as Kafka 2.5+, accepts any sequence from a producer it does not know).
     """
+    FETCH_SESSION_ID_NOT_FOUND: _ErrorCode.ValueType  # 70
+    """Fetch (Kafka's protocol, KIP-227): the fetch session named is not in the
+    broker's cache (never opened, evicted, or the broker restarted).
+    """
+    INVALID_FETCH_SESSION_EPOCH: _ErrorCode.ValueType  # 71
+    """Fetch (KIP-227): the fetch session's epoch is not the one the broker expects next."""
     FENCED_LEADER_EPOCH: _ErrorCode.ValueType  # 74
     """The request's leader epoch is older than the broker's."""
     UNKNOWN_LEADER_EPOCH: _ErrorCode.ValueType  # 75
@@ -259,6 +265,12 @@ UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
 """The partition has no state for the producer id (Kafka before 2.5 answers this;
 annal, as Kafka 2.5+, accepts any sequence from a producer it does not know).
 """
+FETCH_SESSION_ID_NOT_FOUND: ErrorCode.ValueType  # 70
+"""Fetch (Kafka's protocol, KIP-227): the fetch session named is not in the
+broker's cache (never opened, evicted, or the broker restarted).
+"""
+INVALID_FETCH_SESSION_EPOCH: ErrorCode.ValueType  # 71
+"""Fetch (KIP-227): the fetch session's epoch is not the one the broker expects next."""
 FENCED_LEADER_EPOCH: ErrorCode.ValueType  # 74
 """The request's leader epoch is older than the broker's."""
 UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 75
