@@ -241,16 +241,23 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
         checks.require_at_least("controller_id", request.controller_id, 0)
         if not self._replicas.check_controller_epoch(request.controller_epoch):
             return pb.StopReplicaResponse(error=pb.STALE_CONTROLLER_EPOCH)
-        errors = []
+        refused: dict[TopicPartition, ErrorCode] = {}
+        wanted: dict[bool, list[TopicPartition]] = {False: [], True: []}
         for p in request.partitions:
+            tp = TopicPartition(p.topic, p.partition)
             if refusal := checks.topic_partition(p.topic, p.partition):
-                error = refusal.error
+                refused[tp] = refusal.error
             else:
-                error = self._replicas.stop_replica(
-                    TopicPartition(p.topic, p.partition), p.delete_partition
-                )
-            errors.append(_partition_error(p.topic, p.partition, error))
-        return pb.StopReplicaResponse(partition_errors=errors)
+                wanted[p.delete_partition].append(tp)
+        stopped: dict[TopicPartition, ErrorCode] = {}
+        for delete, tps in wanted.items():
+            if tps:  # all at once: the fetchers let go of them in one pass
+                stopped.update(self._replicas.stop_replicas(tps, delete))
+        answers = []
+        for p in request.partitions:
+            tp = TopicPartition(p.topic, p.partition)
+            answers.append(_partition_error(*tp, refused[tp] if tp in refused else stopped[tp]))
+        return pb.StopReplicaResponse(partition_errors=answers)
 
     def _controlled_shutdown_now(
         self, request: pb.ControlledShutdownRequest

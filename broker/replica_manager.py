@@ -308,8 +308,18 @@ class ReplicaManager:
             partition.log.update_config(config)
 
     def stop_replica(self, tp: TopicPartition, delete: bool) -> ErrorCode:
+        return self.stop_replicas([tp], delete)[tp]
+
+    def stop_replicas(
+        self, tps: Sequence[TopicPartition], delete: bool
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Stop hosting ``tps`` (a StopReplica): the fetchers let go of all of them
+        at once, then each is forgotten (and its log deleted when ``delete``)."""
         if self.fetchers is not None:
-            self.fetchers.unfollow([tp])
+            self.fetchers.unfollow(tps)
+        return {tp: self._forget(tp, delete) for tp in tps}
+
+    def _forget(self, tp: TopicPartition, delete: bool) -> ErrorCode:
         self._on_leadership(tp, None)
         with self._lock:
             partition = self._partitions.pop(tp, None)
