@@ -11,7 +11,9 @@ For each size, on a fresh local cluster (``annal cluster up --brokers 3``):
 * ``idle_cpu_percent``: each broker's CPU over 10 s with no traffic (the
   highest of the three, and the controller's);
 * ``controlled_shutdown_s``: SIGTERM to the broker leading the most partitions
-  until its process exits (``leaders_moved``: how many it led), and whether
+  until its process exits (``leaders_moved``: how many it led;
+  ``controlled_shutdown_handover_s``: until the controller answered that every
+  leadership moved, the rest being the logs' flush and close), and whether
   any partition was left without a leader meanwhile
   (``leaderless_seen``, sampled);
 * ``restart_until_isr_full_s``: that broker started again until every ISR is
@@ -40,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +147,8 @@ def measure(size: int, per_topic: int) -> dict[str, Any]:
         started = time.monotonic()
         cluster.signal_broker(victim, signal.SIGTERM, timeout_s=300)
         figures["controlled_shutdown_s"] = round(time.monotonic() - started, 1)
+        victim_log = root / f"broker-{victim}" / "broker.log"
+        figures["controlled_shutdown_handover_s"] = handover_s(victim_log)
         sampler.stop()
         figures["leaderless_seen_during_shutdown"] = sampler.worst
         figures["leaderless_after_shutdown"] = not all_led(
@@ -179,6 +184,21 @@ def measure(size: int, per_topic: int) -> dict[str, Any]:
             print(f"clean-up: {exc}", file=sys.stderr)
         shutil.rmtree(root, ignore_errors=True)
     return figures
+
+
+def handover_s(broker_log: Path) -> float:
+    """From SIGTERM until the controller answered that every leadership moved
+    (the rest of the stop is flushing and closing the logs), from the broker's log."""
+
+    def at(line: str) -> float:
+        stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+        return stamp.timestamp()
+
+    lines = broker_log.read_text().splitlines()
+    began = [at(line) for line in lines if "received SIGTERM" in line]
+    done = [at(line) for line in lines if "controlled shutdown of broker" in line
+            and line.rstrip().endswith("complete")]  # fmt: skip
+    return round(done[-1] - began[-1], 1) if began and done else -1.0
 
 
 def rss_mib(pid: int) -> float:
