@@ -37,6 +37,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
+from annal.zk.batched import Versioned, Written, stale
 from annal.zk.client import ControllerEpoch, StaleVersionError
 from annal.zk.layout import PartitionState
 
@@ -50,9 +51,6 @@ from .requests import PartitionUpdate, RequestBatch
 logger = logging.getLogger(__name__)
 
 STALE_STATE_ATTEMPTS = 3
-
-Versioned = tuple[PartitionState, int]
-Written = int | StaleVersionError
 
 
 class PartitionStore(Protocol):
@@ -181,7 +179,7 @@ class PartitionStateMachine(_StateMachine):
             return {}
         written = self.store.create_partition_states(states, self.fence())
         results: dict[TopicPartition, PartitionUpdate | str] = {}
-        exists = [tp for tp, w in written.items() if isinstance(w, StaleVersionError)]
+        exists = stale(written)
         for tp, version in written.items():
             if isinstance(version, int):
                 results[tp] = self._decided(tp, states[tp], version, "new partition")

@@ -18,7 +18,8 @@ reads again and decides again).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import partial
 from typing import Any, TypeVar
 
@@ -27,14 +28,12 @@ from kazoo.exceptions import (
     KazooException,
     NodeExistsError,
     NoNodeError,
-    RolledBackError,
-    RuntimeInconsistency,
 )
 
 from annal.topic_partition import TopicPartition
 
 from . import layout
-from .client import ControllerEpoch, ControllerMovedError, StaleVersionError, ZkClient, ZkError
+from .client import ControllerEpoch, StaleVersionError, ZkClient, ZkError, check_fence
 from .layout import PartitionState, TopicAssignment
 
 K = TypeVar("K")
@@ -56,7 +55,7 @@ class BatchedZk:
     def _get_many(self, paths: Mapping[K, str]) -> dict[K, tuple[bytes, int]]:
         """(data, version) of every path that exists, keyed as given."""
         kazoo = self.zk.kazoo
-        try:
+        with _failing("read"):
             pending = [(key, kazoo.get_async(path)) for key, path in paths.items()]
             found: dict[K, tuple[bytes, int]] = {}
             for key, answer in pending:
@@ -66,8 +65,6 @@ class BatchedZk:
                     continue
                 found[key] = (bytes(data), int(stat.version))
             return found
-        except KazooException as exc:
-            raise ZkError(f"ZooKeeper batched read failed: {type(exc).__name__} {exc}") from exc
 
     def partition_states(
         self, partitions: Iterable[TopicPartition]
@@ -105,7 +102,7 @@ class BatchedZk:
         pipelined round: for each, in order, the new version or why it was not
         written (StaleVersionError when the version moved or the znode is gone)."""
         kazoo = self.zk.kazoo
-        try:
+        with _failing("write"):
             pending = [
                 (tp, kazoo.set_async(layout.partition_state_path(*tp), state.encode(), version))
                 for tp, state, version in writes
@@ -119,8 +116,6 @@ class BatchedZk:
                 except NoNodeError:
                     out.append(StaleVersionError(f"{_name(tp)} no longer exists"))
             return out
-        except KazooException as exc:
-            raise ZkError(f"ZooKeeper batched write failed: {type(exc).__name__} {exc}") from exc
 
     # -- topic creation (an admin's, not fenced) ------------------------------------
 
@@ -131,7 +126,7 @@ class BatchedZk:
         every assignment (the controller acts on those).  False for a topic whose
         assignment existed already."""
         kazoo = self.zk.kazoo
-        try:
+        with _failing("create"):
             configs = [
                 kazoo.create_async(layout.topic_config_path(t), layout.encode_topic_config(c),
                                    makepath=True)
@@ -154,8 +149,6 @@ class BatchedZk:
                 except NodeExistsError:
                     created[topic] = False
             return created
-        except KazooException as exc:
-            raise ZkError(f"ZooKeeper batched create failed: {type(exc).__name__} {exc}") from exc
 
     # -- fenced writes -----------------------------------------------------------
 
@@ -192,7 +185,7 @@ class BatchedZk:
         multi-ops."""
         kazoo = self.zk.kazoo
         levels = [list(roots)]
-        try:
+        with _failing("listing"):
             while levels[-1]:
                 asked = [(path, kazoo.get_children_async(path)) for path in levels[-1]]
                 below = []
@@ -202,8 +195,6 @@ class BatchedZk:
                     except NoNodeError:
                         continue
                 levels.append(below)
-        except KazooException as exc:
-            raise ZkError(f"ZooKeeper batched listing failed: {type(exc).__name__} {exc}") from exc
         for level in reversed(levels):
             if level:  # a znode gone meanwhile is answered stale, and that is fine
                 self._fenced_many({path: partial(_delete, path) for path in level}, fence, _zero)
@@ -216,7 +207,7 @@ class BatchedZk:
     ) -> dict[K, Written]:
         """One fenced multi-op per key, all sent before any answer is read."""
         kazoo = self.zk.kazoo
-        try:
+        with _failing("write"):
             pending = []
             for key, build in ops.items():
                 txn = kazoo.transaction()
@@ -224,15 +215,9 @@ class BatchedZk:
                 build(txn)
                 pending.append((key, txn.commit_async()))
             answers = [(key, list(answer.get())) for key, answer in pending]
-        except KazooException as exc:
-            raise ZkError(f"ZooKeeper batched write failed: {type(exc).__name__} {exc}") from exc
         out: dict[K, Written] = {}
         for key, (check, result) in answers:
-            if isinstance(check, Exception) and not isinstance(check, _ROLLED_BACK):
-                raise ControllerMovedError(
-                    f"controller epoch {fence.epoch} is over: {layout.CONTROLLER_EPOCH} is no "
-                    f"longer at zkVersion {fence.zk_version} ({type(check).__name__})"
-                )
+            check_fence(check, fence)
             if isinstance(result, BadVersionError):
                 out[key] = StaleVersionError(f"{_name(key)} changed since it was read")
             elif isinstance(result, NoNodeError):
@@ -246,7 +231,14 @@ class BatchedZk:
         return out
 
 
-_ROLLED_BACK = (RolledBackError, RuntimeInconsistency)
+@contextmanager
+def _failing(what: str) -> Iterator[None]:
+    """A batch that kazoo cannot finish (the connection lost part way) fails
+    whole, as ZkError."""
+    try:
+        yield
+    except KazooException as exc:
+        raise ZkError(f"ZooKeeper batched {what} failed: {type(exc).__name__} {exc}") from exc
 
 
 def _set_data(path: str, data: bytes, version: int, txn: Any) -> None:

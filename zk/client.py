@@ -142,6 +142,17 @@ _DELETES_PER_MULTI = 500
 _CAS_ATTEMPTS = 30
 
 
+def check_fence(check: object, fence: ControllerEpoch) -> None:
+    """ControllerMovedError when a fenced multi-op's first result, the check of
+    ``/controller_epoch``, failed (rolled back because another operation
+    failed is not the check failing)."""
+    if isinstance(check, Exception) and not isinstance(check, _ROLLED_BACK):
+        raise ControllerMovedError(
+            f"controller epoch {fence.epoch} is over: {layout.CONTROLLER_EPOCH} is no "
+            f"longer at zkVersion {fence.zk_version} ({type(check).__name__})"
+        )
+
+
 def split_connect_string(connect: str) -> tuple[str, str]:
     """``"h1:2181,h2:2181/annal"`` → (``"h1:2181,h2:2181"``, ``"/annal"``)."""
     hosts, slash, chroot = connect.partition("/")
@@ -306,11 +317,7 @@ class ZkClient:
 
         results: list[Any] = self._call(attempt)
         check, ops = results[0], results[1:]
-        if isinstance(check, Exception) and not isinstance(check, _ROLLED_BACK):
-            raise ControllerMovedError(
-                f"controller epoch {fence.epoch} is over: {layout.CONTROLLER_EPOCH} is no "
-                f"longer at zkVersion {fence.zk_version} ({type(check).__name__})"
-            )
+        check_fence(check, fence)
         for result in ops:
             if isinstance(result, _OP_ANSWERS):
                 raise result

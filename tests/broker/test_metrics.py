@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Callable
 
 import pytest
@@ -11,27 +10,9 @@ from annal.deploy.runner import BrokerProcess, wait_until
 from annal.deploy.zookeeper import free_port
 from annal.producer.producer import Producer
 from environment import require_module
-from prometheus_client.parser import text_string_to_metric_families
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+from metrics_scrape import scrape, value
 
 FAST_ISR = {"replica.lag.time.max.ms": "1500", "zookeeper.session.timeout.ms": "6000"}
-
-
-def scrape(broker: BrokerProcess) -> Samples:
-    """Every sample a broker's /metrics serves: (name, sorted labels) → value."""
-    port = broker.settings["metrics.port"]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        text = answer.read().decode("utf-8")
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 def total(brokers: list[BrokerProcess], name: str) -> float:

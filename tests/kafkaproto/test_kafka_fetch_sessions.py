@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,7 +19,7 @@ from annal.deploy.zookeeper import free_port
 from annal.kafkaproto.client import FETCH_KEY, FetchPartition, KafkaConnection, fetch_request
 from annal.producer.producer import Producer
 from annal.storage.files import TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
+from metrics_scrape import scrape, value
 
 from annal import errors
 
@@ -35,19 +34,8 @@ def metrics_settings(**more: str) -> dict[str, str]:
     return {"metrics.port": str(free_port()), **more}
 
 
-def scrape(broker: BrokerProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    port = broker.settings["metrics.port"]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        text = answer.read().decode("utf-8")
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
 def gauge(broker: BrokerProcess, name: str, **labels: str) -> float:
-    return scrape(broker).get((name, tuple(sorted(labels.items()))), 0.0)
+    return value(scrape(broker), name, **labels)
 
 
 def produce(endpoint: str, topic: str, values: dict[int, list[bytes]]) -> None:
