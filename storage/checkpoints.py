@@ -17,7 +17,10 @@ Offset checkpoints (one per log dir: ``recovery-point-offset-checkpoint``,
     3 1210
 
 Writes go tmp → fsync → rename → fsync dir (``files.atomic_write``), so a
-reader sees the old file or the new one, never a mix.
+reader sees the old file or the new one, never a mix.  The one exception is
+a leader-epoch checkpoint written because an epoch began (KAFKA-15046): it is
+renamed into place without the fsyncs, and synced by the log's next flush,
+before its recovery point moves past the new entry (docs/storage.md).
 """
 
 from __future__ import annotations
@@ -28,16 +31,16 @@ from pathlib import Path
 from typing import TypeVar
 
 from .epoch_types import EpochEntry
-from .errors import CheckpointError
-from .files import TopicPartition, atomic_write
+from .errors import CheckpointError, MalformedCheckpointError
+from .files import TopicPartition, atomic_write, fsync_dir, fsync_file
 
 VERSION = 0
 T = TypeVar("T")
 
 
-def _write(path: Path, lines: list[str]) -> None:
+def _write(path: Path, lines: list[str], sync: bool = True) -> None:
     text = f"{VERSION}\n{len(lines)}\n" + "".join(f"{line}\n" for line in lines)
-    atomic_write(path, text.encode("utf-8"))
+    atomic_write(path, text.encode("utf-8"), sync=sync)
 
 
 def _read(path: Path, parse: Callable[[list[str]], T]) -> list[T]:
@@ -46,27 +49,33 @@ def _read(path: Path, parse: Callable[[list[str]], T]) -> list[T]:
         text = path.read_text("utf-8")
     except FileNotFoundError:
         return []
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise MalformedCheckpointError(f"checkpoint {path}: not text ({exc})") from None
     lines = text.splitlines()
     if not lines:
-        raise CheckpointError(f"checkpoint {path} line 1: missing version line (empty file)")
+        raise MalformedCheckpointError(
+            f"checkpoint {path} line 1: missing version line (empty file)"
+        )
     if lines[0].strip() != str(VERSION):
-        raise CheckpointError(
+        raise MalformedCheckpointError(
             f"checkpoint {path} line 1: unknown version {lines[0]!r} (expected {VERSION})"
         )
     if len(lines) < 2:
-        raise CheckpointError(f"checkpoint {path} line 2: missing entry count")
+        raise MalformedCheckpointError(f"checkpoint {path} line 2: missing entry count")
     try:
         count = int(lines[1])
     except ValueError:
-        raise CheckpointError(f"checkpoint {path} line 2: bad entry count {lines[1]!r}") from None
+        raise MalformedCheckpointError(
+            f"checkpoint {path} line 2: bad entry count {lines[1]!r}"
+        ) from None
     if count < 0:
-        raise CheckpointError(f"checkpoint {path} line 2: negative entry count {count}")
+        raise MalformedCheckpointError(f"checkpoint {path} line 2: negative entry count {count}")
     # Blank lines are tolerated; the others are entries, numbered as in the file.
     entries = [(number, line) for number, line in enumerate(lines[2:], start=3) if line.strip()]
     if count != len(entries):
-        raise CheckpointError(
+        raise MalformedCheckpointError(
             f"checkpoint {path} line 2: declares {count} entries but the file holds {len(entries)}"
         )
     out = []
@@ -74,7 +83,7 @@ def _read(path: Path, parse: Callable[[list[str]], T]) -> list[T]:
         try:
             out.append(parse(line.split()))
         except ValueError as exc:
-            raise CheckpointError(
+            raise MalformedCheckpointError(
                 f"checkpoint {path} line {number}: malformed entry {line!r} ({exc})"
             ) from None
     return out
@@ -136,10 +145,18 @@ class LeaderEpochCheckpointFile:
         self.path = path
         self._lock = threading.Lock()
 
-    def write(self, entries: Sequence[EpochEntry]) -> None:
-        """Replace the file with ``entries`` in the given order, atomically."""
+    def write(self, entries: Sequence[EpochEntry], *, sync: bool = True) -> None:
+        """Replace the file with ``entries`` in the given order, atomically; with
+        ``sync=False`` not yet durable against a machine crash (``sync``)."""
         with self._lock:
-            _write(self.path, [f"{e.epoch} {e.start_offset}" for e in entries])
+            _write(self.path, [f"{e.epoch} {e.start_offset}" for e in entries], sync)
+
+    def sync(self) -> None:
+        """Make the file as last written durable: fsync it and its directory."""
+        with self._lock:
+            if self.path.exists():
+                fsync_file(self.path)
+                fsync_dir(self.path.parent)
 
     def read(self) -> list[EpochEntry]:
         """The checkpointed entries; [] when the file does not exist."""

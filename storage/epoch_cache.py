@@ -6,15 +6,30 @@ log end).  Both fields strictly increase.  Followers use it to find where
 their log diverges from the leader's (``end_offset_for``), never truncating by
 high watermark alone.  Persisted to ``leader-epoch-checkpoint`` on every
 change; rebuilt from batch headers when the log is recovered.
+
+Durability (KAFKA-15046).  A truncation is written tmp → fsync → rename →
+fsync dir.  A new epoch (``assign``, once per partition per leader change,
+on leaders and followers alike) is only renamed into place: an fsync per
+partition would make the first record after an election cost a disk flush on
+every replica.  The entry is made durable by ``sync``, which the log calls
+before it moves its recovery point: an entry not yet synced always starts
+above the recovery point, where recovery after a machine crash rebuilds
+entries from the batches again.  A checkpoint left empty or torn by such a
+crash does not parse; the cache then starts empty and says so (``lost``),
+and the log recovers every segment to rebuild it.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from .checkpoints import LeaderEpochCheckpointFile
 from .epoch_types import EpochEntry
+from .errors import MalformedCheckpointError
 from .files import TopicPartition
+
+logger = logging.getLogger(__name__)
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -25,9 +40,10 @@ __all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "EpochEntry", "LeaderEpo
 class LeaderEpochFileCache:
     """The epoch → start offset entries of one partition, persisted on every change.
 
-    Thread-safe: one lock, ``self._lock``, guards the entry list and the
-    checkpoint write that follows each change, so the file always matches a
-    state the cache has been in.  Readers take the same lock and get copies.
+    Thread-safe: one lock, ``self._lock``, guards the entry list, the
+    checkpoint write that follows each change (so the file always matches a
+    state the cache has been in) and ``_unsynced``.  Readers take the same
+    lock and get copies.
     """
 
     def __init__(
@@ -37,7 +53,15 @@ class LeaderEpochFileCache:
         self._checkpoint = checkpoint
         self._lock = threading.RLock()
         self._entries: list[EpochEntry] = []
-        for entry in checkpoint.read():
+        self._unsynced = False  # the file holds an entry not yet fsynced
+        self.lost = False  # the checkpoint did not parse: rebuild from the log
+        try:
+            entries = checkpoint.read()
+        except MalformedCheckpointError as exc:
+            logger.warning("%s; rebuilding the leader epochs from the log", exc)
+            entries = []
+            self.lost = True
+        for entry in entries:
             self._put(entry)
 
     def _put(self, entry: EpochEntry) -> bool:
@@ -58,6 +82,14 @@ class LeaderEpochFileCache:
 
     def _flush(self) -> None:
         self._checkpoint.write(self._entries)
+        self._unsynced = False
+
+    def sync(self) -> None:
+        """Make the entries written by ``assign`` durable (the log's flush)."""
+        with self._lock:
+            if self._unsynced:
+                self._checkpoint.sync()
+                self._unsynced = False
 
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that ``epoch`` starts at ``start_offset``.
@@ -71,7 +103,8 @@ class LeaderEpochFileCache:
             )
         with self._lock:
             if self._put(EpochEntry(epoch, start_offset)):
-                self._flush()
+                self._checkpoint.write(self._entries, sync=False)
+                self._unsynced = True
 
     @property
     def latest_epoch(self) -> int | None:

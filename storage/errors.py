@@ -18,7 +18,8 @@ so callers (the broker, the CLI, tests) catch exactly what they mean::
     ├── LogDirOfflineError           a write failed there (KAFKA_STORAGE_ERROR)
     ├── CorruptIndexError            bad index; rebuilt   (CORRUPT_MESSAGE)
     ├── CorruptSnapshotError         bad producer snapshot; rebuilt (CORRUPT_MESSAGE)
-    └── CheckpointError              bad checkpoint file  (KAFKA_STORAGE_ERROR)
+    └── CheckpointError              unreadable checkpoint (KAFKA_STORAGE_ERROR)
+        └── MalformedCheckpointError read, but does not parse
 
 Each class carries ``code``, one of Kafka's error codes (``annal.errors``).
 Errors about a batch name the file or buffer position they refer to.
@@ -136,6 +137,10 @@ class CorruptSnapshotError(StorageError):
 
 
 class CheckpointError(StorageError):
-    """A checkpoint file that cannot be parsed."""
+    """A checkpoint file that cannot be read or parsed."""
 
     code = errors.KAFKA_STORAGE_ERROR
+
+
+class MalformedCheckpointError(CheckpointError):
+    """A checkpoint file that was read but does not parse (empty, torn, garbled)."""

@@ -100,6 +100,11 @@ def parse_partition_dir_name(name: str) -> TopicPartition | None:
 
 def fsync_dir(path: Path) -> None:
     """fsync a directory so that renames and creates in it are durable."""
+    fsync_file(path)
+
+
+def fsync_file(path: Path) -> None:
+    """fsync a file already written (cheap when nothing of it is still unwritten)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -107,12 +112,20 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write a metadata file: tmp → fsync → rename → fsync dir."""
+def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Write a metadata file: tmp → fsync → rename → fsync dir.
+
+    With ``sync=False`` the two fsyncs are left out: a reader (and a process
+    killed afterwards) still sees the old file or the new one, but the new one
+    is durable against a machine crash only once the caller syncs it
+    (``fsync_file`` and ``fsync_dir``, or ``os.sync`` for many files at once).
+    """
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)

@@ -257,9 +257,12 @@ class Log:
             segments = [self._new_segment(log_start_offset)]
         self._view = _View.of(segments)
         segments = list(self._view.segments)
+        epochs_lost = self.leader_epoch_cache.lost  # rebuilt from every segment's batches
         for i, segment in enumerate(segments):
             next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
-            needs_recovery = not clean and (next_base is None or next_base > recovery_point)
+            needs_recovery = epochs_lost or (
+                not clean and (next_base is None or next_base > recovery_point)
+            )
             if not needs_recovery:
                 needs_recovery = not self._passes_load_checks(segment)
             if needs_recovery:
@@ -296,6 +299,7 @@ class Log:
             self._marks.log_start_offsets = True
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        self.leader_epoch_cache.sync()  # entries recovery rebuilt, below the new recovery point
         self._load_producer_state(min(recovery_point, self._log_end_offset), clean)
 
     def _load_producer_state(self, recovery_point: int, clean: bool) -> None:
@@ -1079,6 +1083,7 @@ class Log:
             for segment in dirty:
                 if not segment.closed:
                     segment.flush()
+            self.leader_epoch_cache.sync()  # before the recovery point passes its entries
             self._set_recovery_point(max(self._recovery_point, target))
             if target >= self._log_end_offset:  # a roll's flush leaves the new segment's
                 self._unflushed_records = 0
@@ -1092,12 +1097,13 @@ class Log:
             return self._producers.entries()
 
     @_io("a producer snapshot of")
-    def take_producer_snapshot(self) -> None:
-        """Snapshot the producer table at the log end (a clean shutdown)."""
+    def take_producer_snapshot(self, *, sync: bool = True) -> None:
+        """Snapshot the producer table at the log end (a clean shutdown); with
+        ``sync=False`` durable only once the caller syncs the file system."""
         with self._lock:
             if not self._closed:
                 self._check_online()
-                self._producers.take_snapshot(self._log_end_offset)
+                self._producers.take_snapshot(self._log_end_offset, sync=sync)
 
     def remove_expired_producers(self) -> int:
         """Forget producers silent for ``producer.id.expiration.ms``; how many went."""

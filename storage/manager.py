@@ -32,6 +32,7 @@ Thread safety: ``self._lock`` guards the map of logs; each Log guards itself.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 import threading
@@ -449,11 +450,15 @@ class LogManager:
                 log.close()
             return
         online = list(self.online_logs().values())
-        # As Kafka's shutdown: the recovery threads flush and snapshot the logs
-        # (their fsyncs overlap; an idle log has nothing to flush and keeps its
-        # snapshot at the log end).
+        # As Kafka's shutdown, the recovery threads snapshot and flush the logs
+        # (an idle log has nothing to flush and keeps its snapshot at the log
+        # end), but one sync of the file systems writes what every log holds
+        # unwritten first: thousands of logs then cost one disk flush, not an
+        # fsync or three each, and each log's own fsyncs find nothing to write.
         threads = max(1, self.settings.recovery_threads_per_data_dir) * len(self.log_dirs)
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="log-close") as pool:
+            list(pool.map(_snapshot_for_shutdown, online))
+            os.sync()
             list(pool.map(_flush_for_shutdown, online))
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
@@ -471,9 +476,15 @@ class LogManager:
         self._started = False
 
 
+def _snapshot_for_shutdown(log: Log) -> None:
+    try:
+        log.take_producer_snapshot(sync=False)  # synced with everything else
+    except LogDirOfflineError:
+        pass  # the dir went offline now; it is left for recovery
+
+
 def _flush_for_shutdown(log: Log) -> None:
     try:
         log.flush()
-        log.take_producer_snapshot()
     except LogDirOfflineError:
-        pass  # the dir went offline now; it is left for recovery
+        pass  # as above

@@ -376,15 +376,16 @@ class ProducerStateManager:
     def _path(self, offset: int) -> Path:
         return self.directory / files.snapshot_file_name(offset)
 
-    def take_snapshot(self, offset: int) -> Path:
+    def take_snapshot(self, offset: int, *, sync: bool = True) -> Path:
         """Write the table, which must describe exactly the batches below
-        ``offset``, as ``<offset>.snapshot`` (tmp → fsync → rename → fsync dir).
+        ``offset``, as ``<offset>.snapshot`` (tmp → fsync → rename → fsync dir;
+        ``sync=False`` leaves the fsyncs to the caller, ``files.atomic_write``).
         A snapshot of that offset already on disk describes the same batches and
         is kept, as Kafka's takeSnapshot keeps it: a log restarted and stopped
         with nothing appended writes nothing."""
         path = self._path(offset)
         if not path.exists():
-            files.atomic_write(path, encode_snapshot(self.producers.values()))
+            files.atomic_write(path, encode_snapshot(self.producers.values()), sync=sync)
         return path
 
     def load(self, limit: int, start_offset: int, now_ms: int) -> int:

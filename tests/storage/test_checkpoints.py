@@ -9,7 +9,7 @@ import pytest
 from annal.storage.checkpoints import LeaderEpochCheckpointFile, OffsetCheckpointFile
 from annal.storage.config import LogConfig
 from annal.storage.epoch_types import EpochEntry
-from annal.storage.errors import CheckpointError
+from annal.storage.errors import CheckpointError, MalformedCheckpointError
 from annal.storage.files import TopicPartition
 
 
@@ -63,8 +63,13 @@ def test_malformed_offset_checkpoints(tmp_path: Path, text: str, message: str) -
 def test_unreadable_checkpoint(tmp_path: Path) -> None:
     path = tmp_path / "log-start-offset-checkpoint"
     path.write_bytes(b"0\n1\n\xff\xfe 0 1\n")
-    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
+    with pytest.raises(MalformedCheckpointError, match="log-start-offset-checkpoint: not text"):
         OffsetCheckpointFile(path).read()
+    path.unlink()
+    path.mkdir()  # read, but not a file
+    with pytest.raises(CheckpointError, match="cannot read checkpoint") as info:
+        OffsetCheckpointFile(path).read()
+    assert not isinstance(info.value, MalformedCheckpointError)
 
 
 def test_leader_epoch_checkpoint(tmp_path: Path) -> None:

@@ -98,8 +98,9 @@ def test_a_log_that_fails_to_load_is_named_and_the_others_lose_nothing(
     expected = loaded(tmp_path, 1)
     broken = [files.TopicPartition("t1", 4), files.TopicPartition("t2", 5)]
     paths = {tp: next(tmp_path.glob(f"*/{tp}/{files.LEADER_EPOCH_CHECKPOINT}")) for tp in broken}
-    for path in paths.values():
-        path.write_text("0\n1\nnot an epoch\n")
+    for path in paths.values():  # a checkpoint that cannot be read at all
+        path.unlink()
+        path.mkdir()
     before = {
         p: p.read_bytes()
         for d in DIRS
@@ -114,7 +115,7 @@ def test_a_log_that_fails_to_load_is_named_and_the_others_lose_nothing(
     assert "cannot load 2 of 24 logs" in message
     for tp, path in paths.items():
         assert f"{path.parent}: CheckpointError" in message, tp
-    assert "line 3: malformed entry 'not an epoch'" in message
+    assert "Is a directory" in message
     assert {path for path, _ in info.value.failures} == {p.parent for p in paths.values()}
     manager.shutdown()  # after a failed start: writes nothing
     after = {p: p.read_bytes() for d in DIRS for p in (tmp_path / d).iterdir() if p.is_file()}

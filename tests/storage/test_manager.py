@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -63,6 +64,39 @@ def test_clean_shutdown_writes_checkpoints_and_marker(tmp_path: Path) -> None:
     assert (reopened.log_start_offset, reopened.log_end_offset) == (2, 5)
     assert len(read_all(reopened)) == 3
     again.shutdown()
+
+
+def test_shutdown_syncs_once_before_the_logs_flush_and_the_marker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = LogManager([tmp_path / "d"], broker_id=1, settings=QUIET)
+    manager.startup()
+    for p in range(20):
+        log = manager.get_or_create_log(files.TopicPartition("orders", p))
+        log.append_as_leader(batch([b"x" * 50]), 3)  # unflushed, and a new epoch
+    events: list[str] = []
+    real_fsync, real_sync = os.fsync, os.sync
+
+    def fsync(fd: int) -> None:
+        events.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def sync() -> None:
+        events.append("sync")
+        snapshots = list((tmp_path / "d").glob("orders-*/*.snapshot"))
+        assert len(snapshots) == 20  # written before the one sync
+        real_sync()
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "sync", sync)
+    manager.shutdown()
+    assert events.count("sync") == 1
+    before = events[: events.index("sync")]
+    assert before == []  # the snapshots were written with no fsync of their own
+    after = events[events.index("sync") + 1 :]
+    assert not [e for e in after if e.endswith((".snapshot", ".snapshot.tmp"))]
+    assert after.count(files.LEADER_EPOCH_CHECKPOINT) == 20  # the flushes, cheap by now
+    assert (tmp_path / "d" / files.CLEAN_SHUTDOWN_FILE).exists()
 
 
 def test_broker_id_mismatch_is_refused(tmp_path: Path) -> None:
