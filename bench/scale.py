@@ -13,7 +13,9 @@ For each size, on a fresh local cluster (``annal cluster up --brokers 3``):
 * ``controlled_shutdown_s``: SIGTERM to the broker leading the most partitions
   until its process exits (``leaders_moved``: how many it led;
   ``controlled_shutdown_handover_s``: until the controller answered that every
-  leadership moved, the rest being the logs' flush and close), and whether
+  leadership moved, the rest being the logs' flush and close;
+  ``controlled_shutdown_slow_steps``: the stop's steps that took a second or
+  more, from the broker's log), and whether
   any partition was left without a leader meanwhile
   (``leaderless_seen``, sampled);
 * ``restart_until_isr_full_s``: that broker started again until every ISR is
@@ -149,6 +151,7 @@ def measure(size: int, per_topic: int) -> dict[str, Any]:
         figures["controlled_shutdown_s"] = round(time.monotonic() - started, 1)
         victim_log = root / f"broker-{victim}" / "broker.log"
         figures["controlled_shutdown_handover_s"] = handover_s(victim_log)
+        figures["controlled_shutdown_slow_steps"] = slow_steps(victim_log)
         sampler.stop()
         figures["leaderless_seen_during_shutdown"] = sampler.worst
         figures["leaderless_after_shutdown"] = not all_led(
@@ -199,6 +202,18 @@ def handover_s(broker_log: Path) -> float:
     done = [at(line) for line in lines if "controlled shutdown of broker" in line
             and line.rstrip().endswith("complete")]  # fmt: skip
     return round(done[-1] - began[-1], 1) if began and done else -1.0
+
+
+def slow_steps(broker_log: Path) -> dict[str, float]:
+    """The steps of the broker's last stop that took a second or more, from its log."""
+    steps: dict[str, float] = {}
+    for line in broker_log.read_text().splitlines():
+        if "received SIGTERM" in line:
+            steps = {}
+        elif "stopping: " in line and line.rstrip().endswith(" s"):
+            what, _, took = line.split("stopping: ", 1)[1].rpartition(" took ")
+            steps[what] = float(took.split()[0])
+    return steps
 
 
 def rss_mib(pid: int) -> float:
