@@ -22,7 +22,10 @@ For each size, on a fresh local cluster (``annal cluster up --brokers 3``):
   full;
 * ``controller_kill_until_led_s``: SIGKILL to the controller until every
   partition has a live leader in ZooKeeper, and
-  ``controller_kill_until_metadata_s`` until every survivor's Metadata says so;
+  ``controller_kill_until_metadata_s`` until every survivor's Metadata says so
+  (``controller_kill_until_elected_s``: until a survivor became controller,
+  mostly the ZooKeeper session's expiry; ``controller_took_office_in_s``: its
+  loading, deciding and queueing, from its log);
 * ``rss_mib_by_broker``: each broker's resident memory after the idle interval.
 
 Targets: at 3,000 partitions, create <= 15 s, one record each <= 3 s, idle
@@ -167,7 +170,7 @@ def measure(size: int, per_topic: int) -> dict[str, Any]:
         state = cluster.load()
         controller = _controller_id(state)
         others = live - {controller}
-        started = time.monotonic()
+        started, killed_at = time.monotonic(), time.time()
         cluster.signal_broker(controller, signal.SIGKILL)
         with ZkClient(state.zookeeper_connect) as zk:
             wait_until(lambda: led_in_zookeeper(zk, topics, counts, others), 600,
@@ -179,6 +182,9 @@ def measure(size: int, per_topic: int) -> dict[str, Any]:
             "every partition led, in every survivor's Metadata",
         )
         figures["controller_kill_until_metadata_s"] = round(time.monotonic() - started, 1)
+        elected, office = failover(root, others, killed_at)
+        figures["controller_kill_until_elected_s"] = elected
+        figures["controller_took_office_in_s"] = office
         print(f"{size}: {figures}", flush=True)
     finally:
         try:
@@ -193,15 +199,27 @@ def handover_s(broker_log: Path) -> float:
     """From SIGTERM until the controller answered that every leadership moved
     (the rest of the stop is flushing and closing the logs), from the broker's log."""
 
-    def at(line: str) -> float:
-        stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
-        return stamp.timestamp()
-
     lines = broker_log.read_text().splitlines()
-    began = [at(line) for line in lines if "received SIGTERM" in line]
-    done = [at(line) for line in lines if "controlled shutdown of broker" in line
+    began = [_at(line) for line in lines if "received SIGTERM" in line]
+    done = [_at(line) for line in lines if "controlled shutdown of broker" in line
             and line.rstrip().endswith("complete")]  # fmt: skip
     return round(done[-1] - began[-1], 1) if began and done else -1.0
+
+
+def failover(root: Path, brokers: set[int], killed_at: float) -> tuple[float, float]:
+    """From the kill until a survivor became the controller, and how long it took
+    office (loading, deciding, queueing to every broker), from its log."""
+    for broker in brokers:
+        lines = (root / f"broker-{broker}" / "broker.log").read_text().splitlines()
+        won = [_at(line) for line in lines if "is the controller (epoch" in line]
+        took = [line for line in lines if " took office: " in line]
+        if won and won[-1] > killed_at and took:
+            return round(won[-1] - killed_at, 1), float(took[-1].rsplit(" in ", 1)[1].split()[0])
+    return -1.0, -1.0
+
+
+def _at(line: str) -> float:
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 def slow_steps(broker_log: Path) -> dict[str, float]:

@@ -70,6 +70,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from functools import partial
@@ -385,8 +386,12 @@ class Controller:
         self.epoch = term.epoch
         self.active = True
         logger.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
+        started = time.monotonic()
         try:
             self._on_taking_office()
+            logger.info("controller %d (epoch %d) took office: loaded, decided and queued "
+                        "to every broker in %.1f s", self.broker_id, self.epoch,
+                        time.monotonic() - started)  # fmt: skip
         except (NotInOffice, ControllerMovedError):
             raise
         except ZkError:

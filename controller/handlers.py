@@ -75,7 +75,7 @@ class EventHandlers:
         logger.info("controller %d (epoch %d) loaded %d topics, %d partitions, brokers %s",
                     self.broker_id, epoch, len(ctx.assignments), len(states),
                     sorted(ctx.live))  # fmt: skip
-        partitions, replicas = self.machines()
+        partitions, replicas = self.machines(just_read=True)
         partitions.handle_state_changes(ctx.partitions_in(State.NEW, State.OFFLINE), State.ONLINE)
         dead = [(b, tp) for tp in ctx.partitions() if tp.topic not in ctx.deleting
                 for b in ctx.replicas(tp) if b not in ctx.live]  # fmt: skip
@@ -85,11 +85,16 @@ class EventHandlers:
         replicas.handle_state_changes(alive, ReplicaState.ONLINE)
         self.batch.full_metadata = True
 
-    def machines(self) -> tuple[PartitionStateMachine, ReplicaStateMachine]:
+    def machines(
+        self, *, just_read: bool = False
+    ) -> tuple[PartitionStateMachine, ReplicaStateMachine]:
+        """The state machines; ``just_read``: the context's partition states were
+        read in this event, and their first round decides from them."""
         return (
             PartitionStateMachine(self.ctx, self.batched, self.batch, self.fence,
-                                  self.unclean_topics),
-            ReplicaStateMachine(self.ctx, self.batched, self.batch, self.fence),
+                                  self.unclean_topics, just_read=just_read),
+            ReplicaStateMachine(self.ctx, self.batched, self.batch, self.fence,
+                                just_read=just_read),
         )  # fmt: skip
 
     def reassigner(self) -> Reassigner:

@@ -86,11 +86,18 @@ class _StateMachine:
         store: PartitionStore,
         batch: RequestBatch,
         fence: Callable[[], ControllerEpoch],
+        *,
+        just_read: bool = False,
     ) -> None:
         self.ctx = ctx
         self.store = store
         self.batch = batch
         self.fence = fence
+        # The context's states were read from ZooKeeper in this same event
+        # (taking office): the first round decides from them instead of reading
+        # again; a state that moved since fails its write on the zkVersion and is
+        # read and decided again, as in any round.
+        self.just_read = just_read
 
     def _write_in_rounds(
         self, partitions: Sequence[TopicPartition], decide: Decide
@@ -107,7 +114,7 @@ class _StateMachine:
         for attempt in range(1, STALE_STATE_ATTEMPTS + 1):
             if not remaining:
                 break
-            current = self.store.partition_states(remaining)
+            current = self._states(remaining, first=attempt == 1)
             seen.update(current)
             decided: dict[TopicPartition, Versioned] = {}
             for tp in remaining:
@@ -123,6 +130,18 @@ class _StateMachine:
                     written[tp] = (decided[tp][0], outcome)
         return written, seen, remaining
 
+    def _states(
+        self, partitions: Sequence[TopicPartition], first: bool
+    ) -> dict[TopicPartition, Versioned]:
+        if not (first and self.just_read):
+            return self.store.partition_states(partitions)
+        known = self.ctx.leadership
+        found = {tp: (known[tp].state, known[tp].zk_version) for tp in partitions if tp in known}
+        missing = [tp for tp in partitions if tp not in found]
+        if missing:
+            found.update(self.store.partition_states(missing))
+        return found
+
 
 class PartitionStateMachine(_StateMachine):
     def __init__(
@@ -132,8 +151,10 @@ class PartitionStateMachine(_StateMachine):
         batch: RequestBatch,
         fence: Callable[[], ControllerEpoch],
         unclean_topics: UncleanTopics,
+        *,
+        just_read: bool = False,
     ) -> None:
-        super().__init__(ctx, store, batch, fence)
+        super().__init__(ctx, store, batch, fence, just_read=just_read)
         self.unclean_topics = unclean_topics
 
     def handle_state_changes(

@@ -41,11 +41,14 @@ class Store:
     writes: list[tuple[TopicPartition, PartitionState]] = field(default_factory=list)
     rounds: int = 0  # batched write rounds
     stale_once: set[TopicPartition] = field(default_factory=set)
+    read: list[TopicPartition] = field(default_factory=list)  # every partition state read
 
     def partition_states(
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, Versioned]:
-        return {tp: self.states[tp] for tp in partitions if tp in self.states}
+        wanted = list(partitions)
+        self.read += wanted
+        return {tp: self.states[tp] for tp in wanted if tp in self.states}
 
     def update_partition_states(
         self, states: Mapping[TopicPartition, Versioned], fence: ControllerEpoch
@@ -115,13 +118,15 @@ def machines(
     ctx: ControllerContext,
     store: Store,
     unclean: set[str] = frozenset(),  # type: ignore[assignment]
+    just_read: bool = False,
 ) -> tuple[PartitionStateMachine, ReplicaStateMachine, RequestBatch]:
     batch = RequestBatch()
     return (
-        PartitionStateMachine(ctx, store, batch, lambda: FENCE, lambda ts: set(ts) & unclean),
-        ReplicaStateMachine(ctx, store, batch, lambda: FENCE),
+        PartitionStateMachine(ctx, store, batch, lambda: FENCE, lambda ts: set(ts) & unclean,
+                              just_read=just_read),
+        ReplicaStateMachine(ctx, store, batch, lambda: FENCE, just_read=just_read),
         batch,
-    )
+    )  # fmt: skip
 
 
 def told(batch: RequestBatch) -> dict[int, dict[str, tuple[int, int, tuple[int, ...]]]]:
@@ -307,6 +312,32 @@ def test_new_partitions_are_created_with_their_live_replicas_in_sync() -> None:
     }
     assert ctx.state_of(tp("n-0")) is State.ONLINE and ctx.state_of(tp("n-1")) is State.OFFLINE
     assert told(batch) == {2: {"n-0": (2, 0, (2, 3))}, 3: {"n-0": (2, 0, (2, 3))}}
+
+
+def test_taking_office_decides_from_the_states_just_read_and_reads_only_what_moved() -> None:
+    ctx, store = cluster(
+        live=[2, 3],
+        partitions={
+            "t-0": ((1, 2, 3), 1, (1, 2, 3)),  # led by the dead broker
+            "t-1": ((2, 1, 3), 2, (2, 1, 3)),  # followed by it
+            "t-2": ((2, 1), 2, (2, 1)),  # followed by it; its leader shrank the ISR since
+        },
+    )
+    store.states[tp("t-2")] = (PartitionState(2, 4, (2,), EPOCH - 1), 6)
+    partitions, replicas, batch = machines(ctx, store, just_read=True)
+    led = [tp("t-0")]
+    partitions.handle_state_changes(led, State.OFFLINE)
+    partitions.handle_state_changes(led, State.ONLINE, Reason.OFFLINE)
+    replicas.handle_state_changes([(1, tp("t-0")), (1, tp("t-1")), (1, tp("t-2"))],
+                                  ReplicaState.OFFLINE)  # fmt: skip
+    assert dict(store.writes) == {
+        tp("t-0"): PartitionState(2, 4, (2, 3), EPOCH),
+        tp("t-1"): PartitionState(2, 4, (2, 3), EPOCH),
+        # t-2: decided from the context, refused on its zkVersion, read again:
+        # its leader had already left broker 1 out, nothing to write
+    }
+    assert store.read == [tp("t-2")]  # nothing else read again
+    assert "t-2" not in told(batch)[2]
 
 
 def test_a_state_that_moved_under_the_election_is_read_and_decided_again() -> None:
