@@ -51,8 +51,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import grpc
 from annal.broker.replica_transport import (
@@ -117,6 +118,18 @@ class _Follow:
     errors: dict[ErrorCode, int] = field(default_factory=dict)
 
 
+class FollowOrder(NamedTuple):
+    """One partition to copy: from ``leader`` at ``endpoint`` (its gRPC listener;
+    ``kafka_endpoint``: its Kafka listener, if any), in ``leader_epoch``."""
+
+    tp: TopicPartition
+    leader: int
+    endpoint: str
+    log: Log
+    leader_epoch: int
+    kafka_endpoint: str | None = None
+
+
 class ReplicaFetcherManager:
     """Which fetcher thread copies which partition.  Thread-safe."""
 
@@ -139,30 +152,34 @@ class ReplicaFetcherManager:
     ) -> None:
         """Copy ``tp`` from ``leader`` at ``endpoint`` (its gRPC listener; and
         ``kafka_endpoint``, its Kafka listener, if any) from now on (truncating first)."""
-        key = (leader, hash(tp) % self.settings.fetchers_per_leader)
+        self.follow_many([FollowOrder(tp, leader, endpoint, log, leader_epoch, kafka_endpoint)])
+
+    def follow_many(self, orders: Iterable[FollowOrder]) -> None:
+        """``follow`` for many partitions at once (a LeaderAndIsr): each fetcher
+        thread takes its share in one step and wakes once."""
         with self._lock:
             if self._closed:
                 return
-            previous = self._owner.get(tp)
-            if previous is not None and previous != key:
-                self._fetchers[previous].remove([tp])
-            fetcher = self._fetchers.get(key)
-            moved: dict[TopicPartition, _Follow] = {}
-            if fetcher is not None and (fetcher.endpoint, fetcher.kafka_endpoint) != (
-                endpoint,
-                kafka_endpoint,
-            ):
-                moved = fetcher.stop()  # the leader came back at another address
-                fetcher = None
-            if fetcher is None:
-                fetcher = _FetcherThread(
-                    self.broker_id, leader, key[1], endpoint, kafka_endpoint, self.settings
-                )
-                self._fetchers[key] = fetcher
-            for other, follow in moved.items():
-                fetcher.add(other, follow)
-            fetcher.add(tp, _Follow(log, leader_epoch))
-            self._owner[tp] = key
+            shares: dict[tuple[int, int], dict[TopicPartition, _Follow]] = {}
+            for order in orders:
+                key = (order.leader, hash(order.tp) % self.settings.fetchers_per_leader)
+                previous = self._owner.get(order.tp)
+                if previous is not None and previous != key:
+                    self._fetchers[previous].remove([order.tp])
+                fetcher = self._fetchers.get(key)
+                address = (order.endpoint, order.kafka_endpoint)
+                if fetcher is not None and (fetcher.endpoint, fetcher.kafka_endpoint) != address:
+                    # the leader came back at another address: a new thread takes over
+                    shares.setdefault(key, {}).update(fetcher.stop())
+                    fetcher = None
+                if fetcher is None:
+                    self._fetchers[key] = _FetcherThread(
+                        self.broker_id, order.leader, key[1], *address, self.settings
+                    )
+                shares.setdefault(key, {})[order.tp] = _Follow(order.log, order.leader_epoch)
+                self._owner[order.tp] = key
+            for key, share in shares.items():
+                self._fetchers[key].add(share)
 
     def unfollow(self, tps: Iterable[TopicPartition]) -> None:
         """Stop copying ``tps``; returns once no fetched data for them is being stored."""
@@ -230,9 +247,9 @@ class _FetcherThread:
         )
         self._thread.start()
 
-    def add(self, tp: TopicPartition, follow: _Follow) -> None:
+    def add(self, partitions: Mapping[TopicPartition, _Follow]) -> None:
         with self._cond:
-            self._partitions[tp] = follow
+            self._partitions.update(partitions)
             self._cond.notify_all()
 
     def remove(self, tps: Iterable[TopicPartition]) -> None:

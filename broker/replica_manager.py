@@ -46,7 +46,7 @@ from annal.broker.partition import (
     PartitionStateError,
     wall_clock_ms,
 )
-from annal.broker.replica_fetcher import ReplicaFetcherManager
+from annal.broker.replica_fetcher import FollowOrder, ReplicaFetcherManager
 from annal.storage.config import LogConfig
 from annal.storage.errors import StorageError
 from annal.storage.files import TopicPartition
@@ -213,6 +213,7 @@ class ReplicaManager:
         """Hand the newly followed partitions to the fetchers; those with no reachable
         leader are no longer fetched, and returned."""
         unreachable = []
+        orders = []
         for state, partition in followed:
             tp = partition.tp
             endpoint = leaders.get(state.leader)
@@ -223,22 +224,19 @@ class ReplicaManager:
                         "replica of %s with no reachable leader (epoch %d)", tp, state.leader_epoch
                     )
                 else:
-                    self.fetchers.follow(
-                        tp,
-                        state.leader,
-                        endpoint,
-                        partition.log,
-                        state.leader_epoch,
-                        kafka_leaders.get(state.leader),
-                    )
-                    logger.debug(
-                        "follower of %s (leader %d at %s, epoch %d)",
-                        tp,
-                        state.leader,
-                        endpoint,
-                        state.leader_epoch,
+                    orders.append(
+                        FollowOrder(
+                            tp,
+                            state.leader,
+                            endpoint,
+                            partition.log,
+                            state.leader_epoch,
+                            kafka_leaders.get(state.leader),
+                        )
                     )
             self._on_leadership(tp, None)
+        if orders and self.fetchers is not None:
+            self.fetchers.follow_many(orders)
         if unreachable and self.fetchers is not None:
             self.fetchers.unfollow(unreachable)
         return unreachable

@@ -24,7 +24,12 @@ from annal.broker.fetch_sessions import (
     PartitionFetch,
     kind_of,
 )
-from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
+from annal.broker.replica_fetcher import (
+    FetcherSettings,
+    FollowOrder,
+    ReplicaFetcherManager,
+    _FetcherThread,
+)
 from annal.broker.replica_transport import FetchLimits, KafkaReplicaFetch, Wanted
 from annal.deploy.runner import wait_until
 from annal.kafkaproto.client import ConnectionFailed
@@ -448,3 +453,41 @@ def test_replica_fetches_go_in_a_session_and_start_over_when_the_leader_forgot_i
     finally:
         fetch.close()
         listener.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_leader_and_isr_hands_each_fetcher_thread_its_share_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1,000 partitions from two leaders, two threads per leader: each thread
+    takes its share in one step (it wakes once, not once per partition)."""
+    shares: list[tuple[int, int]] = []
+    real_add = _FetcherThread.add
+
+    def add(self: _FetcherThread, share: Any) -> None:
+        shares.append((self.leader, len(share)))
+        real_add(self, share)
+
+    monkeypatch.setattr(_FetcherThread, "add", add)
+    manager = ReplicaFetcherManager(
+        2, FetcherSettings(wait_max_ms=20, backoff_ms=5_000, fetchers_per_leader=2)
+    )
+    try:
+        log = open_log(tmp_path / "t-0")  # the logs are not touched: no leader answers
+        orders = [
+            FollowOrder(TopicPartition("t", p), 1 + p % 2 * 2, "127.0.0.1:1", log, 4, None)
+            for p in range(1_000)
+        ]
+        manager.follow_many(orders)
+        assert len(shares) == 4  # (leader, thread): 1 and 3, two threads each
+        assert sorted(leader for leader, _ in shares) == [1, 1, 3, 3]
+        assert sum(n for _, n in shares) == 1_000
+        assert manager.followed() == {o.tp: o.leader for o in orders}
+
+        moved = [o._replace(leader=3) for o in orders[:10] if o.leader == 1]  # a new leader
+        shares.clear()
+        manager.follow_many(moved)
+        assert sum(n for _, n in shares) == len(moved) and len(shares) <= 2
+        assert all(manager.followed()[o.tp] == 3 for o in moved)
+    finally:
+        manager.shutdown()

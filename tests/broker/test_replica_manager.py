@@ -10,6 +10,7 @@ from pathlib import Path
 
 from annal.broker.isr_changes import IsrChangeWriter
 from annal.broker.partition import Applied, IsrChange, LeaderAndIsrState, Partition
+from annal.broker.replica_fetcher import FollowOrder
 from annal.broker.replica_manager import ReplicaManager
 from annal.storage.config import LogConfig
 from annal.storage.files import TopicPartition
@@ -173,8 +174,8 @@ class Fetchers:
         self._replicas = replicas
         self.calls: list[tuple[str, object]] = []
 
-    def follow(self, tp: TopicPartition, leader: int, *args: object) -> None:
-        self.calls.append(("follow", (tp, leader)))
+    def follow_many(self, orders: Iterable[FollowOrder]) -> None:
+        self.calls.append(("follow_many", [(o.tp, o.leader) for o in orders]))
 
     def unfollow(self, tps: Iterable[TopicPartition]) -> None:
         tps = list(tps)
@@ -215,9 +216,8 @@ def test_a_big_leader_and_isr_is_applied_in_one_pass(tmp_path: Path) -> None:
         assert all(log is not None and log.config.retention_ms == 1234 for log in configured)
         led = [tp for i, tp in enumerate(tps) if i % 3 == 0]
         assert fetchers.calls[0] == ("unfollow", (led, [False] * 100))  # before leading
-        followed = [c for c in fetchers.calls[1:] if c[0] == "follow"]
-        assert followed == [("follow", (tp, 2 + i % 2)) for i, tp in enumerate(tps) if i % 3 != 0]
-        assert len(fetchers.calls) == 1 + 200
+        followed = [(tp, 2 + i % 2) for i, tp in enumerate(tps) if i % 3 != 0]
+        assert fetchers.calls[1:] == [("follow_many", followed)]  # every follower at once
 
         fetchers.calls.clear()
         # a new epoch for all, leading the others; one of them from a stale controller
@@ -229,7 +229,7 @@ def test_a_big_leader_and_isr_is_applied_in_one_pass(tmp_path: Path) -> None:
         unfollowed, led_then = fetchers.calls[0][1]  # type: ignore[misc]
         assert unfollowed == [tp for i, tp in enumerate(tps) if i % 3 != 0 and i != 1]
         assert not any(led_then)
-        assert len(fetchers.calls) == 1 + 100
+        assert [(c[0], len(c[1])) for c in fetchers.calls[1:]] == [("follow_many", 100)]  # type: ignore[arg-type]
         assert replicas.partition(tps[1]).is_leader is False  # type: ignore[union-attr]
 
         # a leader nobody can reach yet: no longer fetched, in one call
