@@ -51,6 +51,7 @@ from annal.broker.config import BrokerConfig
 from annal.broker.coordinator import OFFSETS_TOPIC
 from annal.broker.data_api import Deadline, code, wait_ms
 from annal.broker.delayed import Purgatories
+from annal.broker.leadership_fence import LeadershipFence
 from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot, broker_message
 from annal.broker.request_checks import Refusal
 from annal.security.acl import AclOperation, Resource, ResourceType
@@ -71,6 +72,7 @@ T = TypeVar("T")
 ELECTION_RETRY_S = 0.05  # an earlier election request is being handled: milliseconds
 ALTER_CONFIG_ATTEMPTS = 10
 
+
 class AdminManager:
     """See the module docstring."""
 
@@ -83,8 +85,10 @@ class AdminManager:
         run_admin: Callable[[Callable[[], Any]], Awaitable[Any]],
         cluster_id: Callable[[], str | None],
         authorizer: RequestAuthorizer = ALLOW_ALL,
+        fence: LeadershipFence | None = None,
     ) -> None:
         self._config = config
+        self._fence = fence or LeadershipFence(config.broker_id)
         self._zk = zk
         self._metadata = metadata
         self._purgatories = purgatories
@@ -140,8 +144,11 @@ class AdminManager:
                 response.topics.append(await self._unknown_topic(name, request, session))
                 continue
             topic = response.topics.add(name=name, is_internal=name.startswith("__"))
+            me = self._config.broker_id if self._fence.fenced else None
             for partition, view in sorted(partitions.items()):
                 leader = cache.leader_of(name, partition)
+                if leader == me:  # fenced (broker/leadership_fence.py): ask elsewhere
+                    leader = -1
                 topic.partitions.add(
                     partition=partition,
                     leader=leader,

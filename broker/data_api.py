@@ -464,8 +464,11 @@ class DataApi:
     def _probe(self, tp: TopicPartition, cached: CachedPartition, follower: bool) -> Probe:
         """What a session's touched partition has to say, from attributes alone."""
         partition = self._replicas.partition(tp)
-        if partition is None or not partition.is_leader or cached.high_watermark < 0:
-            return Probe.NOW  # an error to answer, or never answered
+        leads = partition is not None and (partition.is_leader if follower else partition.leads_now)
+        if partition is None or not leads or cached.high_watermark < 0:
+            return (
+                Probe.NOW
+            )  # an error to answer (a consumer's too, when fenced), or never answered
         wanted = cached.fetch
         if 0 <= wanted.leader_epoch != partition.leader_epoch:
             return Probe.NOW

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from annal.broker.leadership_fence import LeadershipFence
 from annal.storage.files import TopicPartition
 from annal.storage.log import Log, LogAppendInfo
 from annal.zk.layout import PartitionState
@@ -136,10 +137,12 @@ class Partition:
         clock_ms: Callable[[], int] = wall_clock_ms,
         submit_isr_change: IsrChangeSink = _drop_isr_change,
         watch: IsrWatch | None = None,
+        fence: LeadershipFence | None = None,
     ) -> None:
         self.tp = tp
         self.log = log
         self.broker_id = broker_id
+        self._fence = fence or LeadershipFence(broker_id)
         self._clock_ms = clock_ms
         self._submit_isr_change = submit_isr_change
         self._pending_isr: IsrChange | None = None
@@ -160,6 +163,22 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.leader == self.broker_id
+
+    @property
+    def leads_now(self) -> bool:
+        """Leads, and may act on it (no fence: broker/leadership_fence.py)."""
+        return self.leader == self.broker_id and not self._fence.fenced
+
+    def _check_leads(self, fenced_too: bool = True) -> None:
+        """PartitionStateError (NOT_LEADER_OR_FOLLOWER) unless this broker leads
+        ``tp`` and (``fenced_too``) may act as a leader now."""
+        if self.leader != self.broker_id:
+            raise PartitionStateError(
+                errors.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} does not lead {self.tp}"
+            )
+        reason = self._fence.reason
+        if fenced_too and reason is not None:
+            raise PartitionStateError(errors.NOT_LEADER_OR_FOLLOWER, f"{reason} (it led {self.tp})")
 
     def apply(self, state: LeaderAndIsrState) -> Applied:
         """Take a newer leader epoch.  The same epoch again changes nothing (the
@@ -206,11 +225,7 @@ class Partition:
         first.  Raises PartitionStateError (NOT_LEADER_OR_FOLLOWER,
         NOT_ENOUGH_REPLICAS; nothing stored) or the log's InvalidRecordError."""
         with self._lock:
-            if self.leader != self.broker_id:
-                raise PartitionStateError(
-                    errors.NOT_LEADER_OR_FOLLOWER,
-                    f"broker {self.broker_id} does not lead {self.tp}",
-                )
+            self._check_leads()
             if acks == -1:
                 needed = self.log.config.min_insync_replicas
                 if len(self.isr) < needed:
@@ -232,11 +247,7 @@ class Partition:
         (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), or a broker that is not a
         follower asks to read as one."""
         with self._lock:
-            if self.leader != self.broker_id:
-                raise PartitionStateError(
-                    errors.NOT_LEADER_OR_FOLLOWER,
-                    f"broker {self.broker_id} does not lead {self.tp}",
-                )
+            self._check_leads(fenced_too=replica_id < 0)  # followers may still copy
             if leader_epoch >= 0 and leader_epoch != self.leader_epoch:
                 code = (
                     errors.FENCED_LEADER_EPOCH

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from annal.broker.delayed import FetchStart
 from annal.broker.isr_changes import IsrChangeWriter
 from annal.broker.isr_expiry import IsrExpiration, IsrWatch
+from annal.broker.leadership_fence import LeadershipFence
 from annal.broker.metrics import PartitionHealth
 from annal.broker.partition import (
     Applied,
@@ -100,8 +101,10 @@ class ReplicaManager:
         on_change: Callable[[TopicPartition], None] | None = None,
         *,
         topic_configs: TopicConfigs | None = None,
+        fence: LeadershipFence | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.fence = fence or LeadershipFence(broker_id)
         self.fetchers = fetchers
         self._isr_writer = isr_writer
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
@@ -202,6 +205,7 @@ class ReplicaManager:
                 if unreachable
                 else "",
             )
+        self.fence.controller_spoke()  # registered again: what it leads is known now
         return results
 
     def _follow_all(
@@ -280,7 +284,7 @@ class ReplicaManager:
             if partition is None:
                 writer = self._isr_writer
                 partition = (
-                    Partition(tp, log, self.broker_id, watch=self.isr_watch)
+                    Partition(tp, log, self.broker_id, watch=self.isr_watch, fence=self.fence)
                     if writer is None
                     else Partition(
                         tp,
@@ -288,6 +292,7 @@ class ReplicaManager:
                         self.broker_id,
                         submit_isr_change=writer.submit,
                         watch=self.isr_watch,
+                        fence=self.fence,
                     )
                 )
                 self._partitions[tp] = partition
@@ -337,6 +342,13 @@ class ReplicaManager:
         """Every hosted partition, now."""
         with self._lock:
             return list(self._partitions.values())
+
+    def wake_led(self) -> None:
+        """The fence moved: every request waiting on a partition led here looks
+        again (and answers NOT_LEADER_OR_FOLLOWER while fenced)."""
+        for partition in self.hosted():
+            if partition.is_leader:
+                self._on_change(partition.tp)
 
     def health(self) -> list[PartitionHealth]:
         """Every hosted partition's replication state and log figures, now."""
@@ -404,6 +416,8 @@ class ReplicaManager:
         partition = self.partition(tp)
         if partition is None or not partition.is_leader:
             return errors.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} no longer leads {tp}"
+        if (reason := self.fence.reason) is not None:
+            return errors.NOT_LEADER_OR_FOLLOWER, f"{reason} (it led {tp})"
         if partition.log.high_watermark <= last_offset:
             return None
         isr, needed = partition.isr, partition.log.config.min_insync_replicas
@@ -425,6 +439,8 @@ class ReplicaManager:
         if partition is None or not partition.is_leader:
             error = self._not_leader_error(tp, partition)
             return error, -1, f"broker {self.broker_id} does not lead {tp}"
+        if (reason := self.fence.reason) is not None:
+            return errors.NOT_LEADER_OR_FOLLOWER, -1, f"{reason} (it led {tp})"
         log = partition.log
         high_watermark = log.high_watermark
         target = high_watermark if offset == -1 else offset
@@ -454,6 +470,8 @@ class ReplicaManager:
                 -1,
                 f"broker {self.broker_id} no longer leads {tp}",
             )
+        if (reason := self.fence.reason) is not None:
+            return errors.NOT_LEADER_OR_FOLLOWER, -1, f"{reason} (it led {tp})"
         low_watermark = partition.low_watermark()
         if low_watermark < target:
             return None
@@ -551,6 +569,8 @@ class ReplicaManager:
         partition = self.partition(start.tp)
         if partition is None or not partition.is_leader:
             return None
+        if not follower and self.fence.fenced:
+            return None  # a consumer's fetch answers NOT_LEADER_OR_FOLLOWER now
         log = partition.log
         if follower and 0 <= start.follower_log_start < log.log_start_offset:
             return None  # the follower must delete records too
@@ -581,7 +601,7 @@ class ReplicaManager:
     def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[ErrorCode, int, int, int]:
         """(error, timestamp, offset, leader epoch) for ListOffsets."""
         partition = self.partition(tp)
-        if partition is None or not partition.is_leader:
+        if partition is None or not partition.leads_now:
             error = self._not_leader_error(tp, partition)
             return error, -1, -1, -1
         log = partition.log

@@ -1,6 +1,6 @@
 """The broker process: start-up, ZooKeeper registration, the gRPC server, shutdown.
 
-Start-up, in order (DESIGN §4):
+Start-up, in order (docs/architecture.md):
 
 1. connect to ZooKeeper (creating the chroot and the persistent paths);
 2. get or create ``/cluster/id``;
@@ -49,6 +49,7 @@ from annal.broker.group_api import GroupApi
 from annal.broker.group_membership import GroupMembership
 from annal.broker.grpc_auth import PasswordCheck, PasswordGuard
 from annal.broker.isr_changes import IsrChangeWriter
+from annal.broker.leadership_fence import LeadershipFence
 from annal.broker.listeners import PLAINTEXT, KafkaListenerConfig
 from annal.broker.metadata_cache import MetadataCache
 from annal.broker.metrics import BrokerMetrics, BrokerState
@@ -230,6 +231,9 @@ class BrokerServer:
             lambda change, version: self.replicas.on_isr_written(change, version),
             write_states=batched.write_partition_states,
         )
+        self.fence = LeadershipFence(
+            config.broker_id, lambda fenced: self.replicas.wake_led()
+        )  # broker/leadership_fence.py
         self.replicas = ReplicaManager(
             config.broker_id,
             logs,
@@ -241,6 +245,7 @@ class BrokerServer:
             self._leadership_changed,
             purgatories.touch,
             topic_configs=batched.topic_configs,
+            fence=self.fence,
         )
         self.zk.add_session_listener(self._isr_writer.session_changed)
         self._isr_writer.start()
@@ -259,6 +264,7 @@ class BrokerServer:
             network.run_admin,
             lambda: self.cluster_id,
             self.authorizer,
+            self.fence,
         )
         producer_ids = ProducerIdManager(
             lambda: reserve_producer_id_block(self.zk, config.broker_id)
@@ -424,7 +430,8 @@ class BrokerServer:
         controller = self.controller
         if controller is None:
             return False, 0, 0
-        return controller.active, controller.epoch, controller.offline_partition_count()
+        # a suspended controller reports itself inactive: another may act by now
+        return controller.acting, controller.epoch, controller.offline_partition_count()
 
     def _serve_metrics(self) -> None:
         """Serve ``/metrics`` (``metrics.port``), before registering: a broker that
@@ -529,20 +536,35 @@ class BrokerServer:
         lost = False
         connected = True
         backoff_s = retry_at = 0.0
+        # SUSPENDED this long (a third of the session timeout past kazoo's two
+        # thirds) and ZooKeeper has expired the session: stop leading then
+        fence_after_s = self.config.zookeeper_session_timeout_ms / 3000
+        suspended_at: float | None = None
         while not self._stopping.is_set():
-            # asleep until an event, or until a re-registration is due again
-            timeout = max(retry_at - time.monotonic(), 0.0) if lost and connected else None
+            # asleep until an event, a re-registration due again, or the fence due
+            dues = [retry_at] if lost and connected else []
+            if suspended_at is not None and not self.fence.fenced:
+                dues.append(suspended_at + fence_after_s)
+            timeout = max(min(dues) - time.monotonic(), 0.0) if dues else None
             try:
                 event = self._session_events.get(timeout=timeout)
             except queue.Empty:
                 event = None
             if event is SessionEvent.LOST:
-                lost, connected = True, False
+                lost, connected, suspended_at = True, False, None
                 logger.warning("ZooKeeper session lost: registration gone until reconnected")
+                self.fence.session_lost()
             elif event is SessionEvent.SUSPENDED:
                 connected = False
+                suspended_at = time.monotonic() if suspended_at is None else suspended_at
             elif event is SessionEvent.CONNECTED:
-                connected = True
+                connected, suspended_at = True, None
+                if not lost:
+                    self.fence.session_back()
+            if suspended_at is not None and time.monotonic() >= suspended_at + fence_after_s:
+                self.fence.session_suspended_too_long(
+                    time.monotonic() - suspended_at + 2 * fence_after_s
+                )
             if not (lost and connected) or time.monotonic() < retry_at:
                 continue
             try:
@@ -559,6 +581,7 @@ class BrokerServer:
                 continue
             lost = False
             backoff_s = 0.0
+            self.fence.registered_again()
             logger.info("re-registered broker %d", self.config.broker_id)
 
     def _controlled_shutdown_request(

@@ -9,7 +9,7 @@ string a ``ClusterConnection`` takes.
 
 With ZooKeeper, ``servers_from_zookeeper`` opens one short session (creating
 nothing: not even a missing chroot), lists ``/brokers/ids``, reads each live
-broker's ephemeral registration (DESIGN §3: ``{"host":..,"port":..,
+broker's ephemeral registration (docs/architecture.md: ``{"host":..,"port":..,
 "endpoints":["GRPC://host:port"],..}``), closes the session and returns
 ``"host:port,host:port"`` in broker id order.  ZooKeeper is read once: from then
 on Metadata, leaders and refreshes come from the brokers, exactly as with

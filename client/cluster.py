@@ -12,6 +12,7 @@ are replaced whole on refresh, so readers see one version or the next.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -72,6 +73,10 @@ class ClusterConnection:
         self, bootstrap_servers: str, timeout_s: float = 30.0, security: Security | None = None
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        # where the next call_any starts: clients spread over the bootstrap
+        # servers, and successive refreshes ask different brokers (one cut off
+        # from the cluster may answer with what it last knew)
+        self._next_bootstrap = random.randrange(len(self.bootstrap)) if self.bootstrap else 0
         self.timeout_s = timeout_s
         self.security = security or default_security()
         self._lock = threading.Lock()
@@ -104,14 +109,18 @@ class ClusterConnection:
             return stub
 
     def call_any(self, method: str, request: Any) -> Any:
-        """Call ``method`` on the first bootstrap server that answers.
+        """Call ``method`` on the first bootstrap server that answers, starting
+        one further along the list at each call.
 
         An unreachable server moves on to the next; any other gRPC failure is
         a ClientError with the status name; none answering is
         BROKER_NOT_AVAILABLE.
         """
         last: grpc.RpcError | None = None
-        for endpoint in self.bootstrap:
+        with self._lock:
+            start = self._next_bootstrap % max(len(self.bootstrap), 1)
+            self._next_bootstrap = start + 1
+        for endpoint in self.bootstrap[start:] + self.bootstrap[:start]:
             try:
                 return getattr(self.stub(endpoint), method)(request, timeout=self.timeout_s)
             except grpc.RpcError as exc:

@@ -187,14 +187,19 @@ class Controller:
         """Called from a request thread: move ``broker_id``'s leaderships away.
         The replicated partitions it still leads, or None when this broker is
         not the active controller (or cannot act now: its session is suspended)."""
-        with self._session:
-            acting = self._connected and not self._lost
-        if not self.active or not acting:
+        if not self.acting:
             return None
         reply: Future[list[TopicPartition] | None] = Future()
         self._shutdown_requests.put((broker_id, reply))
         self._events.put((Event.CONTROLLED_SHUTDOWN, ""))
         return reply.result(timeout_s)
+
+    @property
+    def acting(self) -> bool:
+        """The controller, and able to act now: its session is connected (a
+        suspended controller may already have been replaced)."""
+        with self._session:
+            return self.active and self._connected and not self._lost
 
     # -- watches and session changes: enqueue only ----------------------------------
 

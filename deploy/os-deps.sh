@@ -11,6 +11,8 @@
 #                             members find each other by name
 #   fiu-utils                 libfiu's fiu-run/fiu-ctrl: the failing-disk tests
 #                             inject I/O errors into a broker's writes
+#   nftables                  nft: the network-cut tests (tests/nemesis.py) drop
+#                             one broker's packets to ZooKeeper and its peers
 # and the podman settings those tests need, in a containers.conf drop-in.
 # Idempotent: a second run changes nothing.
 set -eu
@@ -26,6 +28,7 @@ for tool in docker-compose podman debootstrap runc kcat iptables; do
     command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || needed="$needed $tool"
 done
 command -v fiu-run >/dev/null 2>&1 || needed="$needed fiu-utils"
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || needed="$needed nftables"
 # Spark's driver (the pipeline tests, the demo) and ZooKeeper run on Java.
 command -v java >/dev/null 2>&1 || needed="$needed default-jre-headless"
 # podman's network helpers live outside PATH; without them (or without

@@ -1,4 +1,4 @@
-"""The producer: partition, batch, send, retry (DESIGN §6).
+"""The producer: partition, batch, send, retry (docs/architecture.md).
 
 ``send`` serializes the record, picks a partition (``DefaultPartitioner``
 unless one is given), and appends it to that partition's open batch; it
@@ -76,6 +76,13 @@ logger = logging.getLogger(__name__)
 CODECS = {c.name.lower(): c for c in Compression}
 # answers after which an idempotent producer bumps its epoch and sends again
 _SEQUENCE_ERRORS = (errors.OUT_OF_ORDER_SEQUENCE_NUMBER, errors.UNKNOWN_PRODUCER_ID)
+# retriable answers that may mean the leader moved or is cut off (besides the
+# invalid-metadata ones): a timed-out acks=all, an ISR too small to write to
+_MAYBE_MOVED = (
+    errors.REQUEST_TIMED_OUT,
+    errors.NOT_ENOUGH_REPLICAS,
+    errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+)
 
 Serializer = Callable[[object], bytes | None]
 
@@ -754,7 +761,7 @@ class Producer:
             elif error.retriable and batch.attempts < self.retries:
                 batch.attempts += 1
                 batch.retry_at = time.monotonic() + self.retry_backoff_s * batch.attempts
-                if error.invalid_metadata:
+                if error.invalid_metadata or error in _MAYBE_MOVED:
                     refresh.add(batch.topic)
                 retry.append(batch)
             else:

@@ -51,16 +51,19 @@ from annal.security.scram import ScramConfigError, ScramCredential, scram_creden
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
     KazooException,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
     RolledBackError,
     RuntimeInconsistency,
+    SessionExpiredError,
 )
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
-from kazoo.retry import KazooRetry
+from kazoo.retry import KazooRetry, RetryFailedError
 
 from annal.topic_partition import TopicPartition
 
@@ -69,6 +72,35 @@ from .layout import BrokerRegistration, PartitionState, TopicAssignment
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class _SessionLossFilter(logging.Filter):
+    """kazoo's worker and watch threads log a traceback at ERROR for every
+    callback a lost connection or session cut short (SessionExpiredError,
+    ConnectionLoss, RetryFailedError, ConnectionClosedError).  Each owner of a
+    session (the broker, the controller, a consumer) logs that loss once, in
+    one line, and reads again when connected; these become one DEBUG line."""
+
+    _QUIET = (SessionExpiredError, ConnectionLoss, RetryFailedError, ConnectionClosedError)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, self._QUIET):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.msg, record.args = (
+                "a ZooKeeper callback stopped: %s (%s)",
+                (
+                    type(exc).__name__,
+                    exc,
+                ),
+            )
+            record.exc_info = record.exc_text = None
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+for _name in ("kazoo.handlers.threading", "kazoo.recipe.watchers"):
+    logging.getLogger(_name).addFilter(_SessionLossFilter())
 
 # Answers about one znode that this module turns into return values or its own
 # errors; every other kazoo failure is a ZkError.

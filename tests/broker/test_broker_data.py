@@ -1,4 +1,4 @@
-"""One real broker: znodes exactly as DESIGN §3, data kept across a restart, bad input."""
+"""One real broker: znodes as docs/architecture.md lays them out, data kept, bad input."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A broker whose ZooKeeper session expires re-registers with a new session and keeps serving.
 
-DESIGN: "A broker's ZK session loss removes its registration; on reconnect with
-a new session it re-registers".  The session expires for real: the broker
+A broker's ZooKeeper session loss removes its registration; on reconnect
+with a new session it registers again.  The session expires for real: the broker
 process is frozen (SIGSTOP) until ZooKeeper drops its ephemeral znodes, then
 thawed (SIGCONT).
 """

@@ -1,4 +1,4 @@
-"""The znode layout of DESIGN §3: paths and JSON, byte for byte."""
+"""The znode layout (docs/architecture.md): paths and JSON, byte for byte."""
 
 from __future__ import annotations
 
