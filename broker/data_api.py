@@ -466,9 +466,8 @@ class DataApi:
         partition = self._replicas.partition(tp)
         leads = partition is not None and (partition.is_leader if follower else partition.leads_now)
         if partition is None or not leads or cached.high_watermark < 0:
-            return (
-                Probe.NOW
-            )  # an error to answer (a consumer's too, when fenced), or never answered
+            # an error to answer (a consumer's too, when fenced), or never answered
+            return Probe.NOW
         wanted = cached.fetch
         if 0 <= wanted.leader_epoch != partition.leader_epoch:
             return Probe.NOW
