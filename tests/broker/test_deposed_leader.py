@@ -15,11 +15,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import confluent_kafka as ck
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, wait_until
+from annal.producer.producer import Producer, RecordFuture
 from annal.zk.client import ZkClient
 from nemesis import NetworkCut
 
@@ -50,6 +52,15 @@ class Acks:
             entry = (time.monotonic(), msg.offset(), value)
             self.acked.setdefault(msg.partition(), []).append(entry)
 
+    def annal_delivered(self, partition: int, value: bytes, future: RecordFuture) -> None:
+        failure = future.exception()
+        with self.lock:
+            if failure is not None:
+                self.failed.append(f"{partition}: {failure}")
+                return
+            entry = (time.monotonic(), future.result().offset, value)
+            self.acked.setdefault(partition, []).append(entry)
+
     def longest_silence(self, partition: int, since: float, until: float) -> float:
         """The longest time in [since, until] with no acknowledgement on ``partition``."""
         with self.lock:
@@ -58,8 +69,50 @@ class Acks:
         return max(b - a for a, b in itertools.pairwise(marks))
 
 
+class Sender:
+    """A producer, Kafka's (librdkafka) or annal's, sending to given partitions."""
+
+    def __init__(self, client: str, brokers: dict[int, BrokerProcess], acks: Acks) -> None:
+        self.client, self.acks = client, acks
+        if client == "confluent-kafka":
+            self._kafka = ck.Producer(
+                {
+                    "bootstrap.servers": ",".join(b.kafka_endpoint for b in brokers.values()),
+                    "acks": "all",
+                    "enable.idempotence": True,
+                    "linger.ms": 5,
+                    "message.timeout.ms": 120_000,
+                }
+            )
+        else:  # annal's producer: Kafka's retry budget rather than a count
+            self._annal = Producer(
+                ",".join(b.endpoint for b in brokers.values()),
+                acks="all",
+                linger_ms=5,
+                retries=1_000,
+                retry_backoff_ms=100,
+            )
+
+    def send(self, partition: int, value: bytes) -> None:
+        if self.client == "confluent-kafka":
+            self._kafka.produce("cut", value, partition=partition, on_delivery=self.acks.delivered)
+            self._kafka.poll(0.005)
+        else:
+            future = self._annal.send("cut", value=value, partition=partition)
+            future.add_done_callback(partial(self.acks.annal_delivered, partition, value))
+            time.sleep(0.005)  # the pace of the stream, as librdkafka's poll gives
+
+    def finish(self) -> None:
+        if self.client == "confluent-kafka":
+            assert self._kafka.flush(60) == 0
+        else:
+            self._annal.flush(60)
+            self._annal.close()
+
+
+@pytest.mark.parametrize("client", ["confluent-kafka", "annal"])
 def test_a_leader_cut_off_stops_leading_and_producers_move_on(
-    broker_factory: Callable[..., BrokerProcess], zk_connect: str
+    broker_factory: Callable[..., BrokerProcess], zk_connect: str, client: str
 ) -> None:
     cut = NetworkCut()
     settings = {
@@ -83,23 +136,13 @@ def test_a_leader_cut_off_stops_leading_and_producers_move_on(
     zk_port = int(zk_connect.split("/")[0].rsplit(":", 1)[1])
 
     acks = Acks()
-    producer = ck.Producer(
-        {
-            "bootstrap.servers": ",".join(b.kafka_endpoint for b in brokers.values()),
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "message.timeout.ms": 120_000,
-        }
-    )
+    producer = Sender(client, brokers, acks)
     stop = threading.Event()
 
     def produce() -> None:
         i = 0
         while not stop.is_set():
-            producer.produce("cut", f"v{i}".encode(), partition=i % PARTITIONS,
-                             on_delivery=acks.delivered)  # fmt: skip
-            producer.poll(0.005)
+            producer.send(i % PARTITIONS, f"v{i}".encode())
             i += 1
 
     thread = threading.Thread(target=produce, daemon=True)
@@ -125,7 +168,7 @@ def test_a_leader_cut_off_stops_leading_and_producers_move_on(
     finally:
         stop.set()
         thread.join(10)
-    assert producer.flush(60) == 0
+    producer.finish()
     assert acks.failed == []
 
     with ZkClient(zk_connect) as zk:  # healed: the isolated broker catches up again
