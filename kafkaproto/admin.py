@@ -1,8 +1,9 @@
 """Kafka's admin APIs on annal's admin path: topics, partitions, configs, records,
-elections and reassignments.
+log dirs, elections and reassignments.
 
 Each handler turns the Kafka request into annal's request of the same name and
-hands it to ``AdminManager`` (or ``DataApi`` for DeleteRecords), the code the
+hands it to ``AdminManager`` (or ``DataApi`` for DeleteRecords and
+DescribeLogDirs), the code the
 gRPC service runs; the answers go back per topic and partition.  Where
 Kafka's API and annal's differ:
 
@@ -82,6 +83,7 @@ class AdminApis:
         apis.add(21, "DeleteRecords", (0, 2), self.delete_records)
         apis.add(32, "DescribeConfigs", (1, 4), self.describe_configs)
         apis.add(33, "AlterConfigs", (0, 2), self.alter_configs)
+        apis.add(35, "DescribeLogDirs", (1, 4), self.describe_log_dirs)
         apis.add(37, "CreatePartitions", (0, 3), self.create_partitions)
         apis.add(43, "ElectLeaders", (0, 2), self.elect_leaders)
         apis.add(44, "IncrementalAlterConfigs", (0, 1), self.incremental_alter_configs)
@@ -160,6 +162,39 @@ class AdminApis:
             "throttle_time": 0,
             "topics": [{"name": name, "partitions": ps} for name, ps in by_topic.items()],
         }
+
+    # -- log dirs ------------------------------------------------------------------------
+
+    async def describe_log_dirs(self, request: Request) -> Values:
+        """The log dirs of this broker and the partitions in each (Describe on the
+        cluster; a caller without it gets no dirs, and from v3 the error, as
+        Kafka answers); ``topics`` null asks for every partition."""
+        wanted = request.body.topics
+        topics = sorted({t.topic for t in wanted}) if wanted is not None else []
+        if wanted is not None and not wanted:
+            return {"throttle_time": 0, "error_code": errors.NONE.number, "results": []}
+        answer = self._data.describe_log_dirs(
+            pb.DescribeLogDirsRequest(topics=topics), request.session
+        )
+        if not answer.log_dirs:  # every broker has a log dir: none means refused
+            error = CLUSTER_AUTHORIZATION_FAILED
+            return {"throttle_time": 0, "error_code": error, "results": []}
+        chosen = None if wanted is None else {(t.topic, p) for t in wanted for p in t.partitions}
+        results = []
+        for entry in answer.log_dirs:
+            by_topic: dict[str, list[Values]] = {}
+            for part in entry.partitions:
+                if chosen is None or (part.topic, part.partition) in chosen:
+                    by_topic.setdefault(part.topic, []).append({
+                        "partition_index": part.partition, "partition_size": part.size,
+                        "offset_lag": part.offset_lag, "is_future_key": part.is_future,
+                    })  # fmt: skip
+            results.append({
+                "error_code": entry.error, "log_dir": entry.path,
+                "topics": [{"name": t, "partitions": ps} for t, ps in sorted(by_topic.items())],
+                "total_bytes": entry.total_bytes, "usable_bytes": entry.usable_bytes,
+            })  # fmt: skip
+        return {"throttle_time": 0, "error_code": errors.NONE.number, "results": results}
 
     # -- configs -------------------------------------------------------------------------
 

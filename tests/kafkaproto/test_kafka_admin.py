@@ -173,3 +173,45 @@ def test_reassignment_listing_and_preferred_election(cluster: list[BrokerProcess
         assert sorted(b["broker_id"] for b in cluster_info["brokers"]) == [1, 2, 3]
     finally:
         kp.close()
+
+
+def test_describe_log_dirs_names_each_brokers_dirs_and_partitions(
+    cluster: list[BrokerProcess],
+) -> None:
+    topic = f"dirs-{next(_names)}"
+    with AdminClient(cluster[0].endpoint) as annal_admin:
+        annal_admin.create_topic(topic, partitions=2, replication_factor=3)
+    producer = ck.Producer({"bootstrap.servers": bootstrap(cluster)})
+    for p in (0, 1):
+        producer.produce(topic, b"x" * 100, partition=p)
+    assert producer.flush(30) == 0
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap(cluster))
+    try:
+
+        def sizes() -> dict[int, dict[int, int]]:
+            found = admin.describe_log_dirs(topic_partitions=[topic])
+            by_broker: dict[int, dict[int, int]] = {}
+            for broker in found:
+                for log_dir in broker["log_dirs"]:
+                    assert log_dir["error_code"] == 0 and log_dir["log_dir"].startswith("/")
+                    assert log_dir["total_bytes"] >= log_dir["usable_bytes"] > 0
+                    for t in log_dir["topics"]:
+                        assert t["name"] == topic  # asked for this topic only
+                        for part in t["partitions"]:
+                            sized = by_broker.setdefault(broker["broker"], {})
+                            sized[part["partition_index"]] = part["partition_size"]
+            return by_broker
+
+        wait_until(
+            lambda: len(found := sizes()) == 3
+            and all(s > 0 for b in found.values() for s in b.values()),
+            30,
+            "every replica's size",
+        )
+        assert {b: sorted(ps) for b, ps in sizes().items()} == {1: [0, 1], 2: [0, 1], 3: [0, 1]}
+        one = admin.describe_log_dirs(topic_partitions={topic: [1]}, brokers=[2])
+        parts = [p["partition_index"] for d in one[0]["log_dirs"] for t in d["topics"]
+                 for p in t["partitions"]]  # fmt: skip
+        assert parts == [1]
+    finally:
+        admin.close()

@@ -296,6 +296,12 @@ def list_reassignments(c: KafkaConnection, n: Names) -> int:
     return int(c.exchange(46, 0, {"timeout": 30_000, "topics": None}).error_code)
 
 
+def describe_log_dirs(c: KafkaConnection, n: Names) -> int:
+    answer = c.exchange(35, 3, {"topics": None})
+    assert answer.results or answer.error_code  # no dirs only with the refusal
+    return int(answer.error_code)
+
+
 def init_producer_id(c: KafkaConnection, n: Names) -> int:
     answer = c.exchange(22, 2, {"transactional_id": None, "transaction_timeout": 60_000})
     return int(answer.error_code)
@@ -509,6 +515,9 @@ CASES: dict[str, Case] = {
     ),
     "list-reassignments": case(
         list_reassignments, CLUSTER_DENIED, [(CLUSTER, C, Op.DESCRIBE)], NONE, topic=False
+    ),
+    "describe-log-dirs": case(
+        describe_log_dirs, CLUSTER_DENIED, [(CLUSTER, C, Op.DESCRIBE)], NONE, topic=False
     ),
     "init-producer-id": case(
         init_producer_id, CLUSTER_DENIED, [(CLUSTER, C, Op.IDEMPOTENT_WRITE)], NONE, topic=False
