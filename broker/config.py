@@ -34,7 +34,7 @@ from annal.client.security import SSL, Security, pem_blocks, read_pem
 from annal.kafkaproto.client_security import ConnectionSecurity
 from annal.security.acl import KafkaPrincipal
 from annal.security.sasl import SUPPORTED_MECHANISMS
-from annal.storage.config import LogConfig
+from annal.storage.config import COMPRESSION_TYPES, LogConfig
 from annal.zk.znode_acls import check_digest
 
 
@@ -106,6 +106,12 @@ def _policy(name: str, text: str) -> str:
 def _timestamp_type(name: str, text: str) -> str:
     if text.strip() not in ("CreateTime", "LogAppendTime"):
         raise ConfigError(f"{name}={text!r}: expected CreateTime or LogAppendTime")
+    return text.strip()
+
+
+def _compression_type(name: str, text: str) -> str:
+    if text.strip() not in COMPRESSION_TYPES:
+        raise ConfigError(f"{name}={text!r}: expected one of {', '.join(COMPRESSION_TYPES)}")
     return text.strip()
 
 
@@ -238,6 +244,8 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "log.cleaner.min.compaction.lag.ms": (_int(0), "0"),
     "log.cleaner.delete.retention.ms": (_int(0), str(24 * HOUR_MS)),
     "log.message.timestamp.type": (_timestamp_type, "CreateTime"),
+    # the codec stored batches are kept in; "producer": the producer's own
+    "compression.type": (_compression_type, "producer"),
     "log.message.timestamp.difference.max.ms": (_int(0), str(2**63 - 1)),
     "min.insync.replicas": (_int(1), "1"),
     "unclean.leader.election.enable": (_bool, "false"),
@@ -592,6 +600,7 @@ class BrokerConfig:
             ),
             "min.insync.replicas": self.min_insync_replicas,
             "unclean.leader.election.enable": str(self.unclean_leader_election_enable).lower(),
+            "compression.type": self._value("compression.type"),
         }
         try:
             return LogConfig.from_properties({k: str(v) for k, v in props.items()})

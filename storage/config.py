@@ -39,6 +39,9 @@ class LogConfig:
     message_timestamp_difference_max_ms: int = 2**63 - 1
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+    # the codec batches are stored in: "producer" keeps the producer's,
+    # "uncompressed", "gzip", "snappy", "lz4" or "zstd" recompress to it
+    compression_type: str = "producer"
 
     @property
     def compact(self) -> bool:
@@ -79,6 +82,7 @@ class LogConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(LogConfig)}
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
 
 def _parse(name: str, attr: str, raw: str | int | float) -> object:
@@ -90,6 +94,10 @@ def _parse(name: str, attr: str, raw: str | int | float) -> object:
             if not policies or any(p not in ("delete", "compact") for p in policies):
                 raise ValueError("expected 'delete', 'compact' or 'compact,delete'")
             return policies
+        if attr == "compression_type":
+            if text not in COMPRESSION_TYPES:
+                raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}")
+            return text
         if attr == "message_timestamp_type":
             if text == "CreateTime":
                 return TimestampType.CREATE_TIME

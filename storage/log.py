@@ -502,6 +502,7 @@ class Log:
         buf, headers = validator.validate(
             buf, headers, self._time_ms() if validator.needs_clock else 0
         )
+        size = len(buf)  # recompressed to the topic's compression.type, perhaps
         if len(headers) == 1 and not self._log_append_time:
             return self._append_one(buf, headers[0], leader_epoch)
         append_time = self._log_append_time

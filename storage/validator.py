@@ -21,8 +21,12 @@ A failure raises the InvalidRecordError subclass of its kind, naming the
 record's index and the byte where it starts, and the log stays unchanged.
 On success the batch is stored as it came, except that a CreateTime batch
 whose maxTimestamp is not the largest record timestamp gets that field (and
-so its CRC) corrected, as Kafka does.  Followers never come here: they trust
-their leader's bytes.
+so its CRC) corrected, as Kafka does, and that a topic whose
+``compression.type`` names a codec stores every batch in that codec: a batch
+in another one is inflated and compressed again (its header keeps its
+producer fields; its length, attributes and CRC are rewritten), as Kafka's
+LogValidator does.  Followers never come here: they trust their leader's
+bytes.
 
 Thread-safe: a validator holds only immutable settings.
 """
@@ -34,6 +38,8 @@ import struct
 from collections.abc import Sequence
 
 from .batch import (
+    ATTRIBUTES_OFFSET,
+    BATCH_LENGTH_OFFSET,
     COMPRESSION_MASK,
     CONTROL_FLAG,
     CRC_OFFSET,
@@ -47,7 +53,7 @@ from .batch import (
     compute_crc,
     read_header,
 )
-from .compression import decompress_bounded
+from .compression import compress, decompress_bounded
 from .config import LogConfig
 from .errors import (
     CorruptRecordError,
@@ -63,7 +69,17 @@ __all__ = ["RecordValidator"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
 _U32 = struct.Struct(">I")
+LOG_OVERHEAD = 12  # base offset and batch length precede what the length counts
+_TARGETS = {
+    "uncompressed": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
+}
 
 
 def leader_walk() -> Walk | None:
@@ -83,6 +99,7 @@ class RecordValidator:
         "_create_time",
         "_difference_max_ms",
         "_max_message_bytes",
+        "_target",
         "_walk_records",
     )
 
@@ -93,6 +110,7 @@ class RecordValidator:
         self._create_time = config.message_timestamp_type == TimestampType.CREATE_TIME
         self._difference_max_ms = config.message_timestamp_difference_max_ms
         self._max_message_bytes = config.max_message_bytes
+        self._target = _TARGETS.get(config.compression_type)  # None: the producer's codec
 
     @property
     def needs_clock(self) -> bool:
@@ -124,14 +142,42 @@ class RecordValidator:
             )
             if self._create_time and max_timestamp != header.max_timestamp:
                 fixes.append((header, max_timestamp))
-        if not fixes:
+        target = self._target
+        recompress = target is not None and any(
+            h.attributes & COMPRESSION_MASK != target for h in headers
+        )
+        if not fixes and not recompress:
             return buf, headers
         copy = bytearray(buf)
         for header, max_timestamp in fixes:
             position = header.position
             _I64.pack_into(copy, position + MAX_TIMESTAMP_OFFSET, max_timestamp)
             _U32.pack_into(copy, position + CRC_OFFSET, compute_crc(copy, position, header.size))
+        if recompress:
+            assert target is not None
+            copy = bytearray().join(self._in_codec(copy, h, target) for h in headers)
+            return copy, _headers_of(copy, len(headers))
         return copy, [read_header(copy, h.position) for h in headers]
+
+    def _in_codec(self, buf: bytearray, header: BatchHeader, target: Compression) -> bytes:
+        """The batch at ``header`` with its records in ``target`` (itself when they are)."""
+        start, end = header.position, header.position + header.size
+        codec = header.attributes & COMPRESSION_MASK
+        if codec == target:
+            return bytes(buf[start:end])
+        body = buf[start + RECORD_BATCH_OVERHEAD : end]
+        raw = (
+            body
+            if codec == 0
+            else decompress_bounded(Compression(codec), body, self._max_message_bytes)
+        )
+        records = raw if target == Compression.NONE else compress(target, raw)
+        out = bytearray(buf[start : start + RECORD_BATCH_OVERHEAD]) + records
+        _I32.pack_into(out, BATCH_LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
+        attributes = (header.attributes & ~COMPRESSION_MASK) | target
+        _I16.pack_into(out, ATTRIBUTES_OFFSET, attributes)
+        _U32.pack_into(out, CRC_OFFSET, compute_crc(out, 0, len(out)))
+        return bytes(out)
 
     def _check_client_fields(self, header: BatchHeader) -> None:
         position = header.position
@@ -220,3 +266,12 @@ class RecordValidator:
                 header.position,
             )
         raise CorruptRecordError(text, header.position)
+
+
+def _headers_of(buf: bytearray, count: int) -> list[BatchHeader]:
+    headers, position = [], 0
+    for _ in range(count):
+        header = read_header(buf, position)
+        headers.append(header)
+        position += header.size
+    return headers

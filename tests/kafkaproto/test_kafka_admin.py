@@ -12,6 +12,7 @@ import confluent_kafka as ck
 import pytest
 from annal.admin.client import AdminClient, AdminError
 from annal.deploy.runner import BrokerProcess, wait_until
+from annal.storage.batch import iter_batches
 from confluent_kafka import admin as ck_admin
 from kafka import TopicPartition
 from kafka.admin import (
@@ -215,3 +216,32 @@ def test_describe_log_dirs_names_each_brokers_dirs_and_partitions(
         assert parts == [1]
     finally:
         admin.close()
+
+
+def test_a_topics_compression_type_is_the_codec_its_batches_are_stored_in(
+    cluster: list[BrokerProcess],
+) -> None:
+    admin = ck_admin.AdminClient({"bootstrap.servers": bootstrap(cluster)})
+    topic = f"codec-{next(_names)}"
+    created = admin.create_topics(
+        [ck_admin.NewTopic(topic, 1, 3, config={"compression.type": "lz4"})]
+    )
+    created[topic].result(60)
+    resource = ck_admin.ConfigResource(ck_admin.ResourceType.TOPIC, topic)
+    described = admin.describe_configs([resource])[resource].result(30)
+    assert described["compression.type"].value == "lz4"
+    producer = ck.Producer({"bootstrap.servers": bootstrap(cluster), "compression.type": "none"})
+    for i in range(20):
+        producer.produce(topic, b"record %d " % i * 30, partition=0)
+    assert producer.flush(30) == 0
+    wait_until(lambda: stored_codecs(cluster, topic) != [], 30, "batches stored")
+    assert set(stored_codecs(cluster, topic)) == {3}  # lz4, whatever the producer sent
+
+
+def stored_codecs(cluster: list[BrokerProcess], topic: str) -> list[int]:
+    """The codec of every batch in the leader's log of ``topic``-0."""
+    with AdminClient(cluster[0].endpoint) as admin:
+        leader = admin.describe_topics([topic])[0].partitions[0].leader
+    log = next(b for b in cluster if b.broker_id == leader).log_dir / f"{topic}-0"
+    data = b"".join(p.read_bytes() for p in sorted(log.glob("*.log")))
+    return [h.attributes & 0x07 for h in iter_batches(data)]

@@ -12,6 +12,7 @@ from annal.storage.batch import (
     Compression,
     TimestampType,
     check_batch,
+    iter_batches,
 )
 from annal.storage.config import LogConfig
 from annal.storage.errors import (
@@ -23,7 +24,7 @@ from annal.storage.errors import (
     TransactionalRecordError,
 )
 from annal.storage.log import Log
-from annal.storage.records import Header, Record, decode_batch, encode_batch
+from annal.storage.records import Header, Record, decode_batch, encode_batch, iter_records
 from annal.storage.validator import RecordValidator
 from logutil import FakeClock, batch, read_all
 from poison import poison_batches, resealed
@@ -280,3 +281,42 @@ def test_compacted_log_refuses_keyless_records_in_a_multi_batch_append(tmp_path:
         log.append_as_leader(ok + batch([b"2"], [None], timestamp=NOW), 0)
     assert log.log_end_offset == 0
     log.close()
+
+
+@pytest.mark.parametrize("target", ["uncompressed", "gzip", "snappy", "lz4", "zstd"])
+@pytest.mark.parametrize("source", list(Compression))
+def test_compression_type_stores_every_batch_in_the_topics_codec(
+    tmp_path: Path, source: Compression, target: str
+) -> None:
+    log = Log.open(
+        tmp_path / f"t-{source.value}",
+        LogConfig.from_properties({"compression.type": target}),
+    )
+    values = [b"value %d " % i * 20 for i in range(50)]
+    records = [Record(i, 1_700_000_000_000 + i, None, v) for i, v in enumerate(values)]
+    sent = encode_batch(
+        records, compression=source, producer_id=7, producer_epoch=0, base_sequence=0
+    )
+    info = log.append_as_leader(sent + batch([b"second"], compression=source), 3)
+    assert (info.first_offset, info.last_offset) == (0, 50)
+    stored = b"".join(s.read_all() for s in log.segments())
+    headers = list(iter_batches(stored))  # frames and CRCs check out
+    codec = Compression.NONE if target == "uncompressed" else Compression[target.upper()]
+    assert [h.attributes & 0x07 for h in headers] == [codec, codec]
+    assert headers[0].producer_id == 7 and headers[0].partition_leader_epoch == 3
+    assert [r.value for r in iter_records(stored)] == [*values, b"second"]
+    log.close()
+
+
+def test_compression_type_producer_keeps_what_came(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig.from_properties({"compression.type": "producer"}))
+    sent = batch([b"a" * 100], compression=Compression.GZIP)
+    log.append_as_leader(sent, 0)
+    assert log.segments()[0].read_all()[16:] == sent[16:]  # past offset, length, epoch
+    log.close()
+
+
+@pytest.mark.parametrize("bad", ["GZIP", "brotli", "", "none"])
+def test_an_unknown_compression_type_is_refused_by_name(bad: str) -> None:
+    with pytest.raises(ValueError, match=r"invalid value .* for log config 'compression.type'"):
+        LogConfig.from_properties({"compression.type": bad})
