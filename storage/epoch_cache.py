@@ -84,12 +84,13 @@ class LeaderEpochFileCache:
         self._checkpoint.write(self._entries)
         self._unsynced = False
 
-    def sync(self) -> None:
-        """Make the entries written by ``assign`` durable (the log's flush)."""
+    def sync(self, synced: bool = False) -> None:
+        """Make the entries written by ``assign`` durable (the log's flush);
+        ``synced``: the file systems were synced since (nothing to fsync)."""
         with self._lock:
-            if self._unsynced:
+            if self._unsynced and not synced:
                 self._checkpoint.sync()
-                self._unsynced = False
+            self._unsynced = False
 
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that ``epoch`` starts at ``start_offset``.

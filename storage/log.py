@@ -1062,8 +1062,11 @@ class Log:
     # -- durability and lifecycle ----------------------------------------
 
     @_io("a flush of")
-    def flush(self, offset: int | None = None) -> None:
-        """fsync every segment holding offsets in [recovery point, ``offset``)."""
+    def flush(self, offset: int | None = None, *, synced: bool = False) -> None:
+        """fsync every segment holding offsets in [recovery point, ``offset``).
+        ``synced``: the caller synced the file systems after this log's last
+        write (``os.sync``, a clean shutdown): nothing is left to fsync, only
+        the recovery point moves."""
         with self._lock:
             if self._closed:
                 return
@@ -1081,10 +1084,11 @@ class Log:
                     or view.segments[i + 1].base_offset > self._recovery_point
                 )
             ]
-            for segment in dirty:
-                if not segment.closed:
-                    segment.flush()
-            self.leader_epoch_cache.sync()  # before the recovery point passes its entries
+            if not synced:
+                for segment in dirty:
+                    if not segment.closed:
+                        segment.flush()
+            self.leader_epoch_cache.sync(synced)  # before the recovery point passes them
             self._set_recovery_point(max(self._recovery_point, target))
             if target >= self._log_end_offset:  # a roll's flush leaves the new segment's
                 self._unflushed_records = 0
