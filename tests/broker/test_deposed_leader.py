@@ -124,14 +124,7 @@ def test_a_leader_cut_off_stops_leading_and_producers_move_on(
     with AdminClient(brokers[1].endpoint) as admin:
         admin.create_topic("cut", assignment=ASSIGNMENT)
     with ZkClient(zk_connect) as zk:
-        wait_until(
-            lambda: all(
-                (s := zk.get_partition_state("cut", p)) is not None and len(s[0].isr) == 3
-                for p in range(PARTITIONS)
-            ),
-            60,
-            "every ISR full",
-        )
+        wait_until(lambda: isrs_full(zk), 60, "every ISR full")
         assert zk.get_controller() != VICTIM
     zk_port = int(zk_connect.split("/")[0].rsplit(":", 1)[1])
 
@@ -172,20 +165,20 @@ def test_a_leader_cut_off_stops_leading_and_producers_move_on(
     assert acks.failed == []
 
     with ZkClient(zk_connect) as zk:  # healed: the isolated broker catches up again
-        wait_until(
-            lambda: all(
-                (s := zk.get_partition_state("cut", p)) is not None and len(s[0].isr) == 3
-                for p in range(PARTITIONS)
-            ),
-            90,
-            "every ISR full after the heal",
-        )
+        wait_until(lambda: isrs_full(zk), 90, "every ISR full after the heal")
     stored = _stored(brokers[1].kafka_endpoint)
     for partition, entries in acks.acked.items():
         for _, offset, value in entries:
             assert stored[partition].get(offset) == value, (partition, offset, value)
         values = list(stored[partition].values())
         assert len(values) == len(set(values)), f"a duplicate in partition {partition}"
+
+
+def isrs_full(zk: ZkClient) -> bool:
+    return all(
+        (s := zk.get_partition_state("cut", p)) is not None and len(s[0].isr) == 3
+        for p in range(PARTITIONS)
+    )
 
 
 def _stored(bootstrap: str) -> dict[int, dict[int, bytes]]:
