@@ -12,7 +12,6 @@ are replaced whole on refresh, so readers see one version or the next.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Sequence
@@ -73,10 +72,10 @@ class ClusterConnection:
         self, bootstrap_servers: str, timeout_s: float = 30.0, security: Security | None = None
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
-        # where the next call_any starts: clients spread over the bootstrap
-        # servers, and successive refreshes ask different brokers (one cut off
-        # from the cluster may answer with what it last knew)
-        self._next_bootstrap = random.randrange(len(self.bootstrap)) if self.bootstrap else 0
+        # where call_any starts: the first server, until ``move_on`` (a client
+        # whose leader may have moved asks another broker next: one cut off
+        # from the cluster answers with what it last knew)
+        self._first = 0
         self.timeout_s = timeout_s
         self.security = security or default_security()
         self._lock = threading.Lock()
@@ -110,16 +109,14 @@ class ClusterConnection:
 
     def call_any(self, method: str, request: Any) -> Any:
         """Call ``method`` on the first bootstrap server that answers, starting
-        one further along the list at each call.
+        with the one ``move_on`` last chose (the first, until then).
 
         An unreachable server moves on to the next; any other gRPC failure is
         a ClientError with the status name; none answering is
         BROKER_NOT_AVAILABLE.
         """
         last: grpc.RpcError | None = None
-        with self._lock:
-            start = self._next_bootstrap % max(len(self.bootstrap), 1)
-            self._next_bootstrap = start + 1
+        start = self._first % max(len(self.bootstrap), 1)
         for endpoint in self.bootstrap[start:] + self.bootstrap[:start]:
             try:
                 return getattr(self.stub(endpoint), method)(request, timeout=self.timeout_s)
@@ -188,6 +185,12 @@ class ClusterConnection:
         self.partition_counts, self.leaders = counts, leaders
         self._update_available()
         return metadata
+
+    def move_on(self) -> None:
+        """Ask the next bootstrap server first from now on (after an answer that
+        may mean a leader moved: the broker asked last may be the stale one)."""
+        with self._lock:
+            self._first = (self._first + 1) % max(len(self.bootstrap), 1)
 
     def forget(self, topics: Sequence[str] | None = None) -> None:
         """Drop known leaders (of ``topics``, or all) so the next lookup refreshes."""

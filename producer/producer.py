@@ -772,6 +772,7 @@ class Producer:
                     released.append(batch)  # refused for good: never in the log
         if refresh:
             self.cluster.forget(sorted(refresh))
+            self.cluster.move_on()  # the broker that told us last may be the stale one
             self._refresh(sorted(refresh))
         with self._changed:
             for batch in rewind:

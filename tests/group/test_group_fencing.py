@@ -118,8 +118,9 @@ def test_a_member_cut_off_from_zookeeper_stops_delivering_before_another_takes_o
             ]
             wait_until(lambda: len(a.owned()) == 2 and len(b.owned()) == 2, 60, "two each")
             started = time.monotonic()
-            wait_until(
-                lambda: all(by(deliveries, "a", p, started) for _, p in a.owned()),
+            wait_until(  # owning two still (no rebalance meanwhile) and delivering from both
+                lambda: len(owned := a.owned()) == 2
+                and all(by(deliveries, "a", p, started) for _, p in owned),
                 30,
                 "a delivering",
             )
