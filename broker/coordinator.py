@@ -234,6 +234,11 @@ class OffsetsCoordinator:
             return errors.NONE, dict(offsets)
         return errors.NONE, {key: offsets.get(key) for key in wanted}
 
+    def has_offsets(self, group: str) -> bool:
+        """Whether the group has committed offsets (in a partition this broker leads)."""
+        with self._lock:
+            return bool(self._caches.get(self.partition_of(group), {}).get(group))
+
     def groups(self) -> list[str]:
         """Groups with committed offsets in the partitions this broker leads."""
         with self._lock:

@@ -9,8 +9,10 @@ this class too, so that every group request is authorized in one place.
 Authorization (docs/security.md), for the caller's ``Session``, as Kafka 2.x:
 
 * FindCoordinator needs Describe on the group (on the transactional id for a
-  transaction coordinator); DescribeGroups Describe on each group; DeleteGroups
-  Delete on each group;
+  transaction coordinator, which annal does not have: an authorized caller is
+  told so with CLUSTER_AUTHORIZATION_FAILED, see
+  ``find_transaction_coordinator``); DescribeGroups Describe on each group;
+  DeleteGroups Delete on each group;
 * JoinGroup, SyncGroup, Heartbeat and LeaveGroup need Read on the group;
 * OffsetCommit needs Read on the group, then Read on each topic (its
   partitions are TOPIC_AUTHORIZATION_FAILED otherwise); OffsetFetch Describe
@@ -29,7 +31,7 @@ the admin pool.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +48,7 @@ from annal.broker.authorization import (
 from annal.broker.coordinator import OFFSETS_TOPIC, CommitEntry, OffsetsCoordinator
 from annal.broker.data_api import Deadline, code, wait_ms
 from annal.broker.group_membership import Group, GroupMembership, JoinResult, SyncResult
-from annal.broker.metadata_cache import MetadataCache
+from annal.broker.metadata_cache import MetadataCache, PartitionView
 from annal.security.acl import AclOperation, Resource, ResourceType
 from annal.security.session import Session
 from annal.v1 import annal_pb2 as pb
@@ -71,6 +73,10 @@ from annal.topic_partition import TopicPartition
 
 _ASSIGNMENTS: list[Any] = [AssignmentV0, AssignmentV1, AssignmentV2, AssignmentV3]
 DELETE_TIMEOUT_MS = 30_000  # OffsetDelete's wait for its tombstones to be replicated
+NO_TRANSACTIONS = (
+    "transactions are not supported by this broker: annal has no transaction coordinator "
+    "(idempotent producers work without a transactional id)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +154,13 @@ class GroupApi:
     def find_transaction_coordinator(
         self, transactional_id: str, session: Session = INTERNAL
     ) -> pb.FindCoordinatorResponse:
-        """A transaction coordinator (Kafka's listener only): annal has none
-        (COORDINATOR_NOT_AVAILABLE), but a caller that may not Describe the
-        transactional id is told TRANSACTIONAL_ID_AUTHORIZATION_FAILED first."""
+        """A transaction coordinator (Kafka's listener only): annal has none.  A
+        caller that may not Describe the transactional id is told
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED; any other is told that transactions
+        are not supported, as CLUSTER_AUTHORIZATION_FAILED: of FindCoordinator's
+        errors it is one every Kafka client gives up on at once (librdkafka
+        retries anything but it and TRANSACTIONAL_ID_AUTHORIZATION_FAILED until
+        ``init_transactions`` times out), and its message says why."""
         resource = Resource(TRANSACTIONAL_ID, transactional_id)
         if not self._authorizer.allowed(session, AclOperation.DESCRIBE, resource):
             return pb.FindCoordinatorResponse(
@@ -158,7 +168,7 @@ class GroupApi:
                 error_message=denial(session, AclOperation.DESCRIBE, resource),
             )
         return pb.FindCoordinatorResponse(
-            error=pb.COORDINATOR_NOT_AVAILABLE, error_message="annal has no transactions"
+            error=pb.CLUSTER_AUTHORIZATION_FAILED, error_message=NO_TRANSACTIONS
         )
 
     # -- membership (Kafka's clients) ------------------------------------------------------
@@ -228,11 +238,14 @@ class GroupApi:
         context: Deadline,
         session: Session = INTERNAL,
         member: CommitMember | None = None,
+        known_partitions_only: bool = False,
     ) -> pb.OffsetCommitResponse:
         """Commit each partition's offset: Read on the group (else every partition
         is GROUP_AUTHORIZATION_FAILED), then Read on each topic.  ``member``: the
         Kafka client's generation and member id, checked against the group's
-        membership for the partitions that are authorized."""
+        membership for the partitions that are authorized.
+        ``known_partitions_only`` (Kafka's clients): an authorized partition the
+        metadata does not know is UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers it."""
         checks.check_timeout_ms(request.timeout_ms)
         group_refusal = self._group_refusal(session, AclOperation.READ, request.group)
         refused = (
@@ -243,6 +256,7 @@ class GroupApi:
             )
         )
         group_refusal = group_refusal or checks.group_id(request.group)
+        known = self._metadata.snapshot().topics
         outcome: dict[TopicPartition, tuple[ErrorCode, str]] = {}
         entries = []
         for t in request.topics:
@@ -252,6 +266,8 @@ class GroupApi:
                     or refused.get(t.name)
                     or checks.commit_partition(t.name, p.partition, p.offset, p.leader_epoch)
                 )
+                if refusal is None and known_partitions_only:
+                    refusal = _unknown_partition(known, t.name, p.partition)
                 if refusal is not None:
                     outcome[TopicPartition(t.name, p.partition)] = (refusal.error, refusal.message)
                 else:
@@ -448,6 +464,21 @@ class GroupApi:
                 for m in group.members.values()
             ],
         )
+
+
+def _unknown_partition(
+    known: Mapping[str, Mapping[int, PartitionView]], topic: str, partition: int
+) -> checks.Refusal | None:
+    """UNKNOWN_TOPIC_OR_PARTITION unless the metadata has the partition."""
+    partitions = known.get(topic)
+    if partitions is None:
+        return checks.Refusal(errors.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic!r}")
+    if partition not in partitions:
+        return checks.Refusal(
+            errors.UNKNOWN_TOPIC_OR_PARTITION,
+            f"topic {topic!r} has {len(partitions)} partitions, no partition {partition}",
+        )
+    return None
 
 
 def consumer_assignment(data: bytes) -> list[tuple[str, list[int]]]:

@@ -16,10 +16,16 @@ through Kafka's states::
   new id in a MEMBER_ID_REQUIRED answer instead; the id is *pending*, not
   yet a member (no rebalance waits for it), until the member joins again
   with it, and forgotten if it has not within its session timeout.  Once
-  the rebalance completes the group's generation is one higher, the
-  protocol is the first of the leader's that every member supports, and the
+  the rebalance completes the group's generation is one higher and the
   leader (the first member to join) gets every member's metadata to assign
   partitions with (client-side assignment).
+* The protocol is chosen as Kafka's ``GroupMetadata.selectProtocol`` does:
+  the candidates are the protocols every member supports, each member votes
+  for the first candidate in its own order of preference, and the most votes
+  win (a tie goes to the leader's preference).  The group keeps a count of
+  the members supporting each protocol, so a join costs time in proportion
+  to the protocols it names, however many the other members name; a join
+  naming more than ``MAX_PROTOCOLS`` is refused (INVALID_REQUEST).
 * SyncGroup from the leader carries the assignment of every member; it is
   stored in ``__consumer_offsets`` (Kafka's group metadata record, key v2
   and value v3, with acks=all) before any member gets its part.
@@ -27,10 +33,16 @@ through Kafka's states::
   heartbeats, joins and syncs; a member whose timer runs out leaves and the
   group rebalances.  During a rebalance heartbeats answer
   REBALANCE_IN_PROGRESS, which tells the member to join again.
-* Static members (``group.instance.id``) keep their place across restarts:
-  a join with a known instance id and no member id replaces the old member
-  id, and in a stable group a follower gets the current generation back
-  without a rebalance.
+* Static members (``group.instance.id``, KIP-345) keep their place across
+  restarts: a join with a known instance id and no member id replaces the
+  old member id and keeps its assignment.  In a stable group whose protocol
+  the new member's protocols leave as it is, the group (with the new member
+  id) is stored and the member gets the current generation back without a
+  rebalance, the leader too: as Kafka answers JoinGroup before v9, the
+  answer names the leader's old member id and no members, so a rejoining
+  leader runs no assignment and takes its own from SyncGroup.  Otherwise
+  (the protocol would change, or the group is not stable) it joins a
+  rebalance.
 * A coordinator that takes over a group (the offsets partition's leader
   moved) loads it from the last stored record, STABLE with its members and
   their assignments, and gives every member a full session to heartbeat.
@@ -45,6 +57,7 @@ import enum
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -59,6 +72,9 @@ logger = logging.getLogger(__name__)
 MIN_SESSION_TIMEOUT_MS = 6_000  # Kafka's group.min.session.timeout.ms
 MAX_SESSION_TIMEOUT_MS = 1_800_000  # Kafka's group.max.session.timeout.ms
 STORE_TIMEOUT_MS = 30_000
+# Protocols one JoinGroup may name.  Kafka sets no limit; its clients name one
+# to three (their assignors).  Past this a join is refused as malformed.
+MAX_PROTOCOLS = 10_000
 
 
 class GroupState(enum.Enum):
@@ -101,9 +117,18 @@ class Member:
     joining: asyncio.Future[JoinResult] | None = None
     syncing: asyncio.Future[SyncResult] | None = None
     expiry: asyncio.TimerHandle | None = None
+    # protocol name -> its metadata (the first of a name named twice)
+    by_name: dict[str, bytes] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.by_name = _by_name(self.protocols)
+
+    def set_protocols(self, protocols: Sequence[tuple[str, bytes]]) -> None:
+        self.protocols = list(protocols)
+        self.by_name = _by_name(self.protocols)
 
     def metadata(self, protocol: str | None) -> bytes:
-        return next((m for name, m in self.protocols if name == protocol), b"")
+        return b"" if protocol is None else self.by_name.get(protocol, b"")
 
 
 @dataclass
@@ -119,6 +144,8 @@ class Group:
     instances: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     pending: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # id -> its expiry
     rebalance: asyncio.TimerHandle | None = None
+    # protocol name -> how many members support it (each member counted once)
+    supported: Counter[str] = field(default_factory=Counter)
 
 
 class GroupMembership:
@@ -166,9 +193,7 @@ class GroupMembership:
                 m.session_timeout_ms, m.rebalance_timeout_ms,
                 [(stored.protocol or "", m.subscription)], m.assignment,
             )  # fmt: skip
-            group.members[m.member_id] = member
-            if m.group_instance_id:
-                group.instances[m.group_instance_id] = m.member_id
+            _add(group, member)
             self._touch(group, member)
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
 
@@ -209,28 +234,37 @@ class GroupMembership:
             return JoinResult(error, member_id=member_id)
         if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
             return JoinResult(errors.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        if len(protocols) > MAX_PROTOCOLS:
+            logger.warning(
+                "group %s: a join from %s (%s) names %d protocols, more than the %d allowed: "
+                "refused", name, client_id, client_host, len(protocols), MAX_PROTOCOLS,
+            )  # fmt: skip
+            return JoinResult(errors.INVALID_REQUEST, member_id=member_id)
         names = [p for p, _ in protocols]
         if not protocol_type or not names or (
             group.members and (protocol_type != group.protocol_type
-                               or not self._common(group, names, skip=member_id))
+                               or not _supported_by_others(group, names, skip=member_id))
         ):  # fmt: skip
             return JoinResult(errors.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         if rebalance_timeout_ms <= 0:
             rebalance_timeout_ms = session_timeout_ms
         member = group.members.get(member_id) if member_id else None
         pending = member is None and not instance_id and member_id in group.pending
+        if member_id and instance_id and group.instances.get(instance_id) not in (None, member_id):
+            # a newer member holds the instance id: this one was replaced (KIP-345)
+            return JoinResult(errors.FENCED_INSTANCE_ID, member_id=member_id)
         if member_id and member is None and not pending:
             return JoinResult(errors.UNKNOWN_MEMBER_ID, member_id=member_id)
         if member is not None and instance_id and group.instances.get(instance_id) != member_id:
             return JoinResult(errors.FENCED_INSTANCE_ID, member_id=member_id)
         if member is None and instance_id and instance_id in group.instances:
-            replaced = self._static_rejoin(
+            replaced = await self._static_rejoin(
                 group, instance_id, client_id, client_host,
                 session_timeout_ms, rebalance_timeout_ms, protocols,
             )  # fmt: skip
             if isinstance(replaced, JoinResult):
                 return replaced
-            member = replaced  # the leader's place, or a group not stable: rebalance
+            member = replaced  # the protocol would change, or a group not stable: rebalance
         elif member is None:
             if not member_id and member_id_required and not instance_id:
                 return self._pend(group, _new_member_id(client_id), session_timeout_ms)
@@ -240,9 +274,7 @@ class GroupMembership:
                 member_id or _new_member_id(client_id), instance_id, client_id, client_host,
                 session_timeout_ms, rebalance_timeout_ms, list(protocols),
             )  # fmt: skip
-            group.members[member.member_id] = member
-            if instance_id:
-                group.instances[instance_id] = member.member_id
+            _add(group, member)
         elif (
             member_id
             and group.state == GroupState.STABLE
@@ -251,7 +283,8 @@ class GroupMembership:
         ):
             self._touch(group, member)  # nothing changed: the current generation holds
             return self._join_result(group, member)
-        member.protocols = list(protocols)
+        if list(protocols) != member.protocols:
+            _set_protocols(group, member, protocols)
         member.session_timeout_ms = session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout_ms
         if member.expiry is not None:
@@ -266,7 +299,7 @@ class GroupMembership:
         result: JoinResult = await joining
         return result
 
-    def _static_rejoin(
+    async def _static_rejoin(
         self,
         group: Group,
         instance_id: str,
@@ -276,27 +309,59 @@ class GroupMembership:
         rebalance_timeout_ms: int,
         protocols: Sequence[tuple[str, bytes]],
     ) -> JoinResult | Member:
-        """A known group.instance.id back with no member id: it takes a new member id
-        and the old one's place (and assignment).  A follower of a stable group gets
-        the current generation back at once; otherwise the new member joins a
-        rebalance like any other (returned, for ``join`` to go on with)."""
-        old = group.members.pop(group.instances[instance_id])
-        if old.expiry is not None:
-            old.expiry.cancel()
-        _answer_join(old, JoinResult(errors.FENCED_INSTANCE_ID))
-        _answer_sync(old, SyncResult(errors.FENCED_INSTANCE_ID))
+        """A known group.instance.id back with no member id (KIP-345): it takes a new
+        member id and the old one's place and assignment (Kafka's
+        ``updateStaticMemberAndRebalance``).  In a stable group whose protocol stays
+        as it is, the group is stored with the new member id and the member gets
+        the current generation back, naming the leader as it was before (its old
+        member id, when the member is the leader) and no members, so that it runs
+        no assignment; otherwise the new member is returned, for ``join`` to go on
+        with into a rebalance."""
+        old = group.members[group.instances[instance_id]]
+        leader_before = group.leader or ""
         member = Member(
             _new_member_id(client_id), instance_id, client_id, client_host,
             session_timeout_ms, rebalance_timeout_ms, list(protocols), old.assignment,
         )  # fmt: skip
-        group.members[member.member_id] = member
-        group.instances[instance_id] = member.member_id
+        self._replace(group, old, member)
+        self._touch(group, member)
+        logger.info(
+            "group %s: static member %s rejoins as %s in place of %s",
+            group.name, instance_id, member.member_id, old.member_id,
+        )  # fmt: skip
+        if group.state != GroupState.STABLE or self._select_protocol(group) != group.protocol:
+            return member
+        generation = group.generation
+        error, message = await self._store(group)
+        if group.members.get(member.member_id) is not member:  # replaced or gone meanwhile
+            fenced = group.instances.get(instance_id) not in (None, member.member_id)
+            return JoinResult(errors.FENCED_INSTANCE_ID if fenced else errors.UNKNOWN_MEMBER_ID)
+        if error != errors.NONE:
+            logger.warning(
+                "group %s: storing static member %s's new member id failed (%s: %s); "
+                "the old one stays", group.name, instance_id, error, message,
+            )  # fmt: skip
+            if group.instances.get(instance_id) == member.member_id:
+                self._replace(group, member, old, answer=False)
+                self._touch(group, old)
+            return JoinResult(error)
+        if group.state != GroupState.STABLE or group.generation != generation:
+            return member  # a rebalance began meanwhile: the member joins it
+        return JoinResult(
+            errors.NONE, group.generation, group.protocol_type, group.protocol,
+            leader_before, member.member_id,
+        )  # fmt: skip
+
+    def _replace(self, group: Group, old: Member, new: Member, answer: bool = True) -> None:
+        """``new`` takes ``old``'s place (its instance id, and the lead if ``old`` led);
+        ``old``'s pending join and sync are answered FENCED_INSTANCE_ID if ``answer``."""
+        self._remove(group, old)
+        if answer:
+            _answer_join(old, JoinResult(errors.FENCED_INSTANCE_ID))
+            _answer_sync(old, SyncResult(errors.FENCED_INSTANCE_ID))
+        _add(group, new)
         if group.leader == old.member_id:
-            group.leader = member.member_id
-        if group.state == GroupState.STABLE and member.member_id != group.leader:
-            self._touch(group, member)
-            return self._join_result(group, member)
-        return member
+            group.leader = new.member_id
 
     def _pend(self, group: Group, member_id: str, session_timeout_ms: int) -> JoinResult:
         """Hand out a member id to join again with; it is pending until then."""
@@ -315,10 +380,22 @@ class GroupMembership:
                 group.name, member_id, session_timeout_ms,
             )  # fmt: skip
 
-    def _common(self, group: Group, names: Sequence[str], skip: str = "") -> list[str]:
-        """Protocols (in ``names``' order) that every other member supports too."""
-        others = [m for m in group.members.values() if m.member_id != skip]
-        return [n for n in names if all(any(n == p for p, _ in m.protocols) for m in others)]
+    def _select_protocol(self, group: Group) -> str:
+        """Kafka's ``GroupMetadata.selectProtocol``: of the protocols every member
+        supports, the one most members name first among them (a tie goes to the
+        leader's order).  Linear in the protocols the members name."""
+        size = len(group.members)
+        candidates = {name for name, count in group.supported.items() if count == size}
+        votes: Counter[str] = Counter()
+        for m in group.members.values():
+            vote = next((name for name, _ in m.protocols if name in candidates), None)
+            if vote is not None:
+                votes[vote] += 1
+        leader = group.members.get(group.leader or "") or next(iter(group.members.values()))
+        if not votes:
+            return leader.protocols[0][0]
+        most = max(votes.values())
+        return next(name for name, _ in leader.protocols if votes.get(name) == most)
 
     def _prepare_rebalance(self, group: Group) -> None:
         for member in group.members.values():
@@ -350,12 +427,9 @@ class GroupMembership:
             self._storing.add(task)
             task.add_done_callback(self._storing.discard)
             return
-        first = next(iter(group.members.values()))
         if group.leader not in group.members:
-            group.leader = first.member_id
-        leader = group.members[group.leader or first.member_id]
-        common = self._common(group, [p for p, _ in leader.protocols])
-        group.protocol = common[0] if common else leader.protocols[0][0]
+            group.leader = next(iter(group.members))
+        group.protocol = self._select_protocol(group)
         group.state = GroupState.COMPLETING_REBALANCE
         for member in group.members.values():
             member.assignment = b""
@@ -453,6 +527,9 @@ class GroupMembership:
         error, group = self._group(name, create=False)
         if group is None:
             return (error if error != errors.NONE else errors.UNKNOWN_MEMBER_ID), None, None
+        if instance_id and group.instances.get(instance_id) not in (None, member_id):
+            # a newer member holds the instance id: this one was replaced (KIP-345)
+            return errors.FENCED_INSTANCE_ID, group, None
         member = group.members.get(member_id)
         if member is None:
             return errors.UNKNOWN_MEMBER_ID, group, None
@@ -486,7 +563,9 @@ class GroupMembership:
             self._complete_join(group)
 
     def _remove(self, group: Group, member: Member) -> None:
-        group.members.pop(member.member_id, None)
+        if group.members.get(member.member_id) is member:
+            del group.members[member.member_id]
+            _count_protocols(group, member, -1)
         if member.instance_id and group.instances.get(member.instance_id) == member.member_id:
             del group.instances[member.instance_id]
         if member.expiry is not None:
@@ -559,6 +638,51 @@ class GroupMembership:
         if error == errors.NONE:
             self._groups.pop(name, None)
         return error
+
+
+def _by_name(protocols: Sequence[tuple[str, bytes]]) -> dict[str, bytes]:
+    by_name: dict[str, bytes] = {}
+    for name, metadata in protocols:
+        by_name.setdefault(name, metadata)
+    return by_name
+
+
+def _count_protocols(group: Group, member: Member, delta: int) -> None:
+    """Count ``member``'s protocols in (1) or out of (-1) the group's support counts."""
+    supported = group.supported
+    for name in member.by_name:
+        count = supported[name] + delta
+        if count > 0:
+            supported[name] = count
+        else:
+            del supported[name]
+
+
+def _add(group: Group, member: Member) -> None:
+    group.members[member.member_id] = member
+    _count_protocols(group, member, 1)
+    if member.instance_id:
+        group.instances[member.instance_id] = member.member_id
+
+
+def _set_protocols(group: Group, member: Member, protocols: Sequence[tuple[str, bytes]]) -> None:
+    counted = group.members.get(member.member_id) is member
+    if counted:
+        _count_protocols(group, member, -1)
+    member.set_protocols(protocols)
+    if counted:
+        _count_protocols(group, member, 1)
+
+
+def _supported_by_others(group: Group, names: Sequence[str], skip: str = "") -> bool:
+    """Whether some protocol of ``names`` is supported by every member but ``skip``
+    (Kafka's ``GroupMetadata.supportsProtocols``); linear in ``names``."""
+    skipped = group.members.get(skip) if skip else None
+    others = len(group.members) - (skipped is not None)
+    return any(
+        group.supported.get(n, 0) - (skipped is not None and n in skipped.by_name) == others
+        for n in names
+    )
 
 
 def _new_member_id(client_id: str) -> str:

@@ -11,9 +11,19 @@ with generation -1 it is a standalone commit (assign-mode consumers).
 JoinGroup v4+ of a new dynamic member is answered MEMBER_ID_REQUIRED with
 the id to join again with (KIP-394); older versions admit it at once.
 
-FindCoordinator answers with the coordinator's Kafka endpoint; transaction
-coordinators do not exist (COORDINATOR_NOT_AVAILABLE).  OffsetDelete refuses
-(GROUP_SUBSCRIBED_TO_TOPIC) while the group has members.
+FindCoordinator answers with the coordinator's Kafka endpoint.  Transaction
+coordinators do not exist: one asked for is CLUSTER_AUTHORIZATION_FAILED with
+a message saying so (``GroupApi.find_transaction_coordinator``), which Kafka's
+clients take as final, so a transactional producer fails at once rather than
+retry.  OffsetDelete refuses (GROUP_SUBSCRIBED_TO_TOPIC) while the group has
+members.
+
+An OffsetCommit's partition that the broker's metadata does not know (no such
+topic, or a partition number past the topic's count) is
+UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers it; annal's own gRPC commits are
+not checked so.  DescribeGroups of a group the coordinator does not know
+answers it ``Dead`` with no error, as Kafka does; a group with committed
+offsets and no members is ``Empty``.
 
 Every request goes through ``GroupApi`` with the connection's session, which
 authorizes it (docs/security.md); this module only maps the answers onto
@@ -209,7 +219,9 @@ class GroupApis:
                     leader_epoch=getattr(p, "committed_leader_epoch", -1),
                     metadata=p.committed_metadata or "",
                 )
-        answer = await self._groups.offset_commit(ask, NO_DEADLINE, request.session, member)
+        answer = await self._groups.offset_commit(
+            ask, NO_DEADLINE, request.session, member, known_partitions_only=True
+        )
         return {
             "throttle_time": 0,
             "topics": [
@@ -272,9 +284,11 @@ class GroupApis:
         for name in request.body.groups:
             error, group = self._groups.describe(request.session, name)
             if group is None:
-                state = "Dead" if error != errors.NONE else "Empty"
-                if error == errors.GROUP_AUTHORIZATION_FAILED:
-                    state = ""  # nothing is told about a group one may not describe
+                # Kafka's answers: no state with an error; a group it does not know
+                # is Dead; one with only committed offsets is Empty
+                state = ""
+                if error == errors.NONE:
+                    state = "Empty" if self._coordinator.has_offsets(name) else "Dead"
                 described.append({"error_code": error.number, "group_id": name,
                                   "group_state": state, "protocol_type": "",
                                   "protocol_data": "", "members": []})  # fmt: skip
