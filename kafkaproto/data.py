@@ -6,6 +6,25 @@ name that annal's gRPC service takes, hands it to the same broker code
 (``DataApi``, ``InitProducerIdApi``), and turns the answer back.  Record
 batches are the same bytes both ways.
 
+Versions that predate message format v2 are served as a Kafka 2.x broker
+serves them (their layouts: ``legacy_versions.py``):
+
+* Produce v0-v2 carry message sets of magic 0 or 1; the log up-converts
+  them to v2 batches as it appends (``storage/legacy.py``: CRCs checked,
+  compressed wrappers inflated and stored as one batch of the same codec);
+  v0 answers no throttle time, v2 answers the log append time;
+* Fetch v0-v3 answer magic 0 (v0, v1) or magic 1 (v2, v3) message sets: what
+  was read is converted down partition by partition
+  (``storage/downconvert.py``), each within its partition's limit and what
+  the response's limit has left, or the size of what was read if larger
+  (the first batch always whole).  A zstd batch has no old form: its
+  partition is answered UNSUPPORTED_COMPRESSION_TYPE.  Fetch v0-v2 have no
+  response size limit (KIP-74): the brokers' largest is used.  Large
+  answers are converted on a worker thread, so that the event loop goes on
+  serving everyone else meanwhile;
+* KAFKA_STORAGE_ERROR is answered NOT_LEADER_OR_FOLLOWER to Produce v0-v3
+  and Fetch v0-v5, whose clients do not know it and would not retry it.
+
 Fetch v7+ carries a fetch session's fields (KIP-227), which only Kafka's
 protocol has: ``DataApi.fetch_in_session`` keeps the sessions
 (``broker/fetch_sessions.py``) and answers an incremental fetch with the
@@ -32,20 +51,44 @@ Thread safety: runs on the broker's event loop only.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 from annal.broker.data_api import DataApi
 from annal.broker.fetch_sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionError
 from annal.broker.producer_ids import InitProducerIdApi
+from annal.kafkaproto import legacy_versions
 from annal.kafkaproto.apis import KafkaApis, Values
 from annal.kafkaproto.wire import Request, millis
+from annal.storage.downconvert import UnsupportedCompressionError, down_convert
+from annal.storage.errors import CorruptRecordError
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 from kio.schema.errors import ErrorCode as KioErrorCode
 
 from annal import errors
 
+logger = logging.getLogger(__name__)
+
 PRODUCE, FETCH, LIST_OFFSETS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 22, 23
+PRODUCE_VERSIONS = (0, 9)
+FETCH_VERSIONS = (0, 12)
+NO_RESPONSE_LIMIT = (1 << 31) - 1  # Fetch v0-v2's max_bytes, as Kafka's brokers take it
+# Answers of more bytes than this are converted down on a worker thread.
+OFF_LOOP_CONVERSION_BYTES = 256 * 1024
+STORAGE_ERROR = errors.KAFKA_STORAGE_ERROR.number
+NOT_LEADER = errors.NOT_LEADER_OR_FOLLOWER.number
+
+
+def magic_of_fetch(version: int) -> int | None:
+    """The message format a Fetch of ``version`` answers in, when it is not v2:
+    magic 0 for v0-v1, magic 1 for v2-v3 (None for v4+)."""
+    if version <= 1:
+        return 0
+    if version <= 3:
+        return 1
+    return None
 
 
 class NoDeadline:
@@ -66,15 +109,16 @@ class DataApis:
         self._producer_ids = producer_ids
 
     def register(self, apis: KafkaApis) -> None:
-        apis.add(PRODUCE, "Produce", (3, 9), self.produce)
-        apis.add(FETCH, "Fetch", (4, 12), self.fetch)
+        legacy_versions.install()
+        apis.add(PRODUCE, "Produce", PRODUCE_VERSIONS, self.produce)
+        apis.add(FETCH, "Fetch", FETCH_VERSIONS, self.fetch)
         apis.add(LIST_OFFSETS, "ListOffsets", (1, 6), self.list_offsets)
         apis.add(OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", (2, 4), self.leader_epochs)
         apis.add(INIT_PRODUCER_ID, "InitProducerId", (0, 4), self.init_producer_id)
 
     async def produce(self, request: Request) -> Values | None:
         body = request.body
-        if body.transactional_id is not None:
+        if getattr(body, "transactional_id", None) is not None:  # v3+
             return _produce_refused(
                 body, KioErrorCode.transactional_id_authorization_failed.value,
                 "annal has no transactions",
@@ -87,6 +131,7 @@ class DataApis:
         answer = await self._data.produce(ask, NO_DEADLINE, request.session)
         if body.acks == 0:
             return None
+        storage_error = NOT_LEADER if request.head.api_version <= 3 else STORAGE_ERROR
         return {
             "responses": [
                 {
@@ -94,7 +139,7 @@ class DataApis:
                     "partition_responses": [
                         {
                             "index": p.partition,
-                            "error_code": p.error,
+                            "error_code": storage_error if p.error == STORAGE_ERROR else p.error,
                             "base_offset": p.base_offset,
                             "log_append_time": p.log_append_time_ms,
                             "log_start_offset": p.log_start_offset,
@@ -128,29 +173,36 @@ class DataApis:
                 "session_id": INVALID_SESSION_ID,
                 "responses": [],
             }
+        version = request.head.api_version
+        storage_error = NOT_LEADER if version <= 5 else STORAGE_ERROR
+        responses = [
+            {
+                "topic": t.name,
+                "partitions": [
+                    {
+                        "partition_index": p.partition,
+                        "error_code": storage_error if p.error == STORAGE_ERROR else p.error,
+                        "high_watermark": p.high_watermark,
+                        "last_stable_offset": p.high_watermark,
+                        "log_start_offset": p.log_start_offset,
+                        "aborted_transactions": [],
+                        "preferred_read_replica": -1,
+                        "records": p.records,
+                    }
+                    for p in t.partitions
+                ],
+            }
+            for t in answer.topics
+        ]
+        magic = magic_of_fetch(version)
+        if magic is not None:
+            max_bytes = getattr(body, "max_bytes", NO_RESPONSE_LIMIT)
+            await _convert_down(responses, magic, _fetch_offsets(body), max_bytes)
         return {
             "throttle_time": 0,
             "error_code": errors.NONE.number,
             "session_id": session_id,
-            "responses": [
-                {
-                    "topic": t.name,
-                    "partitions": [
-                        {
-                            "partition_index": p.partition,
-                            "error_code": p.error,
-                            "high_watermark": p.high_watermark,
-                            "last_stable_offset": p.high_watermark,
-                            "log_start_offset": p.log_start_offset,
-                            "aborted_transactions": [],
-                            "preferred_read_replica": -1,
-                            "records": p.records,
-                        }
-                        for p in t.partitions
-                    ],
-                }
-                for t in answer.topics
-            ],
+            "responses": responses,
         }
 
     async def list_offsets(self, request: Request) -> Values:
@@ -261,7 +313,7 @@ def _fetch_request(body: Any) -> pb.FetchRequest:
         replica_id=body.replica_id,
         max_wait_ms=millis(body.max_wait),
         min_bytes=body.min_bytes,
-        max_bytes=body.max_bytes,
+        max_bytes=getattr(body, "max_bytes", NO_RESPONSE_LIMIT),  # v3+
     )
     for topic in body.topics:
         out = ask.topics.add(name=topic.topic)
@@ -270,9 +322,69 @@ def _fetch_request(body: Any) -> pb.FetchRequest:
                 partition=p.partition,
                 fetch_offset=p.fetch_offset,
                 partition_max_bytes=p.partition_max_bytes,
-                log_start_offset=p.log_start_offset,
+                log_start_offset=getattr(p, "log_start_offset", -1),  # v5+
             )
             epoch = getattr(p, "current_leader_epoch", -1)
             if epoch >= 0:
                 wanted.current_leader_epoch = epoch
     return ask
+
+
+def _fetch_offsets(body: Any) -> dict[tuple[str, int], tuple[int, int]]:
+    """The offset a Fetch asks each of its partitions from, and its size limit."""
+    return {
+        (t.topic, p.partition): (p.fetch_offset, p.partition_max_bytes)
+        for t in body.topics
+        for p in t.partitions
+    }
+
+
+async def _convert_down(
+    responses: list[dict[str, Any]],
+    magic: int,
+    wanted: dict[tuple[str, int], tuple[int, int]],
+    max_bytes: int,
+) -> None:
+    """Each partition's records of a Fetch v0-v3 answer as a ``magic`` message
+    set, in place; on a worker thread when they are many bytes."""
+    work = [
+        (
+            topic["topic"],
+            partition,
+            *wanted.get((topic["topic"], partition["partition_index"]), (0, 0)),
+        )
+        for topic in responses
+        for partition in topic["partitions"]
+        if partition["records"]
+    ]
+    if not work:
+        return
+    if sum(len(p["records"]) for _, p, _, _ in work) <= OFF_LOOP_CONVERSION_BYTES:
+        _convert_partitions(work, magic, max_bytes)
+    else:
+        await asyncio.to_thread(_convert_partitions, work, magic, max_bytes)
+
+
+def _convert_partitions(
+    work: list[tuple[str, dict[str, Any], int, int]], magic: int, max_bytes: int
+) -> None:
+    """Convert each partition's records.  Old messages take more bytes than v2
+    batches: a partition may take what its read took, or more, up to its own
+    limit, while the response stays within its limit (the slack what was read
+    left of ``max_bytes``)."""
+    slack = max(max_bytes - sum(len(p["records"]) for _, p, _, _ in work), 0)
+    for topic, partition, first_offset, partition_max_bytes in work:
+        read = partition["records"]
+        limit = max(len(read), min(partition_max_bytes, len(read) + slack))
+        try:
+            partition["records"] = down_convert(read, magic, first_offset, limit).records
+        except UnsupportedCompressionError as exc:
+            partition["records"] = b""
+            partition["error_code"] = exc.code.number
+            logger.debug("%s-%d: %s", topic, partition["partition_index"], exc)
+        except CorruptRecordError as exc:
+            partition["records"] = b""
+            partition["error_code"] = errors.CORRUPT_MESSAGE.number
+            where = f"{topic}-{partition['partition_index']} from offset {first_offset}"
+            logger.warning("%s: stored records not converted to magic %d: %s", where, magic, exc)
+        slack = max(slack + len(read) - len(partition["records"]), 0)

@@ -17,18 +17,28 @@ A compressed message is a *wrapper*: its value is a compressed message set
 wrapper carries the absolute offset of the last inner message; in v0 the
 inner offsets are absolute.  With LogAppendTime the wrapper's timestamp
 applies to every inner message.  Magic 0 has no timestamps (-1).
+
+Compressed values are framed as Kafka frames them in these formats: gzip,
+snappy in xerial framing (``compression.py``), and LZ4 frames of
+independent 64 KiB blocks.  Kafka wrote magic 0 LZ4 frames with a wrong
+header checksum (KAFKA-3160: computed over the frame's magic number too);
+readers of magic 0 accept any, and ``encode_legacy`` writes the one old
+clients expect.  ``upconvert`` turns a legacy message set into v2 batches
+(what a leader stores from Produce v0-v2); ``encode_legacy`` writes one
+(what Fetch v0-v3 answers, ``downconvert.py``).
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import lz4.block
+import lz4.frame
 
 from .batch import NO_TIMESTAMP, Compression, TimestampType
-from .compression import decompress
+from .compression import compress, decompress
 from .errors import CorruptRecordError
 from .records import Record, encode_batch
 
@@ -38,6 +48,18 @@ _TIMESTAMP = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _INT32_MAX = (1 << 31) - 1
 _MIN_MESSAGE = {0: 14, 1: 22}  # crc .. value length, with null key and value
+_V1_HEAD = struct.Struct(">bbq")  # magic, attributes, timestamp: what a v1 CRC covers first
+_ENTRY_CRC = struct.Struct(">qiI")  # offset, size, crc
+_NULL = b"\xff\xff\xff\xff"  # length -1: a null key or value
+_TIMESTAMP_TYPE_FLAG = 0x08
+# The LZ4 frame header Kafka writes in legacy messages: magic number, FLG
+# (version 01, independent blocks, no checksums, no content size), BD (64 KiB
+# blocks), then the header checksum: xxHash32 of FLG and BD, second byte.
+_LZ4_HEADER = b"\x04\x22\x4d\x18\x60\x40"
+_LZ4_CHECKSUM_POSITION = len(_LZ4_HEADER)
+# For magic 0 Kafka hashed the magic number too (KAFKA-3160): the byte of
+# xxHash32(_LZ4_HEADER), as old clients and Kafka's brokers write it.
+LZ4_MAGIC0_HEADER_CHECKSUM = 0x1A
 
 
 def iter_legacy_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:
@@ -254,3 +276,114 @@ def upconvert(buf: bytes | bytearray | memoryview, renumber: bool = False) -> by
             )
     flush_run()
     return b"".join(out)
+
+
+def encode_legacy(
+    records: Sequence[Record],
+    magic: int,
+    compression: Compression = Compression.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    log_append_time: int = NO_TIMESTAMP,
+) -> bytes:
+    """A legacy message set holding ``records`` at their own offsets."""
+    return b"".join(legacy_entries(records, magic, compression, timestamp_type, log_append_time))
+
+
+def legacy_entries(
+    records: Sequence[Record],
+    magic: int,
+    compression: Compression = Compression.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    log_append_time: int = NO_TIMESTAMP,
+) -> list[bytes]:
+    """The entries of a legacy message set holding ``records``, as Kafka's
+    brokers write them when they convert down (``downconvert.py``).
+
+    Uncompressed, each record is one message; compressed, all of them are
+    one wrapper whose value is their compressed messages, with inner offsets
+    relative to the first record in magic 1 and absolute in magic 0, and the
+    wrapper at the last record's offset.  Magic 1 keeps each record's
+    timestamp, or with LogAppendTime gives every message ``log_append_time``
+    and the timestamp-type flag; the wrapper carries the largest timestamp
+    (or the append time).  Magic 0 has no timestamps.  Headers are dropped:
+    these formats have none.  Offsets must increase (gaps are allowed).
+    Raises ValueError for a magic other than 0 and 1, and for zstd, which
+    these formats do not have.
+    """
+    if magic not in (0, 1):
+        raise ValueError(f"legacy messages have magic 0 or 1, not {magic}")
+    if not Compression.NONE <= compression <= Compression.LZ4:
+        raise ValueError(f"{compression.name.lower()} is not a codec of legacy messages")
+    if not records:
+        return []
+    log_append = magic == 1 and timestamp_type == TimestampType.LOG_APPEND_TIME
+    flag = _TIMESTAMP_TYPE_FLAG if log_append else 0
+    if compression == Compression.NONE:
+        return _messages(records, magic, flag, log_append_time if log_append else None, 0)
+    first, last = records[0].offset, records[-1].offset
+    inner = _messages(
+        records, magic, flag, log_append_time if log_append else None, first if magic else 0
+    )
+    value = _compress_legacy(compression, b"".join(inner), magic)
+    if magic == 0:
+        wrapper_timestamp = NO_TIMESTAMP
+    elif log_append:
+        wrapper_timestamp = log_append_time
+    else:
+        wrapper_timestamp = max(NO_TIMESTAMP, max(r.timestamp for r in records))
+    return _messages(
+        [Record(last, wrapper_timestamp, None, value)], magic, flag | compression, None, 0
+    )
+
+
+def _messages(
+    records: Sequence[Record], magic: int, attributes: int, timestamp: int | None, base: int
+) -> list[bytes]:
+    """One uncompressed-layout message per record, at offset - ``base``, each
+    with ``timestamp`` if given, else its own (magic 1 only)."""
+    out: list[bytes] = []
+    append = out.append
+    crc32 = zlib.crc32
+    pack_entry = _ENTRY_CRC.pack
+    pack_length = _I32.pack
+    join = b"".join
+    null = _NULL
+    if magic == 0:
+        fixed: bytes | None = bytes((0, attributes))
+    elif timestamp is not None:
+        fixed = _V1_HEAD.pack(1, attributes, timestamp)
+    else:
+        fixed = None
+    pack_head = _V1_HEAD.pack
+    for offset, record_timestamp, key, value, _headers in records:
+        body = join(
+            (
+                pack_head(1, attributes, record_timestamp) if fixed is None else fixed,
+                null if key is None else pack_length(len(key)),
+                key or b"",
+                null if value is None else pack_length(len(value)),
+                value or b"",
+            )
+        )
+        append(pack_entry(offset - base, len(body) + 4, crc32(body)) + body)
+    return out
+
+
+def _compress_legacy(codec: Compression, data: bytes, magic: int) -> bytes:
+    """``data`` compressed as a wrapper of ``magic`` carries it."""
+    if codec != Compression.LZ4:
+        return compress(codec, data)
+    frame = bytearray(
+        lz4.frame.compress(
+            data,
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+            block_linked=False,
+            content_checksum=False,
+            store_size=False,
+        )
+    )
+    if frame[:_LZ4_CHECKSUM_POSITION] != _LZ4_HEADER:  # the lz4 library changed its framing
+        raise ValueError(f"unexpected LZ4 frame header {bytes(frame[:7]).hex()}")
+    if magic == 0:
+        frame[_LZ4_CHECKSUM_POSITION] = LZ4_MAGIC0_HEADER_CHECKSUM
+    return bytes(frame)

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(120)
 
 # What the listener serves: (api key, lowest, highest version).
 SERVED = {
-    (0, 3, 9), (1, 4, 12), (2, 1, 6), (3, 0, 12), (18, 0, 3), (22, 0, 4), (23, 2, 4),
+    (0, 0, 9), (1, 0, 12), (2, 1, 6), (3, 0, 12), (18, 0, 3), (22, 0, 4), (23, 2, 4),
     (60, 0, 1), (17, 0, 1), (36, 0, 2),
     (29, 1, 3), (30, 1, 3), (31, 1, 3), (50, 0, 0), (51, 0, 0),
     (19, 2, 7), (20, 1, 5), (21, 0, 2), (32, 1, 4), (33, 0, 2), (35, 1, 4), (37, 0, 3), (43, 0, 2),
@@ -179,8 +179,8 @@ def test_both_endpoints_are_registered_as_kafka_does(broker: BrokerProcess) -> N
         (struct.pack(">i", 40) + b"\x00\x12\x00\x03", "ended inside a 40-byte frame"),
         (struct.pack(">i", 10) + struct.pack(">hhi", 999, 0, 1) + b"\x00\x00",
          "api key 999 is not served"),
-        (struct.pack(">i", 10) + struct.pack(">hhi", 0, 1, 1) + b"\x00\x00",
-         "Produce v1 is not served (versions 3-9 are)"),
+        (struct.pack(">i", 10) + struct.pack(">hhi", 1, 13, 1) + b"\x00\x00",
+         "Fetch v13 is not served (versions 0-12 are)"),
         (struct.pack(">i", 12) + struct.pack(">hhi", 3, 9, 1) + b"\xff\xff\xff\xff",
          "MetadataRequest v9 does not parse"),
     ],
