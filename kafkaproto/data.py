@@ -330,10 +330,10 @@ def _fetch_request(body: Any) -> pb.FetchRequest:
     return ask
 
 
-def _fetch_offsets(body: Any) -> dict[tuple[str, int], tuple[int, int]]:
+def _fetch_offsets(body: Any) -> dict[TopicPartition, tuple[int, int]]:
     """The offset a Fetch asks each of its partitions from, and its size limit."""
     return {
-        (t.topic, p.partition): (p.fetch_offset, p.partition_max_bytes)
+        TopicPartition(t.topic, p.partition): (p.fetch_offset, p.partition_max_bytes)
         for t in body.topics
         for p in t.partitions
     }
@@ -342,7 +342,7 @@ def _fetch_offsets(body: Any) -> dict[tuple[str, int], tuple[int, int]]:
 async def _convert_down(
     responses: list[dict[str, Any]],
     magic: int,
-    wanted: dict[tuple[str, int], tuple[int, int]],
+    wanted: dict[TopicPartition, tuple[int, int]],
     max_bytes: int,
 ) -> None:
     """Each partition's records of a Fetch v0-v3 answer as a ``magic`` message
@@ -351,7 +351,7 @@ async def _convert_down(
         (
             topic["topic"],
             partition,
-            *wanted.get((topic["topic"], partition["partition_index"]), (0, 0)),
+            *wanted.get(TopicPartition(topic["topic"], partition["partition_index"]), (0, 0)),
         )
         for topic in responses
         for partition in topic["partitions"]

@@ -37,7 +37,7 @@ import datetime
 import threading
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import kio.index
 from kio.schema.errors import ErrorCode
@@ -273,15 +273,21 @@ class FetchResponseV1:
     responses: tuple[FetchableTopicResponse, ...]
 
 
+class SchemaVersion(NamedTuple):
+    """kio's name of an API's schema, and a version of it."""
+
+    name: str
+    version: int
+
 # (kio's schema name, version) -> (request type, response type)
-LAYOUTS: dict[tuple[str, int], tuple[type, type]] = {
-    ("produce", 0): (ProduceRequest, ProduceResponseV0),
-    ("produce", 1): (ProduceRequest, ProduceResponseV1),
-    ("produce", 2): (ProduceRequest, ProduceResponseV2),
-    ("fetch", 0): (FetchRequestV0, FetchResponseV0),
-    ("fetch", 1): (FetchRequestV0, FetchResponseV1),
-    ("fetch", 2): (FetchRequestV0, FetchResponseV1),
-    ("fetch", 3): (FetchRequestV3, FetchResponseV1),
+LAYOUTS: dict[SchemaVersion, tuple[type, type]] = {
+    SchemaVersion("produce", 0): (ProduceRequest, ProduceResponseV0),
+    SchemaVersion("produce", 1): (ProduceRequest, ProduceResponseV1),
+    SchemaVersion("produce", 2): (ProduceRequest, ProduceResponseV2),
+    SchemaVersion("fetch", 0): (FetchRequestV0, FetchResponseV0),
+    SchemaVersion("fetch", 1): (FetchRequestV0, FetchResponseV1),
+    SchemaVersion("fetch", 2): (FetchRequestV0, FetchResponseV1),
+    SchemaVersion("fetch", 3): (FetchRequestV3, FetchResponseV1),
 }
 
 _install_lock = threading.Lock()
