@@ -49,6 +49,7 @@ from annal.broker.coordinator import OFFSETS_TOPIC, CommitEntry, OffsetsCoordina
 from annal.broker.data_api import Deadline, code, wait_ms
 from annal.broker.group_membership import Group, GroupMembership, JoinResult, SyncResult
 from annal.broker.metadata_cache import MetadataCache, PartitionView
+from annal.kafkaproto.wire import read_entity
 from annal.security.acl import AclOperation, Resource, ResourceType
 from annal.security.session import Session
 from annal.v1 import annal_pb2 as pb
@@ -64,7 +65,6 @@ from kio.schema.consumer_protocol_assignment.v2.data import (
 from kio.schema.consumer_protocol_assignment.v3.data import (
     ConsumerProtocolAssignment as AssignmentV3,
 )
-from kio.serial import entity_reader
 from kio.serial.readers import read_int16
 
 from annal import errors
@@ -489,7 +489,9 @@ def consumer_assignment(data: bytes) -> list[tuple[str, list[int]]]:
     try:
         version, _ = read_int16(data, 0)
         schema = _ASSIGNMENTS[min(max(int(version), 0), len(_ASSIGNMENTS) - 1)]
-        assignment, _ = entity_reader(schema)(data, 2)
+        # read as requests are: a claimed length past the bytes there is refused
+        # before anything is allocated (kio's reader would reserve it first)
+        assignment, _ = read_entity(schema, data, 2)
     except Exception:  # another protocol's bytes: nothing to show
         return []
     return [(t.topic, sorted(int(p) for p in t.partitions)) for t in assignment.assigned_partitions]

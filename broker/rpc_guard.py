@@ -61,6 +61,13 @@ class RequestLimits:
     in Kafka, where a delayed operation has left the request queue.
     ``max_bytes`` (``queued.max.request.bytes``, -1 for no limit): the bytes
     of every request in the broker, parked ones included.
+
+    gRPC takes a request in whole (``admit``: both bounds at once, after gRPC
+    has read it).  The Kafka listener takes a request's bytes first
+    (``reserve``), from the size that opens its frame and before reading the
+    rest, as Kafka's memory pool does, and counts the request once it is read
+    and decoded (``start``); ``release`` ends either kind, ``unreserve`` gives
+    back the bytes of a frame that never started.
     """
 
     def __init__(self, max_requests: int, max_bytes: int) -> None:
@@ -91,6 +98,28 @@ class RequestLimits:
     def release(self, size: int) -> None:
         self.active -= 1
         self.bytes -= size
+
+    def reserve(self, size: int) -> bool:
+        """Hold ``size`` bytes for a frame about to be read, or say no (False) while
+        ``queued.max.request.bytes`` has no room for it.  A frame larger than the
+        whole bound is taken when nothing else is held, as Kafka's memory pool
+        takes it, rather than never (``socket.request.max.bytes`` bounds it)."""
+        if self.max_bytes >= 0 and self.bytes > 0 and self.bytes + size > self.max_bytes:
+            return False
+        self.bytes += size
+        return True
+
+    def unreserve(self, size: int) -> None:
+        """Give back the bytes of a frame that was not started (see ``reserve``)."""
+        self.bytes -= size
+
+    def start(self) -> bool:
+        """Count a request whose bytes are reserved, or say no (False) while the broker
+        works on ``queued.max.requests`` requests."""
+        if self.active >= self.max_requests:
+            return False
+        self.active += 1
+        return True
 
     def parked(self) -> None:
         """A request started waiting in a purgatory."""

@@ -10,6 +10,15 @@ Kafka's Metadata tells "all topics" (a null list) from "no topics" (an empty
 one), and v0 asks for all with an empty list; annal's request says all with
 an empty list, so "no topics" is answered here with the brokers only.
 
+Topics asked for by id (v10+, KIP-516: a topic with a null name or a non-zero
+id) are answered as Kafka's broker answers them.  annal keeps no topic ids,
+so in v12 every id asked for is unknown: each is answered UNKNOWN_TOPIC_ID
+(with its id and a null name), and, as in Kafka, the names in a request that
+asks for any id are not looked up.  v10 and v11 carry the fields but do not
+allow ids (Kafka's broker throws InvalidRequestException): every topic of
+such a request is answered INVALID_REQUEST, as Kafka's error response for
+Metadata has it (the name, "" for a null one, and the id, no partitions).
+
 Authorization is ``AdminManager``'s: Metadata lists the topics the caller may
 Describe (and refuses the others it names), and, when asked (v8+, KIP-430),
 each topic's operations the caller may do.  DescribeCluster is refused to no
@@ -31,11 +40,14 @@ from annal.broker.metadata_cache import MetadataCache
 from annal.kafkaproto.apis import KafkaApis, Values
 from annal.kafkaproto.wire import Request
 from annal.v1 import annal_pb2 as pb
+from kio.schema.errors import ErrorCode as KioErrorCode
 
 from annal import errors
 
 METADATA, DESCRIBE_CLUSTER = 3, 60
 NO_TOPIC_ID = uuid.UUID(int=0)  # annal's topics have names only (Kafka's "zero" id)
+FIRST_TOPIC_ID_VERSION = 12  # Metadata asks for topics by id from v12 (KIP-516)
+UNKNOWN_TOPIC_ID = KioErrorCode.unknown_topic_id.value  # 100
 
 
 class ClusterApis:
@@ -79,6 +91,16 @@ class ClusterApis:
         }
         if not everything and not names:
             return values
+        by_id: list[dict[str, Any]] = []
+        if not everything:
+            ids = [_topic_id(t) for t in names]
+            if any(i != NO_TOPIC_ID for i in ids) or any(t.name is None for t in names):
+                if request.head.api_version < FIRST_TOPIC_ID_VERSION:
+                    return _refused_by_id(names)
+                by_id, names = _by_id(names, ids)
+                if not names:
+                    values["topics"] = by_id
+                    return values
         answer = await self._admin.metadata(
             pb.MetadataRequest(
                 topics=[] if everything else [t.name for t in names],
@@ -86,7 +108,7 @@ class ClusterApis:
             ),
             request.session,
         )
-        values["topics"] = [
+        values["topics"] = by_id + [
             {
                 "error_code": t.error,
                 "name": t.name,
@@ -133,3 +155,48 @@ class ClusterApis:
                 request.session
             )
         return values
+
+
+def _topic_id(topic: Any) -> uuid.UUID:
+    """A requested topic's id (v10+); the zero id when it names none (kio reads the
+    zero id as None)."""
+    found = getattr(topic, "topic_id", None)
+    return found if found is not None else NO_TOPIC_ID
+
+
+def _by_id(names: Any, ids: list[uuid.UUID]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Metadata v12+ naming topics by id: the answers for the ids (each unknown, as
+    annal keeps no ids), and the topics still to look up by name.  As in Kafka,
+    when any id is given only the ids are looked up; otherwise the named topics
+    are, and the nameless ones (no name, the zero id) are an unknown zero id."""
+    given = list(dict.fromkeys(i for i in ids if i != NO_TOPIC_ID))
+    left: list[Any] = []
+    if not given:
+        given = [NO_TOPIC_ID]
+        left = [t for t in names if t.name is not None]
+    unknown: list[dict[str, Any]] = [
+        {"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": i, "is_internal": False,
+         "partitions": []}
+        for i in given
+    ]  # fmt: skip
+    return unknown, left
+
+
+def _refused_by_id(names: Any) -> Values:
+    """Kafka's answer to Metadata v10/v11 with a null name or a non-zero id: its
+    handler throws InvalidRequestException ("Topic name can not be null for
+    version 10"), and the error response gives every topic asked for
+    INVALID_REQUEST, no brokers."""
+    return {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "error_code": errors.INVALID_REQUEST.number,
+                "name": t.name or "",
+                "topic_id": _topic_id(t),
+                "is_internal": False,
+                "partitions": [],
+            }
+            for t in names
+        ],
+    }

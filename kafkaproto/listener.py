@@ -5,15 +5,21 @@ gRPC: a reader that takes frames off the socket, and a writer that sends the
 answers.  Kafka promises answers on a connection in the order of its
 requests, so:
 
-1. the reader reads one frame (4-byte size, then the request), checks it
-   and decodes it (``wire``, ``apis``);
-2. it waits until the broker's request limits (``RequestLimits``: Kafka's
-   ``queued.max.requests`` and ``queued.max.request.bytes``, shared with
-   gRPC) admit the request; meanwhile it reads nothing more from this
-   connection, so a client past the limits is slowed down, not refused;
+1. the reader reads a frame's 4-byte size and waits until the broker's
+   request limits (``RequestLimits``, shared with gRPC) hold that many bytes
+   for it under Kafka's ``queued.max.request.bytes``; only then does it read
+   the rest of the frame, as Kafka's memory pool is asked before a request's
+   bytes are read, so that concurrent large frames wait in the clients'
+   sockets rather than in the broker's memory;
+2. it checks and decodes the request (``wire``, ``apis``), and waits until
+   ``queued.max.requests`` takes one more request in; while it waits (here
+   or in step 1) it reads nothing more from this connection, so a client
+   past the limits is slowed down, not refused;
 3. it starts the request's handler as a task and queues the task;
    handlers start in arrival order, so appends from one connection are made
-   in the order sent;
+   in the order sent; the request's limits are released when the task ends,
+   however it ends, and a frame's bytes are given back at once when it
+   closes the connection or is answered without a handler;
 4. the writer awaits the queued tasks one by one and writes each answer.
 
 A connection holds at most ``MAX_IN_FLIGHT`` requests; its reader waits
@@ -36,6 +42,7 @@ Thread safety: ``start`` and ``stop`` are coroutines for the broker's loop
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from annal.broker.request_checks import InvalidRequest
@@ -85,6 +92,7 @@ class KafkaListener:
         self.security = security or ListenerSecurity()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self.frames_waiting = 0  # frames whose size is read, waiting for request bytes
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port``; the port bound (OSError when it cannot be)."""
@@ -191,54 +199,92 @@ class KafkaListener:
                     or f"a frame of {size} bytes is outside 0..socket.request.max.bytes="
                     f"{self._max_request_bytes}"
                 )
+            await self._reserve(size)
             try:
-                frame = await reader.readexactly(size)
-            except asyncio.IncompleteReadError as exc:
-                raise ConnectionClosing(
-                    f"the connection ended inside a {size}-byte frame "
-                    f"({len(exc.partial)} bytes came)"
-                ) from None
-            if auth.bare_tokens:
-                answer, closing = await auth.bare_token(frame)
+                request = await self._read_request(reader, answers, host, auth, size)
+                if request is not None:
+                    await self._start()
+            except BaseException:
+                self._limits.unreserve(size)
+                raise
+            if request is None:  # answered here: nothing more holds its bytes
+                self._limits.unreserve(size)
+                continue
+            task = asyncio.ensure_future(self._apis_answer(request))
+            task.add_done_callback(functools.partial(self._release, size))
+            await answers.put(task)
+
+    async def _read_request(
+        self,
+        reader: asyncio.StreamReader,
+        answers: asyncio.Queue[asyncio.Task[bytes | None] | None],
+        host: str,
+        auth: ConnectionAuthenticator,
+        size: int,
+    ) -> Request | None:
+        """Read a ``size``-byte frame and decode it: the request for a handler, or
+        None when it was answered here (SASL, ApiVersions of a version not
+        served); ConnectionClosing when the connection must close."""
+        try:
+            frame = await reader.readexactly(size)
+        except asyncio.IncompleteReadError as exc:
+            raise ConnectionClosing(
+                f"the connection ended inside a {size}-byte frame ({len(exc.partial)} bytes came)"
+            ) from None
+        if auth.bare_tokens:
+            answer, closing = await auth.bare_token(frame)
+            if closing is not None:
+                raise ConnectionClosing(closing)
+            await answers.put(_done(answer))
+            return None
+        try:
+            head = peek_head(frame)
+            refusal = self._apis.check(head)
+            if refusal is not None:  # ApiVersions of a version not served
+                body = self._apis.refusal_body(refusal)
+                await answers.put(_done(encode_response(head, body)))
+                return None
+            intercepted = auth.intercepts(head.api_key)
+            if not intercepted:
+                auth.check_allowed(head.api_key, self._apis.supported[head.api_key].name)
+            request = decode_request(frame, head, host, auth.session)
+            if intercepted:
+                values, closing = await auth.answer(request)
+                await answers.put(_done(encode_response(head, response(head, values))))
                 if closing is not None:
                     raise ConnectionClosing(closing)
-                await answers.put(_done(answer))
-                continue
-            try:
-                head = peek_head(frame)
-                refusal = self._apis.check(head)
-                if refusal is not None:  # ApiVersions of a version not served
-                    body = self._apis.refusal_body(refusal)
-                    await answers.put(_done(encode_response(head, body)))
-                    continue
-                intercepted = auth.intercepts(head.api_key)
-                if not intercepted:
-                    auth.check_allowed(head.api_key, self._apis.supported[head.api_key].name)
-                request = decode_request(frame, head, host, auth.session)
-                if intercepted:
-                    values, closing = await auth.answer(request)
-                    await answers.put(_done(encode_response(head, response(head, values))))
-                    if closing is not None:
-                        raise ConnectionClosing(closing)
-                    continue
-            except (MalformedRequest, UnsupportedRequest, AuthenticationFailed) as exc:
-                raise ConnectionClosing(str(exc)) from None
-            await self._admit(len(frame))
-            await answers.put(asyncio.ensure_future(self._answer(request)))
+                return None
+        except (MalformedRequest, UnsupportedRequest, AuthenticationFailed) as exc:
+            raise ConnectionClosing(str(exc)) from None
+        return request
 
-    async def _admit(self, size: int) -> None:
-        """Wait until the request limits take a ``size``-byte request in."""
-        while self._limits.admit(size) is not None:
+    async def _reserve(self, size: int) -> None:
+        """Wait until ``queued.max.request.bytes`` has room for a ``size``-byte frame,
+        and hold that room (``frames_waiting`` counts the frames waiting here)."""
+        if self._limits.reserve(size):
+            return
+        self.frames_waiting += 1
+        try:
+            while not self._limits.reserve(size):
+                await asyncio.sleep(LIMITS_RECHECK_S)
+        finally:
+            self.frames_waiting -= 1
+
+    async def _start(self) -> None:
+        """Wait until ``queued.max.requests`` takes one more request in."""
+        while not self._limits.start():
             await asyncio.sleep(LIMITS_RECHECK_S)
 
-    async def _answer(self, request: Request) -> bytes | None:
-        try:
-            values = await self._apis.handle(request)
-            if values is None:
-                return None
-            return encode_response(request.head, response(request.head, values))
-        finally:
-            self._limits.release(request.size)
+    def _release(self, size: int, _task: asyncio.Task[bytes | None]) -> None:
+        self._limits.release(size)
+
+    async def _apis_answer(self, request: Request) -> bytes | None:
+        """The answer's frame (None for none); the task running this releases the
+        request's limits when it ends, however it ends."""
+        values = await self._apis.handle(request)
+        if values is None:
+            return None
+        return encode_response(request.head, response(request.head, values))
 
     async def _send(
         self,

@@ -5,8 +5,34 @@ A request's bytes are a request header and a body; which header version (v1,
 or v2 with tagged fields) and which body layout follow from the api key and
 api version, which open every request header.  Every layout here is one of
 ``kio``'s data types, generated from Kafka's own message schemas: this module
-only picks the type for a (key, version) and calls ``kio``'s readers and
-writers.  Record batches are ``records`` fields: raw bytes, passed through.
+picks the type for a (key, version) and reads and writes it with ``kio``'s
+readers and writers.  Record batches are ``records`` fields: raw bytes,
+passed through.
+
+What is read (``decode_request``, ``decode_response``) is walked field by
+field following ``kio``'s field information (``_reader``), each primitive
+read by ``kio``'s reader, and what Kafka's own parsers refuse is refused
+(``MalformedRequest``, naming the api, version and field, e.g.
+``DescribeGroupsRequest v0 does not parse: field groups: null, which
+DescribeGroupsRequest v0 does not allow``):
+
+* null (length -1) in a field the version does not make nullable (an array;
+  ``kio`` refuses a null string itself), so that no handler meets ``None``
+  where the schema promises a value;
+* an array claiming more items than the frame has bytes left (Kafka's
+  generated readers: "Tried to allocate a collection of size N, but there
+  are only M bytes remaining"), before anything is allocated for it:
+  ``kio``'s native readers reserve room for the claimed length first, and a
+  claim of 2**32 items is an allocation no machine makes, which aborts the
+  process;
+* bytes that end inside a field, a negative length, text that is not UTF-8.
+
+Tagged fields a version does not know (a newer peer's, KIP-482) are skipped
+by their size, in headers and bodies alike, as Kafka skips them; ``kio``'s
+readers refuse them.  Entities without arrays (most of a request's bulk:
+partitions, topics of Metadata) are read by ``kio``'s own entity reader, fast,
+and again field by field only when it fails, to skip unknown tags or name
+the field at fault.
 
 Responses are built from plain mappings (``build``) named by the newest
 field names: a field the negotiated version lacks is left out, one it has but
@@ -22,9 +48,10 @@ from __future__ import annotations
 import datetime
 import functools
 import io
-from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, dataclass, fields
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, Field, dataclass, fields
+from types import NoneType, UnionType
+from typing import Any, Union, get_args, get_origin
 
 from annal.security.session import UNAUTHENTICATED, Session
 from kio.index import load_request_schema, load_response_schema
@@ -34,14 +61,26 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
+from kio.serial._implicit_defaults import get_tagged_field_default
 from kio.serial._introspect import (
     EntityField,
     EntityTupleField,
+    PrimitiveTupleField,
     classify_field,
+    get_field_tag,
     get_schema_field_type,
     is_optional,
 )
-from kio.serial.readers import read_int16, read_int32
+from kio.serial._parse import get_field_reader
+from kio.serial.errors import BufferUnderflow
+from kio.serial.readers import (
+    read_compact_array_length,
+    read_int8,
+    read_int16,
+    read_int32,
+    read_legacy_array_length,
+    read_unsigned_varint,
+)
 from kio.serial.writers import write_int32
 from kio.static.primitive import i16, i32
 
@@ -167,13 +206,299 @@ def decode_response(frame: bytes | memoryview, api_key: int, api_version: int) -
 def _read_framed(
     frame: bytes | memoryview, header_type: Any, body_type: Any, what: str
 ) -> tuple[Any, Any]:
-    """A header and the body after it; MalformedRequest naming ``what`` otherwise."""
+    """A header and the body after it; MalformedRequest naming ``what`` and the
+    field otherwise."""
+    view = memoryview(frame)
     try:
-        header, header_size = entity_reader(header_type)(frame, 0)
-        body, _ = entity_reader(body_type)(frame, header_size)
-    except Exception as exc:  # kio's readers raise several types on bad bytes
-        raise MalformedRequest(f"{what} does not parse: {exc}") from exc
+        header, header_size = _reader(header_type)(view, 0)
+    except _Unreadable as exc:
+        raise MalformedRequest(f"{what} does not parse: {exc.describe('header')}") from None
+    try:
+        body, _ = _reader(body_type)(view, header_size)
+    except _Unreadable as exc:
+        raise MalformedRequest(f"{what} does not parse: {exc.describe('body')}") from None
     return header, body
+
+
+def read_entity(entity_type: Any, data: bytes | memoryview, offset: int = 0) -> tuple[Any, int]:
+    """An instance of the kio type ``entity_type`` read from ``data`` at ``offset``,
+    and the bytes it took, as requests are read (see the module docstring);
+    MalformedRequest when the bytes are not one."""
+    try:
+        return _reader(entity_type)(memoryview(data), offset)
+    except _Unreadable as exc:
+        raise MalformedRequest(
+            f"{entity_type.__name__} does not parse: {exc.describe('it')}"
+        ) from None
+
+
+# -- reading ------------------------------------------------------------------------
+
+# A reader as kio's are: (buffer, offset) -> (value, bytes read).  Those below raise
+# _Unreadable; kio's own raise their own types, turned into _Unreadable by the
+# entity that called them, which names the field.
+Reader = Callable[[memoryview, int], tuple[Any, int]]
+
+
+class _Unreadable(Exception):
+    """Why bytes do not parse, and the field where (built up on the way out)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.path: list[str] = []  # innermost first: "index", "[0]", "partitions", ...
+
+    def describe(self, part: str) -> str:
+        """``field topics[2].name: <reason>``, or ``header: <reason>`` outside any field."""
+        if not self.path:
+            return f"{part}: {self.reason}"
+        where = "".join(
+            step if step.startswith("[") else f".{step}" for step in reversed(self.path)
+        ).lstrip(".")
+        return f"field {where}: {self.reason}"
+
+
+def _unreadable(exc: Exception, buffer: memoryview, offset: int, step: str) -> _Unreadable:
+    """``exc``, raised reading at ``offset``, as an ``_Unreadable`` one step further out."""
+    if not isinstance(exc, _Unreadable):
+        if isinstance(exc, BufferUnderflow):
+            where = "before" if offset >= len(buffer) else "inside"
+            exc = _Unreadable(f"the frame ends {where} it")
+        else:
+            exc = _Unreadable(str(exc) or type(exc).__name__)
+    exc.path.append(step)
+    return exc
+
+
+def _nullable(field: Field[Any]) -> bool:
+    """The field may be null in this version (``X | None``; for an array, the array
+    itself, not its items).  kio reads the all-zero uuid as None whatever the
+    field's type says, so a uuid may always be."""
+    if field.metadata.get("kafka_type") == "uuid":
+        return True
+    return get_origin(field.type) in (UnionType, Union) and NoneType in get_args(field.type)
+
+
+def _array_length(flexible: bool) -> Reader:
+    """An array's length (None: null), refused when the frame has fewer bytes left
+    than the array claims items, as Kafka's readers refuse it, before anything
+    is allocated for them."""
+    read_length = read_compact_array_length if flexible else read_legacy_array_length
+
+    def read(buffer: memoryview, offset: int) -> tuple[Any, int]:
+        length, size = read_length(buffer, offset)
+        if length is None or length == -1:
+            return None, size
+        if length < 0:
+            raise _Unreadable(f"an array of length {length}")
+        left = len(buffer) - offset - size
+        if length > left:
+            raise _Unreadable(f"an array of {length} items, but only {left} bytes are left")
+        return length, size
+
+    return read
+
+
+def _primitive_array(flexible: bool, items: Reader) -> Reader:
+    """kio's reader of a whole array of primitives, once the length is known to fit."""
+    read_length = _array_length(flexible)
+
+    def read(buffer: memoryview, offset: int) -> tuple[Any, int]:
+        length, size = read_length(buffer, offset)
+        if length is None:
+            return None, size
+        return items(buffer, offset)
+
+    return read
+
+
+def _entity_array(flexible: bool, item: Reader, whole: Reader | None) -> Reader:
+    """An array of entities: read by kio's reader ``whole`` at once when there is
+    one (items without arrays, see ``_reader``), else, or when that fails (an
+    unknown tag, bad bytes), item by item with ``item``."""
+    read_length = _array_length(flexible)
+
+    def read(buffer: memoryview, offset: int) -> tuple[Any, int]:
+        length, size = read_length(buffer, offset)
+        if length is None:
+            return None, size
+        if whole is not None:
+            try:
+                return whole(buffer, offset)
+            except Exception:  # read again item by item, which skips or names what failed
+                pass
+        end = offset + size
+        values = []
+        for index in range(length):
+            try:
+                value, size = item(buffer, end)
+            except _Unreadable as exc:
+                exc.path.append(f"[{index}]")
+                raise
+            end += size
+            values.append(value)
+        return tuple(values), end - offset
+
+    return read
+
+
+def _field_reader(entity_type: Any, field: Field[Any], header: bool, tagged: bool) -> Reader:
+    kind = classify_field(field)
+    flexible = bool(entity_type.__flexible__)
+    if isinstance(kind, EntityTupleField):
+        whole = get_field_reader(entity_type, field, header, tagged)
+        return _entity_array(flexible, _reader(kind.type_), whole if _flat(kind.type_) else None)
+    if isinstance(kind, EntityField):
+        return _reader(kind.type_, is_optional(field))
+    native: Reader = get_field_reader(entity_type, field, header, tagged)
+    if isinstance(kind, PrimitiveTupleField):
+        return _primitive_array(flexible, native)
+    return native
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """How one field of an entity is read and set."""
+
+    name: str
+    read: Reader
+    nullable: bool
+    put: Callable[[Any, Any], None]  # (instance, value): the field's slot
+
+
+@functools.cache
+def _flat(entity_type: Any) -> bool:
+    """``entity_type`` has no array, nor has any entity in it: kio's own reader
+    reads it as this module would (no array to bound, no field it leaves null
+    that may not be), unless a tag is unknown."""
+    for field in fields(entity_type):
+        kind = classify_field(field)
+        if kind.is_array or (isinstance(kind, EntityField) and not _flat(kind.type_)):
+            return False
+    return True
+
+
+@functools.cache
+def _reader(entity_type: Any, nullable: bool = False) -> Reader:
+    """The reader of ``entity_type`` (after a null marker when ``nullable``), as the
+    module docstring says.  A flat type (``_flat``) is read by kio's reader, and
+    again by this module's when that fails, to skip unknown tags or name the
+    field that does not parse."""
+    fields_read = _fields_reader(entity_type, nullable)
+    if not _flat(entity_type):
+        return fields_read
+    native: Reader = entity_reader(entity_type, True) if nullable else entity_reader(entity_type)
+
+    def read(buffer: memoryview, offset: int) -> tuple[Any, int]:
+        try:
+            return native(buffer, offset)
+        except Exception:
+            return fields_read(buffer, offset)
+
+    return read
+
+
+@functools.cache
+def _fields_reader(entity_type: Any, nullable: bool) -> Reader:
+    """``entity_type`` read field by field.  Instances are made as kio's own reader
+    makes them: allocated, then each field's slot set (kio's types are slotted
+    dataclasses without ``__post_init__``)."""
+    flexible = bool(entity_type.__flexible__)
+    header = entity_type.__name__ == "RequestHeader"  # its client_id is never compact
+    plain: list[_Part] = []
+    tagged: dict[int, _Part] = {}
+    defaults: list[tuple[_Part, Any]] = []
+    for field in fields(entity_type):
+        tag = get_field_tag(field)
+        part = _Part(
+            field.name,
+            _field_reader(entity_type, field, header, tag is not None),
+            _nullable(field),
+            entity_type.__dict__[field.name].__set__,
+        )
+        if tag is None:
+            plain.append(part)
+        else:
+            tagged[int(tag)] = part
+            defaults.append((part, get_tagged_field_default(field)))
+    allocate = entity_type.__new__
+
+    def read_entity(buffer: memoryview, offset: int) -> tuple[Any, int]:
+        end = offset
+        if nullable:
+            try:
+                marker, size = read_int8(buffer, end)
+            except Exception as exc:
+                raise _unreadable(exc, buffer, end, "(null marker)") from None
+            end += size
+            if marker == -1:
+                return None, end - offset
+        entity = allocate(entity_type)
+        for part in plain:
+            try:
+                value, size = part.read(buffer, end)
+            except Exception as exc:
+                raise _unreadable(exc, buffer, end, part.name) from None
+            if value is None and not part.nullable:
+                raise _not_null(entity_type, part.name)
+            part.put(entity, value)
+            end += size
+        if flexible:
+            found: dict[str, Any] = {}
+            end += _read_tagged(entity_type, buffer, end, tagged, found)
+            for part, default in defaults:
+                part.put(entity, found.get(part.name, default))
+        return entity, end - offset
+
+    return read_entity
+
+
+def _not_null(entity_type: Any, name: str) -> _Unreadable:
+    error = _Unreadable(
+        f"null, which {entity_type.__name__} v{entity_type.__version__} does not allow"
+    )
+    error.path.append(name)
+    return error
+
+
+def _read_tagged(
+    entity_type: Any,
+    buffer: memoryview,
+    offset: int,
+    known: Mapping[int, _Part],
+    found: dict[str, Any],
+) -> int:
+    """Read the tagged-field section at ``offset`` into ``found`` and say how many
+    bytes it took; a tag not in ``known`` is skipped by its size (KIP-482: a
+    newer peer's field), as Kafka skips it."""
+    end = offset
+    try:
+        count, size = read_unsigned_varint(buffer, end)
+        end += size
+        for _ in range(count):
+            tag, size = read_unsigned_varint(buffer, end)
+            end += size
+            length, size = read_unsigned_varint(buffer, end)
+            end += size
+            if end + length > len(buffer):
+                raise _Unreadable(
+                    f"tagged field {tag} has {length} bytes, but only {len(buffer) - end} are left"
+                )
+            part = known.get(tag)
+            if part is not None:
+                try:
+                    value, _ = part.read(buffer[: end + length], end)
+                except Exception as exc:
+                    raise _unreadable(exc, buffer, end, part.name) from None
+                if value is None and not part.nullable:
+                    raise _not_null(entity_type, part.name)
+                found[part.name] = value
+            end += length
+    except _Unreadable:
+        raise
+    except Exception as exc:
+        raise _unreadable(exc, buffer, end, "(tagged fields)") from None
+    return end - offset
 
 
 def build(entity_type: Any, values: Mapping[str, Any]) -> Any:
