@@ -43,6 +43,14 @@ def add_parser(commands: Any) -> None:
         "on (nothing allowed without an ACL) and a super user 'admin' whose client "
         "settings are printed (docs/security.md). Default: plaintext, no authorizer",
     )
+    up.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a broker setting for every broker, e.g. --override num.partitions=4 "
+        "(kafka-server-start.sh's spelling; repeat it for more; kept for restarts)",
+    )
     status = actions.add_parser(
         "status", parents=[anywhere], help="show ZooKeeper, controller and brokers"
     )
@@ -85,7 +93,15 @@ def run(args: argparse.Namespace) -> int:
             if args.brokers < 1:
                 print("annal cluster up: --brokers must be at least 1", file=sys.stderr)
                 return 2
-            state = cluster.up(args.brokers, security=args.security)
+            overrides = {}
+            for item in args.override:
+                name, sep, value = item.partition("=")
+                if not sep or not name.strip():
+                    print(f"annal cluster up: --override {item!r}: expected NAME=VALUE",
+                          file=sys.stderr)  # fmt: skip
+                    return 2
+                overrides[name.strip()] = value.strip()
+            state = cluster.up(args.brokers, security=args.security, overrides=overrides)
             endpoints = ",".join(f"127.0.0.1:{b.port}" for b in state.brokers)
             print(f"cluster up in {cluster.directory}")
             print(f"bootstrap servers: {endpoints}")

@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,10 +53,23 @@ class ClusterState:
     zookeeper_pid: int | None
     brokers: list[BrokerEntry] = field(default_factory=list)
     security: str = PLAINTEXT  # or sasl_ssl (deploy/secure.py)
+    # broker settings given to ``up`` (``--override``): every start of a broker takes them
+    overrides: dict[str, str] = field(default_factory=dict)
 
     @property
     def zookeeper_connect(self) -> str:
         return f"127.0.0.1:{self.zookeeper_port}{CHROOT}"
+
+
+def _check_overrides(overrides: Mapping[str, str]) -> None:
+    """ClusterError naming the first override a broker would refuse."""
+    from annal.broker.config import BrokerConfig, ConfigError
+
+    base = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", **SETTINGS}
+    try:
+        BrokerConfig.from_properties({**base, **overrides})
+    except ConfigError as exc:
+        raise ClusterError(f"--override: {exc}") from None
 
 
 def _controller(state: ClusterState) -> int | None:
@@ -108,6 +122,7 @@ class LocalCluster:
             raw.get("zookeeper_pid"),
             [BrokerEntry(**b) for b in raw["brokers"]],
             raw.get("security", PLAINTEXT),
+            dict(raw.get("overrides", {})),
         )
 
     @property
@@ -120,10 +135,10 @@ class LocalCluster:
 
     def _settings(self, state: ClusterState, entry: BrokerEntry) -> dict[str, str]:
         if state.security != SASL_SSL:
-            return dict(SETTINGS)
+            return {**SETTINGS, **state.overrides}
         count = len(state.brokers)
         secured = self.secure_files.broker_settings(entry.id, count, entry.port, entry.kafka_port)
-        return {**SETTINGS, **secured}
+        return {**SETTINGS, **state.overrides, **secured}
 
     def save(self, state: ClusterState) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -142,16 +157,27 @@ class LocalCluster:
             kafka_port=entry.kafka_port,
         )
 
-    def up(self, brokers: int, timeout_s: float = 90.0, security: str = PLAINTEXT) -> ClusterState:
+    def up(
+        self,
+        brokers: int,
+        timeout_s: float = 90.0,
+        security: str = PLAINTEXT,
+        overrides: Mapping[str, str] | None = None,
+    ) -> ClusterState:
+        """Start ZooKeeper and ``brokers`` brokers and wait until they serve;
+        ``overrides``: broker settings on top of the local cluster's (kept in
+        the cluster's state, so restarted brokers take them too)."""
         if self.state_path.exists() and any(pid_alive(b.pid) for b in self.load().brokers):
             raise ClusterError(f"a cluster is already running in {self.directory}")
+        _check_overrides(overrides or {})
         password = None
         if security == SASL_SSL:
             _, password = make_secure_files(self.directory, brokers)
         zookeeper = ZooKeeperServer(self.directory / "zookeeper")
         zookeeper.start()
         assert zookeeper.process is not None
-        state = ClusterState(zookeeper.port, zookeeper.process.pid, security=security)
+        pid, kept = zookeeper.process.pid, dict(overrides or {})
+        state = ClusterState(zookeeper.port, pid, security=security, overrides=kept)
         if password is not None:
             store_admin(state.zookeeper_connect, password)
         state.brokers = [

@@ -7,13 +7,18 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from annal.admin.client import AdminClient
 from runcli import annal
 
 
 @pytest.mark.timeout(300)
 def test_local_cluster_lifecycle(tmp_path: Path) -> None:
     d = str(tmp_path / "cluster")
-    up = annal("cluster", "up", "--brokers", "2", "--dir", d)  # options after the action
+    wrong = annal("cluster", "up", "--dir", d, "--override", "num.partitons=3")
+    assert wrong.returncode == 1 and "did you mean 'num.partitions'" in wrong.stderr
+    up = annal(  # options after the action
+        "cluster", "up", "--brokers", "2", "--dir", d, "--override", "num.partitions=3"
+    )
     try:
         assert up.returncode == 0, up.stderr
         assert "bootstrap servers: 127.0.0.1:" in up.stdout and "/annal" in up.stdout
@@ -38,6 +43,11 @@ def test_local_cluster_lifecycle(tmp_path: Path) -> None:
             "partitions": 0, "under-replicated": 0, "unavailable": 0, "under-min-isr": 0,
             "at-min-isr": 0,
         }  # fmt: skip
+        with AdminClient(status["brokers"][0]["endpoint"]) as admin:  # the override's default
+            admin.create_topic("defaults")
+            assert len(admin.describe_topics(["defaults"])[0].partitions) == 3
+        state = json.loads((Path(d) / "cluster.json").read_text())
+        assert state["overrides"] == {"num.partitions": "3"}  # restarted brokers take it too
         text = annal("cluster", "status", "--dir", d).stdout
         assert "metrics=127.0.0.1:" in text and "under-replicated=0" in text
 
