@@ -40,6 +40,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from annal.topic_partition import TopicPartition
+
 logger = logging.getLogger(__name__)
 
 
@@ -68,6 +70,11 @@ class LeadershipFence:
     @property
     def fenced(self) -> bool:
         return self.reason is not None
+
+    def refusal(self, tp: TopicPartition) -> str | None:
+        """Why this broker may not act as ``tp``'s leader now; None: it may."""
+        reason = self.reason
+        return None if reason is None else f"{reason} (it led {tp})"
 
     def session_suspended_too_long(self, suspended_s: float) -> None:
         """The session has been SUSPENDED past the time ZooKeeper would keep it."""

@@ -176,9 +176,8 @@ class Partition:
             raise PartitionStateError(
                 errors.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} does not lead {self.tp}"
             )
-        reason = self._fence.reason
-        if fenced_too and reason is not None:
-            raise PartitionStateError(errors.NOT_LEADER_OR_FOLLOWER, f"{reason} (it led {self.tp})")
+        if fenced_too and (refusal := self._fence.refusal(self.tp)) is not None:
+            raise PartitionStateError(errors.NOT_LEADER_OR_FOLLOWER, refusal)
 
     def apply(self, state: LeaderAndIsrState) -> Applied:
         """Take a newer leader epoch.  The same epoch again changes nothing (the

@@ -416,8 +416,8 @@ class ReplicaManager:
         partition = self.partition(tp)
         if partition is None or not partition.is_leader:
             return errors.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} no longer leads {tp}"
-        if (reason := self.fence.reason) is not None:
-            return errors.NOT_LEADER_OR_FOLLOWER, f"{reason} (it led {tp})"
+        if (refusal := self.fence.refusal(tp)) is not None:
+            return errors.NOT_LEADER_OR_FOLLOWER, refusal
         if partition.log.high_watermark <= last_offset:
             return None
         isr, needed = partition.isr, partition.log.config.min_insync_replicas
@@ -439,8 +439,8 @@ class ReplicaManager:
         if partition is None or not partition.is_leader:
             error = self._not_leader_error(tp, partition)
             return error, -1, f"broker {self.broker_id} does not lead {tp}"
-        if (reason := self.fence.reason) is not None:
-            return errors.NOT_LEADER_OR_FOLLOWER, -1, f"{reason} (it led {tp})"
+        if (refusal := self.fence.refusal(tp)) is not None:
+            return errors.NOT_LEADER_OR_FOLLOWER, -1, refusal
         log = partition.log
         high_watermark = log.high_watermark
         target = high_watermark if offset == -1 else offset
@@ -470,8 +470,8 @@ class ReplicaManager:
                 -1,
                 f"broker {self.broker_id} no longer leads {tp}",
             )
-        if (reason := self.fence.reason) is not None:
-            return errors.NOT_LEADER_OR_FOLLOWER, -1, f"{reason} (it led {tp})"
+        if (refusal := self.fence.refusal(tp)) is not None:
+            return errors.NOT_LEADER_OR_FOLLOWER, -1, refusal
         low_watermark = partition.low_watermark()
         if low_watermark < target:
             return None
