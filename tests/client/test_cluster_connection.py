@@ -85,3 +85,23 @@ def test_an_empty_cache_is_believed_after_the_timeout(
         assert connection.partition_counts == {} and broker.calls > 1
     finally:
         connection.close()
+
+
+@pytest.mark.timeout(30)
+def test_metadata_is_asked_of_the_first_server_until_the_client_moves_on(
+    serve: Callable[[StartingBroker], str],
+) -> None:
+    first, second = StartingBroker(0), StartingBroker(0)
+    cluster = ClusterConnection(f"{serve(first)},{serve(second)}")
+    try:
+        cluster.refresh(["t"])
+        cluster.refresh(["t"])
+        assert (first.calls, second.calls) == (2, 0)  # one broker: read-your-writes
+        cluster.move_on()  # an answer that may mean a leader moved
+        cluster.refresh(["t"])
+        assert (first.calls, second.calls) == (2, 1)
+        cluster.move_on()
+        cluster.refresh(["t"])
+        assert (first.calls, second.calls) == (3, 1)  # round the list
+    finally:
+        cluster.close()

@@ -147,9 +147,12 @@ def test_a_suspended_controller_waits_then_checks_its_office(
         controller = start_controller(zk, recorder)
         try:
             wait_until(lambda: controller.active, 20, "broker 1 in office")
+            assert controller.acting
             term = controller.epoch
             proxy.pause()
             wait_until(lambda: "hold" in recorder.gate, 10, "the channel held")
+            # still in office, but not acting: the metrics report it inactive
+            assert controller.active and not controller.acting
             # A controlled shutdown is refused at once while it cannot act.
             assert controller.controlled_shutdown(2, timeout_s=5) is None
             direct.create_topic("during", TopicAssignment({0: (1, 2)}))
@@ -160,6 +163,7 @@ def test_a_suspended_controller_waits_then_checks_its_office(
             wait_until(lambda: recorder.epochs_for("during") != set(), 20, "the topic online")
             assert recorder.epochs_for("during") == {term}
             assert controller.active and controller.epoch == term
+            assert controller.acting
             assert "discard" not in recorder.gate
         finally:
             controller.initiate_shutdown()

@@ -1,0 +1,89 @@
+"""annal's producer against stand-in brokers: an answer that may mean the leader
+moved or is cut off (REQUEST_TIMED_OUT) refreshes metadata, from another
+bootstrap server than the one asked last, before the batch is sent again."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import pytest
+from annal.producer.producer import Producer
+from annal.v1 import annal_pb2 as pb
+from annal.v1 import annal_pb2_grpc
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
+from test_cluster_connection import StartingBroker
+
+
+class TimingOutLeader(StartingBroker):
+    """Knows topic ``t`` (led by broker 1, at this stand-in's address); its first
+    Produce answers REQUEST_TIMED_OUT, the others are stored at offset 7."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.produced = 0
+        self.address = ""
+
+    def Metadata(
+        self, request: pb.MetadataRequest, context: grpc.ServicerContext
+    ) -> pb.MetadataResponse:
+        answer = super().Metadata(request, context)
+        host, port = self.address.rsplit(":", 1)
+        answer.brokers[0].host, answer.brokers[0].port = host, int(port)
+        return answer
+
+    def Produce(
+        self, request: pb.ProduceRequest, context: grpc.ServicerContext
+    ) -> pb.ProduceResponse:
+        self.produced += 1
+        error = pb.REQUEST_TIMED_OUT if self.produced == 1 else pb.NONE
+        return pb.ProduceResponse(
+            topics=[
+                pb.TopicProduceResponse(
+                    name=t.name,
+                    partitions=[
+                        pb.PartitionProduceResponse(
+                            partition=p.partition, error=error,
+                            base_offset=-1 if error else 7,
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in request.topics
+            ]
+        )  # fmt: skip
+
+
+@pytest.fixture
+def servers() -> Iterator[list[grpc.Server]]:
+    started: list[grpc.Server] = []
+    yield started
+    for server in started:
+        server.stop(None)
+
+
+def serve(servicer: annal_pb2_grpc.AnnalServicer, started: list[grpc.Server]) -> str:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    annal_pb2_grpc.add_AnnalServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    started.append(server)
+    return f"127.0.0.1:{port}"
+
+
+@pytest.mark.timeout(30)
+def test_a_timed_out_produce_refreshes_metadata_from_the_next_server(
+    servers: list[grpc.Server],
+) -> None:
+    leader, other = TimingOutLeader(), StartingBroker(0)
+    leader.address = serve(leader, servers)
+    bootstrap = f"{leader.address},{serve(other, servers)}"
+    with Producer(bootstrap, acks=1, enable_idempotence=False, retry_backoff_ms=10) as producer:
+        asked_before = (leader.calls, other.calls)
+        metadata = producer.send("t", b"v", partition=0).result(20)
+    assert metadata.offset == 7 and leader.produced == 2  # sent again after the timeout
+    assert other.calls > asked_before[1]  # the refresh asked the other server
