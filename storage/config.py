@@ -9,6 +9,7 @@ that names the property.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,9 @@ class LogConfig:
     # the codec batches are stored in: "producer" keeps the producer's,
     # "uncompressed", "gzip", "snappy", "lz4" or "zstd" recompress to it
     compression_type: str = "producer"
+    # accepted and shown for Kafka clients and tools that set it; records are always
+    # stored in format v2, as Kafka 3.x stores them (KIP-724): docs/storage.md
+    message_format_version: str = "3.0-IV1"
 
     @property
     def compact(self) -> bool:
@@ -83,6 +87,9 @@ class LogConfig:
 
 _FIELDS = {f.name: f for f in dataclasses.fields(LogConfig)}
 COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+# Kafka's inter-broker/message format version names: 0.8.0 ... 0.11.0, 1.0 ... 3.x, an
+# optional fourth part (0.10.0.0) or internal version (-IV1)
+_FORMAT_VERSION = re.compile(r"(0\.(8|9|10|11)\.\d|[1-3]\.\d{1,2})(\.\d+)?(-IV\d+)?")
 
 
 def _parse(name: str, attr: str, raw: str | int | float) -> object:
@@ -97,6 +104,10 @@ def _parse(name: str, attr: str, raw: str | int | float) -> object:
         if attr == "compression_type":
             if text not in COMPRESSION_TYPES:
                 raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}")
+            return text
+        if attr == "message_format_version":
+            if not _FORMAT_VERSION.fullmatch(text):
+                raise ValueError("expected a Kafka version such as 0.10.0, 2.8 or 3.0-IV1")
             return text
         if attr == "message_timestamp_type":
             if text == "CreateTime":

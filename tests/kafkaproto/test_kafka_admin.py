@@ -6,6 +6,7 @@ and the cluster's description — checked through annal's own admin client."""
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 
 import confluent_kafka as ck
@@ -245,3 +246,55 @@ def stored_codecs(cluster: list[BrokerProcess], topic: str) -> list[int]:
     log = next(b for b in cluster if b.broker_id == leader).log_dir / f"{topic}-0"
     data = b"".join(p.read_bytes() for p in sorted(log.glob("*.log")))
     return [h.attributes & 0x07 for h in iter_batches(data)]
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")  # as 0092 sends it
+def test_message_format_version_is_accepted_and_records_stay_in_format_v2(
+    cluster: list[BrokerProcess],
+) -> None:
+    """librdkafka's 0092: the setting changes halfway through producing, every record
+    reads back; a value that names no Kafka version is refused."""
+    admin = ck_admin.AdminClient({"bootstrap.servers": bootstrap(cluster)})
+    topic = f"format-{next(_names)}"
+    admin.create_topics([ck_admin.NewTopic(topic, 1, 3)])[topic].result(60)
+    producer = ck.Producer({"bootstrap.servers": bootstrap(cluster)})
+    resource = ck_admin.ConfigResource(
+        ck_admin.ResourceType.TOPIC, topic, set_config={"message.format.version": "0.10.0.0"}
+    )
+    for i in range(20):
+        producer.produce(topic, b"record %d" % i, partition=0)
+        assert producer.flush(30) == 0
+        if i == 10:
+            admin.alter_configs([resource])[resource].result(30)
+    described = admin.describe_configs([resource])[resource].result(30)
+    assert described["message.format.version"].value == "0.10.0.0"
+    assert set(stored_magics(cluster, topic)) == {2}
+
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap(cluster), "group.id": topic,
+                            "auto.offset.reset": "earliest"})  # fmt: skip
+    try:
+        consumer.subscribe([topic])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < 20 and time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+        assert values == [b"record %d" % i for i in range(20)]
+    finally:
+        consumer.close()
+
+    bad = ck_admin.ConfigResource(
+        ck_admin.ResourceType.TOPIC, topic, set_config={"message.format.version": "banana"}
+    )
+    with pytest.raises(ck.KafkaException, match="message.format.version"):
+        admin.alter_configs([bad])[bad].result(30)
+
+
+def stored_magics(cluster: list[BrokerProcess], topic: str) -> list[int]:
+    """The format version (magic) of every batch in the leader's log of ``topic``-0."""
+    with AdminClient(cluster[0].endpoint) as admin:
+        leader = admin.describe_topics([topic])[0].partitions[0].leader
+    log = next(b for b in cluster if b.broker_id == leader).log_dir / f"{topic}-0"
+    data = b"".join(p.read_bytes() for p in sorted(log.glob("*.log")))
+    return [h.magic for h in iter_batches(data)]
