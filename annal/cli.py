@@ -7,6 +7,7 @@ usage error with exit code 2 (argparse's convention, as Kafka's tools).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -80,6 +81,51 @@ def _add_command_config(commands: Any) -> None:
                 "ssl.truststore.location (the CA's PEM) and, for brokers that require "
                 "client certificates, ssl.keystore.location (PEM key and certificate)",
             )  # fmt: skip
+            _add_zookeeper(parser)
+
+
+def _add_zookeeper(parser: argparse.ArgumentParser) -> None:
+    """``--zookeeper`` as the other way to name the cluster, where a command does
+    not take it already (the ZooKeeper-era spelling of Kafka's tools: the brokers
+    registered there are the bootstrap servers)."""
+    bootstrap = parser._option_string_actions["--bootstrap-server"]
+    if "--zookeeper" in parser._option_string_actions or not bootstrap.required:
+        return
+    bootstrap.required = False
+    bootstrap.help = (bootstrap.help or "brokers to bootstrap from") + (
+        "; a Kafka listener works too (its broker's gRPC listener is found)"
+    )
+    parser.add_argument(
+        "--zookeeper", metavar="HOST:PORT[/CHROOT]",
+        help="find the brokers registered in ZooKeeper instead of --bootstrap-server",
+    )  # fmt: skip
+    parser.set_defaults(cluster_parser=parser)
+
+
+def _resolve_cluster(args: argparse.Namespace) -> str | None:
+    """Turn ``--zookeeper`` or Kafka listener addresses into the gRPC bootstrap
+    servers the command takes; what went wrong, if anything."""
+    parser = getattr(args, "cluster_parser", None)
+    if parser is not None:
+        if (args.bootstrap_server is None) == (args.zookeeper is None):
+            parser.error("give exactly one of --bootstrap-server and --zookeeper")
+        if args.zookeeper is not None:
+            from annal.client.bootstrap import servers_from_zookeeper
+
+            logging.getLogger("kazoo").setLevel(logging.ERROR)  # the failure is one line
+            try:
+                args.bootstrap_server = servers_from_zookeeper(args.zookeeper)
+            except ValueError as exc:
+                parser.error(f"--zookeeper: {exc}")
+            return None
+    if getattr(args, "bootstrap_server", None):
+        from annal.kafka_bootstrap import KafkaBootstrapError, grpc_bootstrap
+
+        try:
+            args.bootstrap_server = grpc_bootstrap(args.bootstrap_server)
+        except KafkaBootstrapError as exc:
+            return str(exc)
+    return None
 
 
 def _apply_command_config(args: argparse.Namespace) -> str | None:
@@ -110,6 +156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"annal {args.command}: {problem}", file=sys.stderr)
         return 2
     try:
+        if (problem := _resolve_cluster(args)) is not None:
+            print(f"annal {args.command}: {problem}", file=sys.stderr)
+            return 1
         code: int = args.run(args)
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): stop quietly, as Unix tools do.

@@ -30,8 +30,9 @@ def _add_cluster_options(parser: argparse.ArgumentParser) -> None:
     """``--bootstrap-server`` or ``--zookeeper`` (exactly one), as the ZooKeeper-era tools."""
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument(
-        "--bootstrap-server", metavar="HOST:PORT[,...]", help="brokers to bootstrap from"
-    )
+        "--bootstrap-server", "--broker-list", dest="bootstrap_server", metavar="HOST:PORT[,...]",
+        help="brokers to bootstrap from (--broker-list: the console producer's older name)",
+    )  # fmt: skip
     where.add_argument(
         "--zookeeper",
         type=_zookeeper_connect,

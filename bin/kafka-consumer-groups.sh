@@ -1,0 +1,3 @@
+#!/bin/sh
+# kafka-consumer-groups.sh, answered by `annal consumer-groups` (docs/operations.md).
+exec "$(dirname -- "$0")/annal-run" consumer-groups "$@"
