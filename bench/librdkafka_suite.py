@@ -45,7 +45,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import NamedTuple
 
+# also KAFKA_PATH: Kafka's tool names (bin/kafka-*.sh) for the tests that run them
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_WORKDIR = Path(
     os.environ.get("ANNAL_LIBRDKAFKA_DIR", Path.home() / ".cache" / "annal-librdkafka")
@@ -67,6 +69,11 @@ BUILD_PACKAGES = (
 )
 # The broker settings of librdkafka's tests/scenarios/default.json.
 SCENARIO_DEFAULT = {"num.partitions": "4", "default.replication.factor": "3"}
+# What the ACL tests (0081, 0115, 0119) need: an authorizer, allowing what no ACL names.
+ACL_TESTS = {
+    "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+    "allow.everyone.if.no.acl.found": "true",
+}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SUMMARY_ROW = re.compile(
     r"^\|\s*(?P<name>\S+)\s*\|\s*(?P<state>PASSED|FAILED|SKIPPED|RUNNING|DNS)\s*\|"
@@ -403,12 +410,20 @@ def _settings_note() -> None:
         )
 
 
-def cluster_up(directory: Path, brokers: int, scenario_settings: bool) -> str:
-    """Start the cluster (with scenarios/default.json's broker settings when
-    ``scenario_settings``); its Kafka bootstrap servers."""
+class Cluster(NamedTuple):
+    """Where the tests find the cluster: its Kafka bootstrap servers (test.conf and
+    ``BROKERS``) and its ZooKeeper (``ZK_ADDRESS``, for kafka-topics.sh)."""
+
+    bootstrap: str
+    zookeeper: str
+
+
+def cluster_up(directory: Path, brokers: int, scenario_settings: bool) -> Cluster:
+    """Start the cluster (with scenarios/default.json's broker settings and an
+    authorizer that allows what no ACL names when ``scenario_settings``)."""
     cmd = [*annal_command(), "cluster", "up", "--dir", str(directory), "--brokers", str(brokers)]
     if scenario_settings:
-        for name, value in SCENARIO_DEFAULT.items():
+        for name, value in {**SCENARIO_DEFAULT, **ACL_TESTS}.items():
             cmd += ["--override", f"{name}={value}"]
     say(f"== starting the cluster: {' '.join(cmd)}")
     result = run(cmd)
@@ -419,9 +434,12 @@ def cluster_up(directory: Path, brokers: int, scenario_settings: bool) -> str:
     found = re.search(r"^Kafka bootstrap servers:\s*(\S+)", result.stdout, re.MULTILINE)
     if not found:
         raise SuiteError("annal cluster up printed no 'Kafka bootstrap servers' line")
+    zookeeper = re.search(r"^zookeeper:\s*(\S+)", result.stdout, re.MULTILINE)
+    if not zookeeper:
+        raise SuiteError("annal cluster up printed no 'zookeeper' line")
     if not scenario_settings:
         _settings_note()
-    return found.group(1)
+    return Cluster(found.group(1), zookeeper.group(1))
 
 
 def cluster_down(directory: Path, scenario_settings: bool) -> None:
@@ -445,7 +463,9 @@ def write_test_conf(tests_dir: Path, bootstrap: str, multiplier: float) -> Path:
     return conf
 
 
-def runner_env(source: Source, kafka_version: str, number: str) -> dict[str, str]:
+def runner_env(
+    source: Source, kafka_version: str, number: str, cluster: Cluster
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "TESTS_SKIP", "SUBTESTS")}
     library_path = f"{source.directory / 'src'}:{source.directory / 'src-cpp'}"
     env.update(
@@ -454,6 +474,10 @@ def runner_env(source: Source, kafka_version: str, number: str) -> dict[str, str
         TEST_MODE="bare",
         TEST_SCENARIO="default",
         RDKAFKA_GITVER=f"debian-{source.debian_version}",
+        KAFKA_PATH=str(REPO),
+        ANNAL=" ".join(annal_command()),
+        ZK_ADDRESS=cluster.zookeeper,
+        BROKERS=cluster.bootstrap,
         LD_LIBRARY_PATH=library_path
         + (":" + env["LD_LIBRARY_PATH"] if "LD_LIBRARY_PATH" in env else ""),
     )
@@ -494,6 +518,7 @@ def run_number(
     entries: list[TestEntry],
     args: argparse.Namespace,
     results: Path,
+    cluster: Cluster,
 ) -> list[Outcome]:
     """Run every test of one test number; one outcome per test name shown."""
     flags = ["-p1"] + ([] if args.include_local else ["-L"]) + (["-Q"] if args.quick else [])
@@ -504,7 +529,7 @@ def run_number(
         process = subprocess.Popen(
             [str(runner), *flags],
             cwd=runner.parent,
-            env=runner_env(source, args.kafka_version, number),
+            env=runner_env(source, args.kafka_version, number, cluster),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -682,7 +707,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--scenario-settings",
         action="store_true",
         help="start the brokers with librdkafka's scenarios/default.json settings "
-        "(num.partitions=4, default.replication.factor=3), through 'annal cluster up "
+        "(num.partitions=4, default.replication.factor=3) and the ACL authorizer, "
+        "allowing what no ACL names (for the ACL tests), through 'annal cluster up "
         "--override'; without it they run with annal's defaults",
     )
     parser.add_argument("--brokers", type=int, default=3, help="brokers in the cluster")
@@ -715,15 +741,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.mkdir()
         cluster_down(cluster_dir, False)  # a cluster left over by an interrupted run
         shutil.rmtree(cluster_dir, ignore_errors=True)
-        bootstrap = cluster_up(cluster_dir, args.brokers, args.scenario_settings)
-        conf = write_test_conf(runner.parent, bootstrap, args.timeout_multiplier)
+        cluster = cluster_up(cluster_dir, args.brokers, args.scenario_settings)
+        conf = write_test_conf(runner.parent, cluster.bootstrap, args.timeout_multiplier)
         say(
             f"== running {len(numbers)} test numbers (TEST_KAFKA_VERSION={args.kafka_version}, "
             f"{conf}, logs in {results})"
         )
         for i, number in enumerate(numbers, 1):
             group = [e for e in entries if e.number == number]
-            outcomes = run_number(runner, source, number, group, args, results)
+            outcomes = run_number(runner, source, number, group, args, results, cluster)
             by_number[number] = outcomes
             for o in outcomes:
                 note = f"  {o.reason}" if o.state != "PASSED" and o.reason else ""
