@@ -260,6 +260,12 @@ class SimpleConsumer:
                 f"{topic}-{partition} has no leader (or does not exist)",
             ) from None
 
+    def _leaders_may_have_moved(self) -> None:
+        """Forget the known leaders and ask the next bootstrap server for them: the
+        broker that named them last may be a deposed leader (docs/architecture.md)."""
+        self.cluster.forget()
+        self.cluster.move_on()
+
     # -- fetching ------------------------------------------------------------------
 
     def fetch(
@@ -294,7 +300,7 @@ class SimpleConsumer:
                     errors.NOT_LEADER_OR_FOLLOWER,
                     f"no leader answered for {sorted(pending)} within {retry.describe()}",
                 )
-            self.cluster.forget()
+            self._leaders_may_have_moved()
             retry.backoff()
 
     def _fetch_from(
@@ -390,7 +396,7 @@ class SimpleConsumer:
                     )
                 if not error.retriable or retry.exhausted():
                     raise ConsumerError(error, answer.message or f"fetch {topic}-{partition}")
-            self.cluster.forget()
+            self._leaders_may_have_moved()
             retry.backoff()
 
     def _fetch_one(
@@ -478,7 +484,8 @@ class SimpleConsumer:
                 failures = failures + 1 if retry else 0
                 if not ahead:
                     self.cluster.forget()
-                    if retry:
+                    if retry:  # the broker that named those leaders may be a deposed one
+                        self.cluster.move_on()
                         time.sleep(min(0.05 * 2 ** min(failures, 5), 1.0))
                     ahead = self._start_round(positions, max_bytes)
         finally:
@@ -532,7 +539,7 @@ class SimpleConsumer:
             except ConsumerError:
                 if retry.exhausted():
                     raise
-                self.cluster.forget()
+                self._leaders_may_have_moved()
                 retry.backoff()
                 continue
             try:
@@ -550,7 +557,7 @@ class SimpleConsumer:
             if not error.retriable or retry.exhausted():
                 where = detail or f"list offsets of {topic}-{partition}"
                 raise ConsumerError(error, f"{where} (gave up after {retry.describe()})")
-            self.cluster.forget()
+            self._leaders_may_have_moved()
             retry.backoff()
 
     def iterate(self, topic: str, partition: int, offset: int) -> Iterator[ConsumerRecord]:
