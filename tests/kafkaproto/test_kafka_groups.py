@@ -301,3 +301,39 @@ def test_a_static_member_comes_back_to_its_place(
         assert after.members[0].member_id != before.members[0].member_id
     finally:
         second.close()
+
+
+def test_a_cooperative_member_loses_a_deleted_topic_and_closes_at_once(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    """librdkafka's 0113 h_delete_topic: two subscribed topics, one deleted; the
+    cooperative rebalance takes its partition away and close() returns at once.
+    (librdkafka 2.0.2, Debian's, then hangs in rd_kafka_destroy on a reference
+    count of its own, fixed in librdkafka 2.1.0: docs/kafka-protocol.md.)"""
+    servers = bootstrap([broker_factory(1, FAST)])
+    name = f"coop-{next(_names)}"
+    kept, deleted = f"{name}-kept", f"{name}-deleted"
+    admin = ck_admin.AdminClient({"bootstrap.servers": servers})
+    created = admin.create_topics([ck_admin.NewTopic(t, 1, 1) for t in (kept, deleted)])
+    for future in created.values():
+        future.result(60)
+    consumer = ck.Consumer({
+        "bootstrap.servers": servers, "group.id": name,
+        "partition.assignment.strategy": "cooperative-sticky",
+        "topic.metadata.refresh.interval.ms": 1000,
+    })  # fmt: skip
+    consumer.subscribe([kept, deleted])
+    try:
+        deadline = time.monotonic() + 60
+        while len(consumer.assignment()) < 2 and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        assert {p.topic for p in consumer.assignment()} == {kept, deleted}
+        admin.delete_topics([deleted])[deleted].result(60)
+        while len(consumer.assignment()) != 1 and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        assert [p.topic for p in consumer.assignment()] == [kept]
+    finally:
+        started = time.monotonic()
+        consumer.close()
+    assert time.monotonic() - started < 5
+    wait_until(lambda: members_of(servers, name) == 0, 30, "the member left")
