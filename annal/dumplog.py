@@ -60,6 +60,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+from annal.dumpindex import IndexMode, dump_offset_index, dump_time_index
+from annal.dumpoffsets import offsets_key_value
 from annal.storage import files
 from annal.storage.batch import (
     COMPRESSION_MASK,
@@ -74,7 +76,6 @@ from annal.storage.batch import (
     check_batch,
 )
 from annal.storage.errors import CorruptRecordError, StorageError
-from annal.storage.index import read_offset_index_entries, read_time_index_entries
 from annal.storage.legacy import iter_legacy_records
 from annal.storage.producer_state import read_snapshot
 from annal.storage.records import Record, decode_batch
@@ -112,7 +113,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "is missing, of an unknown kind, or corrupt (after printing what is valid)."
         ),
     )
-    p.add_argument("files", nargs="+", metavar="FILE", type=Path, help="segment files to dump")
+    p.add_argument("files", nargs="*", metavar="FILE", type=Path, help="segment files to dump")
+    p.add_argument(
+        "--files", dest="listed", action="append", default=[], metavar="FILE[,FILE]",
+        help="files to dump, comma-separated (kafka-dump-log.sh's spelling)",
+    )  # fmt: skip
     p.add_argument(
         "--deep-iteration", action="store_true", help="also print every record of each batch"
     )
@@ -122,28 +127,53 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="print record keys, values and header values (implies --deep-iteration)",
     )
     p.add_argument(
+        "--offsets-decoder",
+        action="store_true",
+        help="read records as __consumer_offsets records: committed offsets and group "
+        "metadata, as Kafka prints them (implies --print-data-log)",
+    )
+    p.add_argument(
+        "--index-sanity-check",
+        action="store_true",
+        help="only check .index and .timeindex files (the check a broker makes before "
+        "using them): '<file> passed sanity check.' or what is wrong",
+    )
+    p.add_argument(
+        "--verify-index-only",
+        action="store_true",
+        help="only check indexes, against their .log too; print the problems found",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help="one JSON object per line per batch or index entry; with --deep-iteration "
         "the records carry their keys and values",
     )
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, dump_parser=p)
 
 
 class _Options(NamedTuple):
     deep: bool
     data: bool
     as_json: bool
+    offsets: bool = False  # --offsets-decoder
+    indexes: IndexMode = IndexMode()
 
 
 def run(args: argparse.Namespace) -> int:
+    paths = [*args.files, *(Path(f) for group in args.listed for f in group.split(",") if f)]
+    if not paths:
+        args.dump_parser.error("no file given (FILE ... or --files FILE[,FILE])")
+    data = args.print_data_log or args.offsets_decoder
     options = _Options(
-        deep=args.deep_iteration or args.print_data_log,
-        data=args.print_data_log,
+        deep=args.deep_iteration or data,
+        data=data,
         as_json=args.json,
+        offsets=args.offsets_decoder,
+        indexes=IndexMode(args.json, args.index_sanity_check, args.verify_index_only),
     )
     status = 0
-    for path in args.files:
+    for path in paths:
         if not dump_file(path, options, sys.stdout, sys.stderr):
             status = 1
     return status
@@ -171,10 +201,10 @@ def dump_file(path: Path, options: _Options, out: IO[str], err: IO[str]) -> bool
         if suffix == files.LOG_SUFFIX:
             return _dump_log(path, options, out, err)
         if suffix == files.INDEX_SUFFIX:
-            return _dump_offset_index(path, options, out)
+            return dump_offset_index(path, options.indexes, out, err)
         if suffix == files.PRODUCER_SNAPSHOT_SUFFIX:
             return _dump_producer_snapshot(path, options, out)
-        return _dump_time_index(path, options, out)
+        return dump_time_index(path, options.indexes, out, err)
     except BrokenPipeError:
         raise  # the reader went away; the command line stops quietly
     except (OSError, StorageError) as exc:
@@ -374,7 +404,7 @@ def _print_batch(batch: _Batch, options: _Options, out: IO[str]) -> None:
     fields = batch_fields(header)
     if options.as_json:
         if records is not None:
-            fields["records"] = [record_json(r) for r in records]
+            fields["records"] = [record_json(r, options.offsets) for r in records]
         print(json.dumps(fields), file=out)
         return
     last_sequence = _sequence(header.base_sequence, header.last_offset_delta)
@@ -393,7 +423,7 @@ def _print_batch(batch: _Batch, options: _Options, out: IO[str]) -> None:
     )
     for record in records or ():
         sequence = _sequence(header.base_sequence, record.offset - header.base_offset)
-        print(record_text(record, fields["timestamp_type"], sequence, options.data), file=out)
+        print(record_text(record, fields["timestamp_type"], sequence, options), file=out)
 
 
 def _print_legacy(entry: _Legacy, options: _Options, out: IO[str]) -> None:
@@ -403,7 +433,7 @@ def _print_legacy(entry: _Legacy, options: _Options, out: IO[str]) -> None:
     if options.as_json:
         fields |= {"magic": entry.magic, "note": note}
         if options.deep:
-            fields["records"] = [record_json(r) for r in entry.records]
+            fields["records"] = [record_json(r, options.offsets) for r in entry.records]
         print(json.dumps(fields), file=out)
         return
     print(
@@ -416,7 +446,7 @@ def _print_legacy(entry: _Legacy, options: _Options, out: IO[str]) -> None:
     )
     if options.deep:
         for record in entry.records:
-            print(record_text(record, timestamp_type, -1, options.data), file=out)
+            print(record_text(record, timestamp_type, -1, options), file=out)
 
 
 def batch_fields(header: BatchHeader) -> dict[str, Any]:
@@ -462,7 +492,11 @@ def legacy_fields(entry: _Legacy) -> dict[str, Any]:
     }
 
 
-def record_json(record: Record) -> dict[str, Any]:
+def record_json(record: Record, offsets: bool = False) -> dict[str, Any]:
+    if offsets:
+        key, value = offsets_key_value(record)
+        return {"offset": record.offset, "timestamp": record.timestamp, "key": key,
+                "value": value, "headers": []}  # fmt: skip
     return {
         "offset": record.offset,
         "timestamp": record.timestamp,
@@ -492,8 +526,9 @@ def bytes_text(raw: bytes | None) -> str:
         return "base64:" + base64.b64encode(raw).decode("ascii")
 
 
-def record_text(record: Record, timestamp_type: str, sequence: int, data: bool) -> str:
-    """``| offset: ...``; keys, payloads and header values only when ``data``."""
+def record_text(record: Record, timestamp_type: str, sequence: int, options: _Options) -> str:
+    """``| offset: ...``; keys, payloads and header values only with ``options.data``,
+    decoded as the offsets topic's with ``options.offsets``."""
     key_size = -1 if record.key is None else len(record.key)
     value_size = -1 if record.value is None else len(record.value)
     header_keys = ", ".join(h.key.translate(_ESCAPES) for h in record.headers)
@@ -501,7 +536,10 @@ def record_text(record: Record, timestamp_type: str, sequence: int, data: bool) 
         f"| offset: {record.offset} {timestamp_type}: {record.timestamp} keySize: {key_size} "
         f"valueSize: {value_size} sequence: {sequence} headerKeys: [{header_keys}]"
     )
-    if data:
+    if options.offsets:
+        key, payload = offsets_key_value(record)
+        line += f" key: {key.translate(_ESCAPES)} payload: {payload.translate(_ESCAPES)}"
+    elif options.data:
         line += f" key: {bytes_text(record.key)} payload: {bytes_text(record.value)}"
         if record.headers:
             shown = ", ".join(
@@ -517,33 +555,6 @@ def _sequence(base_sequence: int, delta: int) -> int:
 
 def _bool(value: bool) -> str:
     return "true" if value else "false"
-
-
-# -- indexes ---------------------------------------------------------------
-
-
-def _dump_offset_index(path: Path, options: _Options, out: IO[str]) -> bool:
-    entries = read_offset_index_entries(path)
-    for entry in entries:
-        if options.as_json:
-            print(json.dumps({"offset": entry.offset, "position": entry.position}), file=out)
-        else:
-            print(f"offset: {entry.offset} position: {entry.position}", file=out)
-    if not options.as_json:
-        print(f"{len(entries)} entr" + ("y" if len(entries) == 1 else "ies"), file=out)
-    return True
-
-
-def _dump_time_index(path: Path, options: _Options, out: IO[str]) -> bool:
-    entries = read_time_index_entries(path)
-    for entry in entries:
-        if options.as_json:
-            print(json.dumps({"timestamp": entry.timestamp, "offset": entry.offset}), file=out)
-        else:
-            print(f"timestamp: {entry.timestamp} offset: {entry.offset}", file=out)
-    if not options.as_json:
-        print(f"{len(entries)} entr" + ("y" if len(entries) == 1 else "ies"), file=out)
-    return True
 
 
 # -- producer snapshots ------------------------------------------------------

@@ -471,3 +471,89 @@ def test_bad_arguments_and_help(capsys: pytest.CaptureFixture[str]) -> None:
         timeout=60,
     )
     assert "--deep-iteration" in result.stdout and "--print-data-log" in result.stdout
+
+
+# -- Kafka's spellings, the offsets decoder, index checks ------------------------
+
+
+def test_files_takes_kafkas_comma_separated_list(
+    segment: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _dump(capsys, "--files", f"{segment},{segment}")
+    assert code == 0 and out.count(f"Dumping {segment}") == 2
+
+
+def test_offsets_decoder_prints_commits_and_group_metadata(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from annal.broker.offsets_schema import (
+        GroupMetadataValue,
+        MemberMetadata,
+        OffsetKey,
+        OffsetValue,
+        encode_group_key,
+        encode_group_value,
+        encode_key,
+        encode_value,
+    )
+
+    assignment = struct.pack(">hi", 0, 1) + struct.pack(">h", 6) + b"orders" + struct.pack(
+        ">iiii", 2, 0, 3, -1
+    )  # consumer protocol v0: [orders: 0, 3], no user data
+    member = MemberMetadata("m-1", None, "c", "/127.0.0.1", 300_000, 10_000, b"", assignment)
+    group = GroupMetadataValue("consumer", 4, "range", "m-1", 0, (member,))
+    key3, key0 = encode_key(OffsetKey("g", "orders", 3)), encode_key(OffsetKey("g", "orders", 0))
+    records = [
+        Record(0, 1, key3, encode_value(OffsetValue(42))),
+        Record(1, 1, key0, encode_value(OffsetValue(7, -1, "m"))),
+        Record(2, 1, key0, None),
+        Record(3, 1, encode_group_key("g"), encode_group_value(group)),
+        Record(4, 1, b"\x00\x09junk", b"x"),
+    ]
+    path = _write(tmp_path / "__consumer_offsets-0" / SEGMENT, encode_batch(records))
+    code, out, _ = _dump(capsys, "--offsets-decoder", str(path))
+    assert code == 0
+    shown = [line.split(" key: ", 1)[1] for line in out if line.startswith("| offset:")]
+    assert shown[:3] == [
+        "offset_commit::group=g,partition=orders-3 payload: offset=42",
+        "offset_commit::group=g,partition=orders-0 payload: offset=7,metadata=m",
+        "offset_commit::group=g,partition=orders-0 payload: <DELETE>",
+    ]
+    assert shown[3] == (
+        'group_metadata::group=g payload: {"protocolType":"consumer","protocol":"range",'
+        '"generationId":4,"assignment":"{m-1=[orders-0, orders-3]}"}'
+    )
+    assert shown[4].startswith("<a key of neither kind")
+    code, out, _ = _dump(capsys, "--offsets-decoder", "--json", str(path))
+    decoded = _json(out)[0]["records"]
+    assert decoded[0]["key"] == "offset_commit::group=g,partition=orders-3"
+    assert decoded[0]["value"] == "offset=42"
+
+
+def test_index_checks_find_random_bytes_and_mismatches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig.from_properties({"index.interval.bytes": "1"}))
+    for batch in _batches():
+        log.append_as_leader(batch, 0)
+    log.close()
+    index = tmp_path / "t-0" / "00000000000000000000.index"
+    timeindex = index.with_suffix(".timeindex")
+    code, out, err = _dump(capsys, "--index-sanity-check", str(index), str(timeindex))
+    assert code == 0, err
+    assert out == [f"Dumping {index}", f"{index} passed sanity check.",
+                   f"Dumping {timeindex}", f"{timeindex} passed sanity check."]  # fmt: skip
+
+    # 100 random bytes: printed as read, then refused with the reasons
+    noise = _write(tmp_path / "noise" / "00000000000000000000.index", bytes(range(7, 107)))
+    code, out, err = _dump(capsys, str(noise))
+    assert code == 1
+    assert "the index cannot be trusted" in err and "not a whole number of 8-byte" in err
+
+    # entries that point into the middle of batches: Kafka's mismatches
+    entries = index.read_bytes()
+    relative, position = struct.unpack_from(">ii", entries, 8)
+    index.write_bytes(entries[:8] + struct.pack(">ii", relative + 1, position) + entries[16:])
+    code, out, err = _dump(capsys, "--verify-index-only", str(index))
+    assert code == 1 and out == [f"Dumping {index}"]
+    assert f"Index offset: {relative + 1}, log offset: {relative}" in err
