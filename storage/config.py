@@ -9,6 +9,7 @@ that names the property.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ class LogConfig:
         for name, raw in props.items():
             attr = name.replace(".", "_")
             if attr not in _FIELDS:
-                raise ValueError(f"unknown log config {name!r}")
+                raise ValueError(f"unknown log config {name!r}{_did_you_mean(name)}")
             changes[attr] = _parse(name, attr, raw)
         return dataclasses.replace(base or cls(), **changes)
 
@@ -90,6 +91,13 @@ COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"
 # Kafka's inter-broker/message format version names: 0.8.0 ... 0.11.0, 1.0 ... 3.x, an
 # optional fourth part (0.10.0.0) or internal version (-IV1)
 _FORMAT_VERSION = re.compile(r"(0\.(8|9|10|11)\.\d|[1-3]\.\d{1,2})(\.\d+)?(-IV\d+)?")
+
+
+def _did_you_mean(name: str) -> str:
+    """``; did you mean 'retention.ms'?`` for a near miss of a known name."""
+    known = [f.replace("_", ".") for f in _FIELDS]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _parse(name: str, attr: str, raw: str | int | float) -> object:
@@ -120,11 +128,17 @@ def _parse(name: str, attr: str, raw: str | int | float) -> object:
                 raise ValueError("expected true or false")
             return text.lower() == "true"
         if kind == "float":
-            value: float = float(text)
+            try:
+                value: float = float(text)
+            except ValueError:
+                raise ValueError("expected a ratio between 0 and 1") from None
             if not 0.0 <= value <= 1.0:
                 raise ValueError("expected a ratio between 0 and 1")
             return value
-        number = int(text)
+        try:
+            number = int(text)
+        except ValueError:
+            raise ValueError("expected a whole number") from None
     except ValueError as exc:
         raise ValueError(f"invalid value {raw!r} for log config {name!r}: {exc}") from None
     if number < 0 and attr not in ("retention_ms", "retention_bytes"):

@@ -136,3 +136,21 @@ def test_log_config_parsing() -> None:
         LogConfig.from_properties({"cleanup.policy": "shred"})
     with pytest.raises(ValueError, match="min.cleanable.dirty.ratio"):
         LogConfig.from_properties({"min.cleanable.dirty.ratio": "1.5"})
+
+
+def test_log_config_errors_say_what_was_expected() -> None:
+    """No Python wording leaks (``invalid literal for int()``); near misses of a name
+    get a suggestion, as a user of kafka-configs.sh would want."""
+    wrong = {
+        "retention.mss": "unknown log config 'retention.mss'; did you mean 'retention.ms'?",
+        "retention.ms": "'abc' for log config 'retention.ms': expected a whole number",
+        "min.cleanable.dirty.ratio": "expected a ratio between 0 and 1",
+        "message.format.version": "expected a Kafka version",
+    }
+    for name, message in wrong.items():
+        with pytest.raises(ValueError) as refused:
+            LogConfig.from_properties({name: "abc" if name != "retention.mss" else "1"})
+        assert message in str(refused.value) and "literal" not in str(refused.value)
+    with pytest.raises(ValueError) as unknown:
+        LogConfig.from_properties({"colour": "blue"})
+    assert "did you mean" not in str(unknown.value)
