@@ -12,7 +12,7 @@ from typing import Any
 
 from annal import errors
 from annal.clierrors import fail
-from annal.planfiles import read_partition_file
+from annal.planfiles import OFFSET, read_partition_file
 from annal.topic_partition import TopicPartition
 
 EXAMPLE = '{"version": 1, "partitions": [{"topic": "events", "partition": 0, "offset": 1000}]}'
@@ -49,14 +49,7 @@ below it are removed by the leader and, at their next fetch, the followers.""",
 
 def read_offsets(path: Path) -> dict[TopicPartition, int]:
     """The file's (topic, partition) → offset; ValueError naming what is wrong."""
-    return read_partition_file(path, EXAMPLE, "offset", _offset)
-
-
-def _offset(value: Any) -> int:
-    offset = int(value)
-    if offset < -1:
-        raise ValueError(f"offset {offset} is below -1")
-    return offset
+    return read_partition_file(path, EXAMPLE, "offset", OFFSET, int)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 
 from annal import errors
 from annal.clierrors import fail
-from annal.planfiles import read_partition_file
+from annal.planfiles import BROKER_LIST, read_partition_file
 from annal.topic_partition import TopicPartition
 
 EXAMPLE = '{"version": 1, "partitions": [{"topic": "events", "partition": 0, "replicas": [2, 3]}]}'
@@ -54,7 +54,9 @@ is complete (exit 0 when all are, 1 otherwise).""",
 
 def read_plan(path: Path) -> dict[TopicPartition, list[int]]:
     """The file's (topic, partition) → replicas; ValueError naming what is wrong."""
-    return read_partition_file(path, EXAMPLE, "replicas", lambda r: [int(b) for b in r])
+    return read_partition_file(
+        path, EXAMPLE, "replicas", BROKER_LIST, lambda r: [int(b) for b in r]
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -83,6 +83,6 @@ def test_delete_records(
     ]
     (tmp_path / "bad.json").write_text('{"partitions": [{"topic": "trim"}]}')
     assert main(["delete-records", *bs, "--offset-json-file", str(tmp_path / "bad.json")]) == 2
-    assert "partitions[0] needs topic, partition and offset" in capsys.readouterr().err
+    assert "partitions[0]: has no 'partition', 'offset'" in capsys.readouterr().err
     with SimpleConsumer(bs[1]) as consumer:
         assert consumer.offsets_before("trim", 0, EARLIEST) == 200  # unchanged
