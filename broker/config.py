@@ -30,7 +30,7 @@ from annal.broker.listeners import (
     TlsSettings,
 )
 from annal.client import properties
-from annal.client.security import SSL, Security, pem_blocks, read_pem
+from annal.client.security import SSL, Security, pem_certificates, pem_private_key, read_pem
 from annal.kafkaproto.client_security import ConnectionSecurity
 from annal.security.acl import KafkaPrincipal
 from annal.security.sasl import SUPPORTED_MECHANISMS
@@ -557,8 +557,8 @@ class BrokerConfig:
         return grpc.ssl_server_credentials(
             [
                 (
-                    pem_blocks(keystore, tls.keystore, "PRIVATE KEY"),
-                    pem_blocks(keystore, tls.keystore, "CERTIFICATE"),
+                    pem_private_key(keystore, tls.keystore),
+                    pem_certificates(keystore, tls.keystore),
                 )
             ],
             root_certificates=trusted,

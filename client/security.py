@@ -25,7 +25,6 @@ speak TLS to every broker, presenting their own certificate.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,9 @@ from typing import Any, TypedDict
 import grpc
 from annal.client.properties import PropertiesError, read_properties
 from annal.security.jaas import jaas_login
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
 
 PLAINTEXT = "PLAINTEXT"
 SSL = "SSL"
@@ -41,8 +43,6 @@ SASL_SSL = "SASL_SSL"
 USER_HEADER = "annal-sasl-username"
 PASSWORD_HEADER = "annal-sasl-password"
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-
-_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----.+?-----END \1-----\s*", re.S)
 
 # --command-config keys: Kafka's (Java) names, then librdkafka's
 _CA_KEYS = ("ssl.truststore.location", "ssl.ca.location")
@@ -58,6 +58,7 @@ _KNOWN_KEYS = {
     "ssl.truststore.type",
     "ssl.keystore.type",
     "ssl.endpoint.identification.algorithm",
+    "ssl.key.password",
     *_CA_KEYS,
     *_CERT_KEYS,
     *_KEY_KEYS,
@@ -93,15 +94,44 @@ def read_pem(path: str, what: str) -> bytes:
     return data
 
 
-def pem_blocks(data: bytes, path: str, kind: str) -> bytes:
-    """The PEM blocks of ``data`` whose type ends with ``kind`` (``CERTIFICATE``,
-    ``PRIVATE KEY``), concatenated; an error naming ``path`` when there is none."""
-    found = [m.group(0) for m in _PEM_BLOCK.finditer(data) if m.group(1).endswith(kind.encode())]
-    if kind == "PRIVATE KEY" and any(b"ENCRYPTED" in b.split(b"\n", 1)[0] for b in found):
-        raise SecurityConfigError(f"the private key in {path} is encrypted; give it unencrypted")
-    if not found:
-        raise SecurityConfigError(f"{path} holds no {kind} (PEM)")
-    return b"".join(found)
+def pem_certificates(data: bytes, path: str) -> bytes:
+    """Every certificate of a PEM file (a chain, or a keystore with its key), read
+    by ``cryptography`` and written back as PEM; an error naming ``path`` when
+    there is none or one does not parse."""
+    try:
+        certificates = x509.load_pem_x509_certificates(data)
+    except ValueError:
+        raise SecurityConfigError(f"{path} holds no certificate that can be read (PEM)") from None
+    return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certificates)
+
+
+def pem_private_key(data: bytes, path: str, password: str | None = None) -> bytes:
+    """The private key of a PEM file (PKCS#8 or the traditional formats, encrypted
+    ones with ``password``: Kafka's ``ssl.key.password``), as unencrypted PKCS#8
+    PEM for TLS; an error naming ``path`` and what is wrong."""
+    secret = password.encode() if password is not None else None
+    try:
+        key = serialization.load_pem_private_key(data, secret)
+    except TypeError:
+        if password is None:
+            raise SecurityConfigError(
+                f"the private key in {path} is encrypted: give its password as ssl.key.password"
+            ) from None
+        raise SecurityConfigError(
+            f"the private key in {path} is not encrypted, but ssl.key.password is set"
+        ) from None
+    except ValueError:
+        wrong = " or ssl.key.password is wrong" if password is not None else ""
+        raise SecurityConfigError(
+            f"{path} holds no private key that can be read (PEM){wrong}"
+        ) from None
+    except UnsupportedAlgorithm as exc:
+        raise SecurityConfigError(f"the private key in {path}: {exc}") from None
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +145,7 @@ class Security:
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
     sasl_mechanism: str = "SCRAM-SHA-512"  # what the password is checked against
+    key_password: str | None = field(default=None, repr=False)  # ssl.key.password
 
     def __post_init__(self) -> None:
         if self.protocol not in (PLAINTEXT, SSL, SASL_SSL):
@@ -147,6 +178,7 @@ class Security:
                 "a client certificate needs both ssl_certfile and ssl_keyfile "
                 "(the same file when it holds both)"
             )
+        self.credentials()  # the files are read now, so what is wrong shows before a request
 
     @property
     def tls(self) -> bool:
@@ -154,12 +186,15 @@ class Security:
 
     def credentials(self) -> grpc.ChannelCredentials:
         """The files read now (so a renewed certificate is picked up by new channels)."""
-        ca = read_pem(self.cafile, "ssl CA file") if self.cafile else None
+        ca = None
+        if self.cafile:
+            ca = pem_certificates(read_pem(self.cafile, "ssl CA file"), self.cafile)
         key = chain = None
         if self.certfile and self.keyfile:
-            chain = pem_blocks(read_pem(self.certfile, "ssl certificate"), self.certfile,
-                               "CERTIFICATE")  # fmt: skip
-            key = pem_blocks(read_pem(self.keyfile, "ssl key"), self.keyfile, "PRIVATE KEY")
+            chain = pem_certificates(read_pem(self.certfile, "ssl certificate"), self.certfile)
+            key = pem_private_key(
+                read_pem(self.keyfile, "ssl key"), self.keyfile, self.key_password
+            )
         channel = grpc.ssl_channel_credentials(ca, key, chain)
         if self.sasl_username is None:
             return channel
@@ -224,7 +259,7 @@ class Security:
         try:
             return cls(
                 protocol, first(_CA_KEYS), first(_CERT_KEYS), first(_KEY_KEYS),
-                user, password, mechanism,
+                user, password, mechanism, props.get("ssl.key.password"),
             )  # fmt: skip
         except SecurityConfigError as exc:
             raise SecurityConfigError(f"{where}: {exc}") from None
