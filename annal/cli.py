@@ -150,6 +150,10 @@ def _apply_command_config(args: argparse.Namespace) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     from annal import topicscmd
 
+    # gRPC's own log lines (a failed TLS handshake, ...) would repeat what the
+    # command reports in one line of its own
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
     parser = build_parser()
     args = parser.parse_args(topicscmd.kafka_spelling(list(sys.argv[1:] if argv is None else argv)))
     if (problem := _apply_command_config(args)) is not None:

@@ -23,12 +23,27 @@ HINTS = {
 }
 
 
+# What a message says happened, when it says more than its code: (words, hint).
+MESSAGE_HINTS = (
+    ("WRONG_VERSION_NUMBER", "the TLS handshake met a listener that does not speak TLS: "
+     "a GRPC:// listener takes no security.protocol=SSL in --command-config"),
+    ("CERTIFICATE_VERIFY_FAILED", "the broker's certificate is not signed by the CA in "
+     "ssl.truststore.location (--command-config)"),
+    ("andshake failed", "the TLS handshake failed: check --command-config's CA, and its "
+     "client certificate when the broker requires one"),
+    ("no live broker with id", "annal cluster status (or topics describe) shows the brokers' ids"),
+)  # fmt: skip
+
+
 def fail(prog: str, exc: BaseException) -> int:
     """Print ``exc`` for the user of ``prog`` (a hint below when one helps) and
     return the exit status of a failed request, 1."""
     print(f"{prog}: {exc}", file=sys.stderr)
     if isinstance(exc, AnnalError):
-        hint = HINTS.get(exc.code) or ("it may pass if tried again" if exc.retriable else "")
+        text = str(exc)
+        hint = next((h for words, h in MESSAGE_HINTS if words in text), None)
+        if hint is None:
+            hint = HINTS.get(exc.code) or ("it may pass if tried again" if exc.retriable else "")
         if hint:
             print(f"{prog}: hint: {hint}", file=sys.stderr)
     return 1
