@@ -90,7 +90,9 @@ def _wording(problem: jsonschema.ValidationError) -> str:
     if problem.validator == "const":
         return f"version {shown} is not 1"
     if problem.validator == "required":
-        missing = [f for f in problem.validator_value if f not in problem.instance]
+        fields: list[str] = list(problem.validator_value)  # type: ignore[arg-type]
+        given: dict[str, Any] = problem.instance  # type: ignore[assignment]
+        missing = [f for f in fields if f not in given]
         return f"has no {', '.join(repr(f) for f in missing)}"
     if problem.validator == "uniqueItems":
         return f"{shown} lists an entry twice"
