@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,12 @@ def add_parser(commands: Any) -> None:
     ):
         one = actions.add_parser(name, parents=[anywhere], help=text)
         one.add_argument("broker_id", type=int, metavar="ID")
+        one.add_argument(
+            "--timeout", type=float, default=300.0 if name != "kill" else 30.0, metavar="S",
+            help="how long to wait for the broker to exit (or, for start, to serve) before "
+            "giving up (default %(default)s s; a broker leading thousands of partitions "
+            "hands them over before it exits)",
+        )  # fmt: skip
     drill = actions.add_parser(
         "drill",
         parents=[anywhere],
@@ -101,7 +108,14 @@ def run(args: argparse.Namespace) -> int:
                           file=sys.stderr)  # fmt: skip
                     return 2
                 overrides[name.strip()] = value.strip()
-            state = cluster.up(args.brokers, security=args.security, overrides=overrides)
+            began = time.monotonic()
+
+            def progress(line: str) -> None:
+                print(f"[{time.monotonic() - began:4.1f} s] {line}", file=sys.stderr, flush=True)
+
+            state = cluster.up(
+                args.brokers, security=args.security, overrides=overrides, progress=progress
+            )
             endpoints = ",".join(f"127.0.0.1:{b.port}" for b in state.brokers)
             print(f"cluster up in {cluster.directory}")
             print(f"bootstrap servers: {endpoints}")
@@ -133,10 +147,19 @@ def run(args: argparse.Namespace) -> int:
             print(f"cluster in {cluster.directory} is down")
         elif args.action == "kill":
             cluster.signal_broker(args.broker_id, signal.SIGKILL)
+            print(f"broker {args.broker_id} killed (SIGKILL)")
         elif args.action == "stop":
-            cluster.signal_broker(args.broker_id, signal.SIGTERM)
+            began = time.monotonic()
+            print(f"broker {args.broker_id}: controlled shutdown (SIGTERM) ...", flush=True)
+            cluster.signal_broker(args.broker_id, signal.SIGTERM, timeout_s=args.timeout)
+            print(f"broker {args.broker_id} stopped in {time.monotonic() - began:.1f} s")
         elif args.action == "start":
-            cluster.start_broker(args.broker_id)
+            began = time.monotonic()
+            cluster.start_broker(args.broker_id, timeout_s=args.timeout)
+            print(
+                f"broker {args.broker_id} started: registered and serving metadata in "
+                f"{time.monotonic() - began:.1f} s"
+            )
         elif args.action == "drill":
             return _drill(cluster, args)
     except (ClusterError, ZooKeeperError, TimeoutError) as exc:

@@ -17,7 +17,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,10 +163,12 @@ class LocalCluster:
         timeout_s: float = 90.0,
         security: str = PLAINTEXT,
         overrides: Mapping[str, str] | None = None,
+        progress: Callable[[str], None] = lambda line: None,
     ) -> ClusterState:
         """Start ZooKeeper and ``brokers`` brokers and wait until they serve;
         ``overrides``: broker settings on top of the local cluster's (kept in
-        the cluster's state, so restarted brokers take them too)."""
+        the cluster's state, so restarted brokers take them too); ``progress``
+        hears a line at each step."""
         if self.state_path.exists() and any(pid_alive(b.pid) for b in self.load().brokers):
             raise ClusterError(f"a cluster is already running in {self.directory}")
         _check_overrides(overrides or {})
@@ -176,6 +178,7 @@ class LocalCluster:
         zookeeper = ZooKeeperServer(self.directory / "zookeeper")
         zookeeper.start()
         assert zookeeper.process is not None
+        progress(f"ZooKeeper serving on 127.0.0.1:{zookeeper.port}")
         pid, kept = zookeeper.process.pid, dict(overrides or {})
         state = ClusterState(zookeeper.port, pid, security=security, overrides=kept)
         if password is not None:
@@ -189,12 +192,15 @@ class LocalCluster:
             process.start()
             entry.pid = process.pid
         self.save(state)
+        plural = "s" if brokers > 1 else ""
+        progress(f"{brokers} broker{plural} started; waiting for them to register")
         with ZkClient(state.zookeeper_connect) as zk:
             try:
                 wait_until(
                     lambda: len(zk.get_brokers()) == brokers, timeout_s, "every broker registered"
                 )
                 wait_until(lambda: zk.get_controller() is not None, timeout_s, "a controller")
+                progress(f"registered; broker {zk.get_controller()} is the controller")
                 ids = [b.id for b in state.brokers]
                 for b in state.brokers:
                     wait_until(

@@ -23,6 +23,8 @@ def test_local_cluster_lifecycle(tmp_path: Path) -> None:
         assert up.returncode == 0, up.stderr
         assert "bootstrap servers: 127.0.0.1:" in up.stdout and "/annal" in up.stdout
         assert "Kafka bootstrap servers: 127.0.0.1:" in up.stdout
+        # progress while it waits, on stderr: ZooKeeper, the brokers, the controller
+        assert "ZooKeeper serving on" in up.stderr and "is the controller" in up.stderr
         status = json.loads(annal("cluster", "status", "--json", "--dir", d).stdout)
         assert set(status) >= {"zookeeper", "controller", "brokers", "dir"}
         assert status["zookeeper"].endswith("/annal")
@@ -51,14 +53,17 @@ def test_local_cluster_lifecycle(tmp_path: Path) -> None:
         text = annal("cluster", "status", "--dir", d).stdout
         assert "metrics=127.0.0.1:" in text and "under-replicated=0" in text
 
-        assert annal("cluster", "--dir", d, "kill", "2").returncode == 0
+        killed = annal("cluster", "--dir", d, "kill", "2")
+        assert killed.returncode == 0 and "broker 2 killed (SIGKILL)" in killed.stdout
         status = json.loads(annal("cluster", "--dir", d, "status", "--json").stdout)
         assert [b["alive"] for b in status["brokers"]] == [True, False]
         again = annal("cluster", "--dir", d, "kill", "2")
         assert again.returncode == 1 and "broker 2 is not running" in again.stderr
         started = annal("cluster", "--dir", d, "start", "2")
         assert started.returncode == 0, started.stderr
-        assert annal("cluster", "--dir", d, "stop", "1").returncode == 0
+        assert "broker 2 started: registered and serving metadata in" in started.stdout
+        stopped = annal("cluster", "--dir", d, "stop", "1")
+        assert stopped.returncode == 0 and "broker 1 stopped in" in stopped.stdout
         status = json.loads(annal("cluster", "--dir", d, "status", "--json").stdout)
         assert [b["alive"] for b in status["brokers"]] == [False, True]
         unknown = annal("cluster", "--dir", d, "stop", "9")
