@@ -35,11 +35,32 @@ def add_parser(commands: Any) -> None:
         help="acks, batch.size, linger.ms, compression.type, retries",
     )
     produce.add_argument("--json", action="store_true", help="print one JSON object")
-    consume = actions.add_parser("consume", help="read --messages records and report")
-    consume.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]")
+    consume = actions.add_parser(
+        "consume", help="read --messages records and report",
+        description="Read --messages records from the start of every partition of --topic "
+        "and report as kafka-consumer-perf-test.sh does: a CSV header and line (start.time, "
+        "end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+        "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec), with "
+        "--show-detailed-stats one line per --reporting-interval too. Stopping short "
+        "(no record for --timeout ms) says so and exits 1.",
+    )  # fmt: skip
+    consume.add_argument(
+        "--bootstrap-server", "--broker-list", dest="bootstrap_server", required=True,
+        metavar="HOST:PORT[,...]",
+    )  # fmt: skip
     consume.add_argument("--topic", required=True)
     consume.add_argument("--messages", type=int, required=True)
     consume.add_argument("--fetch-size", type=int, default=1 << 20, help="bytes per fetch")
+    consume.add_argument(
+        "--timeout", type=int, default=10_000, metavar="MS",
+        help="give up when no record arrives for this long (default %(default)s)",
+    )  # fmt: skip
+    consume.add_argument(
+        "--show-detailed-stats", action="store_true",
+        help="a CSV line every --reporting-interval as well",
+    )  # fmt: skip
+    consume.add_argument("--reporting-interval", type=int, default=5000, metavar="MS")
+    consume.add_argument("--hide-header", action="store_true", help="no CSV header line")
     consume.add_argument("--json", action="store_true", help="print one JSON object")
     perf.set_defaults(run=run)
 
@@ -166,16 +187,43 @@ def run_produce(args: argparse.Namespace) -> int:
     return 0
 
 
+CSV_HEADER = (
+    "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+    "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec"
+)
+
+
+def _when(wall: float) -> str:
+    """Kafka's default --date-format, yyyy-MM-dd HH:mm:ss:SSS."""
+    moment = time.localtime(wall)
+    return time.strftime("%Y-%m-%d %H:%M:%S", moment) + f":{int(wall * 1000) % 1000:03d}"
+
+
+def _csv_line(began: float, ended: float, size: int, records: int) -> str:
+    """One CSV line from ``began`` to ``ended`` (wall-clock seconds); annal's
+    consumer has no group rebalance, so fetching is all of the time."""
+    seconds = max(ended - began, 1e-9)
+    mb = size / (1024 * 1024)
+    return (
+        f"{_when(began)}, {_when(ended)}, {mb:.4f}, {mb / seconds:.4f}, {records}, "
+        f"{records / seconds:.4f}, 0, {int(seconds * 1000)}, {mb / seconds:.4f}, "
+        f"{records / seconds:.4f}"
+    )
+
+
 def run_consume(args: argparse.Namespace) -> int:
     from annal.consumer.simple import EARLIEST, ConsumerError, SimpleConsumer
 
     consumed = size = 0
+    if not args.json and not args.hide_header:
+        print(CSV_HEADER, flush=True)
     try:
         with SimpleConsumer(args.bootstrap_server) as consumer:
             partitions = consumer.partitions_for(args.topic)
             positions = {p: consumer.offsets_before(args.topic, p, EARLIEST) for p in partitions}
-            started = time.monotonic()
-            idle = 0
+            started, began = time.monotonic(), time.time()
+            last_record = started
+            window = (began, 0, 0)  # wall time, records and bytes at the window's start
             rounds = consumer.stream(
                 {TopicPartition(args.topic, p): o for p, o in positions.items()}, args.fetch_size
             )
@@ -185,13 +233,28 @@ def run_consume(args: argparse.Namespace) -> int:
                     got += len(result.records)
                     size += sum(len(r.value or b"") for r in result.records)
                 consumed += got
-                idle = 0 if got else idle + 1
-                if consumed >= args.messages or idle >= 20:
+                now = time.monotonic()
+                if got:
+                    last_record = now
+                if args.show_detailed_stats and not args.json:
+                    wall = time.time()
+                    if (wall - window[0]) * 1000 >= args.reporting_interval:
+                        print(_csv_line(window[0], wall, size - window[2], consumed - window[1]),
+                              flush=True)  # fmt: skip
+                        window = (wall, consumed, size)
+                if consumed >= args.messages or (now - last_record) * 1000 >= args.timeout:
                     break
             rounds.close()
             elapsed = max(time.monotonic() - started, 1e-9)
+            ended = time.time()
     except ConsumerError as exc:
         return fail("annal perf consume", exc)
+    if consumed < args.messages:
+        print(
+            f"annal perf consume: WARNING: stopped after {consumed} of {args.messages} records: "
+            f"none arrived for {args.timeout} ms (--timeout); the topic may hold fewer",
+            file=sys.stderr,
+        )
     report = {
         "records": consumed,
         "records_per_s": round(consumed / elapsed, 1),
@@ -200,9 +263,6 @@ def run_consume(args: argparse.Namespace) -> int:
     }
     if args.json:
         print(json.dumps(report))
-    else:
-        print(
-            f"{consumed} records in {report['seconds']} s: {report['records_per_s']} records/sec, "
-            f"{report['mb_per_s']} MB/sec"
-        )
+    elif not args.show_detailed_stats:
+        print(_csv_line(began, ended, size, consumed))
     return 0 if consumed >= args.messages else 1

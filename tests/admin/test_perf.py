@@ -32,6 +32,19 @@ def test_perf_produce_and_consume(broker_factory: Callable[..., BrokerProcess]) 
     consumed = annal("perf", "consume", *bs, "--messages", "20000", "--json")
     assert consumed.returncode == 0, consumed.stderr
     assert json.loads(consumed.stdout)["records"] == 20000
+    csv = annal("perf", "consume", *bs, "--messages", "20000")  # Kafka's CSV
+    assert csv.returncode == 0, csv.stderr
+    header, line = csv.stdout.splitlines()
+    assert header.startswith("start.time, end.time, data.consumed.in.MB, MB.sec")
+    fields = line.split(", ")
+    assert len(fields) == 10 and fields[4] == "20000"
+    short = annal("perf", "consume", *bs, "--messages", "30000", "--timeout", "1000",
+                  "--hide-header")  # fmt: skip
+    assert short.returncode == 1 and short.stdout.split(", ")[4] == "20000"
+    assert "stopped after 20000 of 30000 records" in short.stderr
+    detailed = annal("perf", "consume", *bs, "--messages", "20000", "--show-detailed-stats",
+                     "--reporting-interval", "1")  # fmt: skip
+    assert detailed.returncode == 0 and len(detailed.stdout.splitlines()) >= 2
     text = annal("perf", "produce", *bs, "--num-records", "10")
     assert "records sent" in text.stdout and "99th" in text.stdout
     bad = annal("perf", "produce", *bs, "--num-records", "1", "--producer-props", "bogus=1")
