@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from annal.deploy.runner import wait_until
+from annal.deploy.runner import BrokerProcess, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -80,3 +80,33 @@ def test_the_quick_start_works_as_written(cluster_dir: Path) -> None:
     )
     assert example.returncode == 0, example.stderr
     run(lines[-1])
+
+
+def kafka_protocol_examples() -> list[str]:
+    text = (ROOT / "docs" / "kafka-protocol.md").read_text()
+    section = text.split("## Examples\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```(?:\w*)\n(.*?)```", section, re.S)
+
+
+def test_the_kafka_protocol_examples_print_what_they_wrote(broker: BrokerProcess) -> None:
+    """docs/kafka-protocol.md's examples, each run as written against a broker
+    with a 6-partition topic ``events``: each reads back what was written."""
+    from annal.admin.client import AdminClient
+
+    with AdminClient(broker.endpoint) as admin:
+        admin.create_topic("events", partitions=6)
+    port = broker.kafka_endpoint.rsplit(":", 1)[1]
+    shell, *programs = kafka_protocol_examples()
+    assert len(programs) == 3  # confluent-kafka, kafka-python, aiokafka
+    for program in programs:
+        done = subprocess.run(
+            [sys.executable, "-c", program.replace("KAFKA_PORT", port)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "b'v'" in done.stdout, (program, done.stdout)  # partition 0 from its start
+    if shutil.which("kcat"):
+        for line in commands(shell.replace("KAFKA_PORT", port)):
+            done = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, f"{line}\n{done.stderr}"
+        assert done.stdout.split()[-1] == "hello"  # the last line reads partition 0 back
