@@ -13,11 +13,11 @@ are replaced whole on refresh, so readers see one version or the next.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any, Self
 
 import grpc
+from annal.client.retry import retrying
 from annal.client.security import PLAINTEXT, Security, default_security
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
@@ -145,16 +145,10 @@ class ClusterConnection:
         A broker that has not heard from a controller yet (just started) lists
         no brokers: that answer is not the cluster's, so the request is asked
         again, with a short backoff, until ``timeout_s``."""
-        deadline = time.monotonic() + self.timeout_s
-        backoff_s = 0.05
-        while True:
-            metadata: pb.MetadataResponse = self.call_any(
-                "Metadata", pb.MetadataRequest(topics=list(topics))
-            )
-            if metadata.brokers or time.monotonic() + backoff_s > deadline:
-                break
-            time.sleep(backoff_s)
-            backoff_s = min(backoff_s * 2, 1.0)
+        ask = retrying(self.timeout_s, until=lambda answer: bool(answer.brokers))
+        metadata: pb.MetadataResponse = ask(
+            self.call_any, "Metadata", pb.MetadataRequest(topics=list(topics))
+        )
         brokers = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers}
         listeners = dict(self.kafka_listeners)
         for b in metadata.brokers:

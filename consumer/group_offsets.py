@@ -13,12 +13,12 @@ Not thread-safe: one per thread, as the simple consumer.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
 from annal.client.cluster import ClientError, ClusterConnection
+from annal.client.retry import retrying
 from annal.client.security import Security
 from annal.consumer.simple import ConsumerError
 from annal.v1 import annal_pb2 as pb
@@ -134,17 +134,16 @@ class GroupOffsets:
             raise ConsumerError.from_rpc(exc) from exc
 
     def _retry(self, attempt: Callable[[], T]) -> T:
-        deadline = time.monotonic() + self.timeout_s
-        backoff_s = 0.05
-        while True:
-            try:
-                return attempt()
-            except ConsumerError as exc:
-                if not exc.retriable or time.monotonic() + backoff_s > deadline:
-                    raise
-                self._coordinator = None  # find it again: it may have moved
-                time.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 1.0)
+        def find_again(_: object) -> None:
+            self._coordinator = None  # it may have moved
+
+        policy = retrying(
+            self.timeout_s,
+            retry_on=lambda exc: isinstance(exc, ConsumerError) and exc.retriable,
+            before_sleep=find_again,
+        )
+        result: T = policy(attempt)
+        return result
 
     def delete(self) -> None:
         """Delete the group at its coordinator: its committed offsets and metadata.

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import grpc
 from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
+from annal.client.retry import Budget, delay
 from annal.client.security import client_security
 from annal.consumer.kafka_fetch import (
     FetchConnectionError,
@@ -81,31 +82,6 @@ def paused_gc() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-class _Retry:
-    """Backoff and a deadline for one operation: at least ``attempts`` retries,
-    and more until ``timeout_s`` has passed since it began."""
-
-    def __init__(self, attempts: int, timeout_s: float) -> None:
-        self.attempts = attempts
-        self.timeout_s = timeout_s
-        self.began = time.monotonic()
-        self.deadline = self.began + timeout_s
-        self.done = 0
-
-    def exhausted(self) -> bool:
-        return self.done >= self.attempts and time.monotonic() >= self.deadline
-
-    def backoff(self) -> None:
-        delay = min(0.05 * 2 ** min(self.done, 5), 1.0)
-        if self.done >= self.attempts:
-            delay = max(0.0, min(delay, self.deadline - time.monotonic()))
-        self.done += 1
-        time.sleep(delay)
-
-    def describe(self) -> str:
-        return f"{self.done} retries in {time.monotonic() - self.began:.1f} s"
 
 
 class ConsumerError(ClientError):
@@ -281,7 +257,7 @@ class SimpleConsumer:
         """Fetch many partitions, one request per leader; retries when leaders move."""
         results: dict[TopicPartition, FetchResult] = {}
         pending = dict(offsets)
-        retry = _Retry(self.retries, self.timeout_s)
+        retry = Budget(self.timeout_s, self.retries)
         while True:
             by_leader: dict[str, dict[TopicPartition, int]] = {}
             for key, offset in pending.items():
@@ -301,7 +277,7 @@ class SimpleConsumer:
                     f"no leader answered for {sorted(pending)} within {retry.describe()}",
                 )
             self._leaders_may_have_moved()
-            retry.backoff()
+            retry.sleep()
 
     def _fetch_from(
         self,
@@ -378,7 +354,7 @@ class SimpleConsumer:
         listener of this client's security protocol where it has one
         (consumer/kafka_fetch.py: about half gRPC's CPU per megabyte at both
         ends), and over gRPC otherwise."""
-        retry = _Retry(self.retries, self.timeout_s)
+        retry = Budget(self.timeout_s, self.retries)
         while True:
             try:
                 leader = self.leader(topic, partition)
@@ -397,7 +373,7 @@ class SimpleConsumer:
                 if not error.retriable or retry.exhausted():
                     raise ConsumerError(error, answer.message or f"fetch {topic}-{partition}")
             self._leaders_may_have_moved()
-            retry.backoff()
+            retry.sleep()
 
     def _fetch_one(
         self, leader: str, topic: str, partition: int, offset: int, max_bytes: int
@@ -486,7 +462,7 @@ class SimpleConsumer:
                     self.cluster.forget()
                     if retry:  # the broker that named those leaders may be a deposed one
                         self.cluster.move_on()
-                        time.sleep(min(0.05 * 2 ** min(failures, 5), 1.0))
+                        time.sleep(delay(failures))
                     ahead = self._start_round(positions, max_bytes)
         finally:
             for _, _, call in ahead:
@@ -521,7 +497,7 @@ class SimpleConsumer:
     def offset_for_time(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
         """As ``offsets_before``, with the found record's timestamp (-1 for
         EARLIEST/LATEST and when no record is that recent)."""
-        retry = _Retry(self.retries, self.timeout_s)
+        retry = Budget(self.timeout_s, self.retries)
         while True:
             request = pb.ListOffsetsRequest(
                 replica_id=-1,
@@ -540,7 +516,7 @@ class SimpleConsumer:
                 if retry.exhausted():
                     raise
                 self._leaders_may_have_moved()
-                retry.backoff()
+                retry.sleep()
                 continue
             try:
                 response = self.cluster.stub(leader).ListOffsets(request, timeout=self.timeout_s)
@@ -558,7 +534,7 @@ class SimpleConsumer:
                 where = detail or f"list offsets of {topic}-{partition}"
                 raise ConsumerError(error, f"{where} (gave up after {retry.describe()})")
             self._leaders_may_have_moved()
-            retry.backoff()
+            retry.sleep()
 
     def iterate(self, topic: str, partition: int, offset: int) -> Iterator[ConsumerRecord]:
         """Records from ``offset`` until the high watermark as it was when reached."""

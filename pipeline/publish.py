@@ -46,6 +46,7 @@ import grpc
 import pyarrow as pa
 import pyarrow.compute as pc
 from annal.client.cluster import ClientError, ClusterConnection
+from annal.client.retry import Budget
 from annal.storage.batch import Compression
 from annal.storage.records import BatchBuilder
 from annal.v1 import annal_pb2 as pb
@@ -141,8 +142,7 @@ class Publisher:
         encoded = {key: self._build(data, rows, producer_id, epoch) for key, rows in plan.items()}
         pending = dict(encoded)
         stored: dict[TopicPartition, int] = {}
-        deadline = time.monotonic() + self.timeout_s
-        backoff_s = 0.05
+        retry = Budget(self.timeout_s)
         last = "no answer"
         while pending:
             by_leader: dict[str, dict[TopicPartition, bytes]] = {}
@@ -176,14 +176,13 @@ class Publisher:
                         )
             if not pending:
                 break
-            if time.monotonic() + backoff_s > deadline:
+            if retry.expires_in_next_wait():
                 raise PublishError(
                     errors.REQUEST_TIMED_OUT,
                     f"{len(pending)} partitions not acknowledged within "
                     f"{self.timeout_s:.0f} s; last: {last}",
                 )
-            time.sleep(backoff_s)
-            backoff_s = min(backoff_s * 2, 1.0)
+            retry.sleep()
         return stored
 
     def _build(self, data: RoundData, rows: list[int], producer_id: int, epoch: int) -> bytes:

@@ -61,6 +61,7 @@ from operator import add
 import grpc
 from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
+from annal.client.retry import Budget
 from annal.client.security import client_security
 from annal.producer.partitioner import DefaultPartitioner, Partitioner
 from annal.storage.batch import Compression
@@ -309,9 +310,7 @@ class Producer:
         counts = self.cluster.partition_counts
         if topic in counts:
             return counts[topic]
-        began = time.monotonic()
-        deadline = began + self.max_block_s
-        backoff_s = 0.05
+        retry = Budget(self.max_block_s)
         while True:
             failure = self._refresh([topic])
             counts = self.cluster.partition_counts
@@ -322,22 +321,20 @@ class Producer:
                     errors.TOPIC_AUTHORIZATION_FAILED,
                     f"not authorized to access topic {topic!r} (Describe is needed to see it)",
                 )
-            if failure is not None and time.monotonic() + backoff_s >= began + min(
-                self.request_timeout_s, self.max_block_s
-            ):
+            reachable_s = min(self.request_timeout_s, self.max_block_s)
+            if failure is not None and retry.expires_in_next_wait(within_s=reachable_s):
                 raise ProduceError(
                     failure.code,
                     f"cannot send to {topic!r}: no broker reachable within "
                     f"{int(self.request_timeout_s * 1000)} ms ({failure.message})",
                 )
-            if time.monotonic() + backoff_s > deadline:
+            if retry.expires_in_next_wait():
                 raise ProduceError(
                     errors.UNKNOWN_TOPIC_OR_PARTITION,
                     f"topic {topic!r} not present in metadata after "
                     f"{int(self.max_block_s * 1000)} ms",
                 )
-            time.sleep(backoff_s)
-            backoff_s = min(backoff_s * 2, 1.0)
+            retry.sleep()
 
     # -- send -------------------------------------------------------------------------
 

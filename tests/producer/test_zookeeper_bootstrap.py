@@ -64,7 +64,9 @@ def test_console_tools_with_zookeeper(broker: BrokerProcess, zk_connect: str) ->
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
     neither = annal("console-producer", "--topic", "x")
     assert neither.returncode == 2
-    assert "one of the arguments --bootstrap-server --zookeeper is required" in neither.stderr
+    assert "one of the arguments --bootstrap-server/--broker-list --zookeeper is required" in (
+        neither.stderr
+    )
     malformed = annal("console-consumer", "--zookeeper", "zk-without-port", "--topic", "x")
     assert malformed.returncode == 2 and "is not host:port" in malformed.stderr
     hosts = zk_connect.partition("/")[0]
