@@ -5,11 +5,14 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent import futures
 from pathlib import Path
 
+import grpc
 import pytest
 from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
 from annal.deploy.zookeeper import ZooKeeperServer, free_port_range
+from annal.v1 import annal_pb2_grpc
 from annal.zk.client import ZkClient
 
 _chroots = itertools.count()
@@ -164,3 +167,21 @@ def module_broker_factory(
 
     yield start
     _kill_brokers(started, request.session.testsfailed > failed_before)
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[annal_pb2_grpc.AnnalServicer], str]]:
+    """Serve stand-in brokers (gRPC servicers) on free ports; stopped afterwards."""
+    servers: list[grpc.Server] = []
+
+    def start(servicer: annal_pb2_grpc.AnnalServicer) -> str:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        annal_pb2_grpc.add_AnnalServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return f"127.0.0.1:{port}"
+
+    yield start
+    for server in servers:
+        server.stop(None)

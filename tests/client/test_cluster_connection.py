@@ -4,8 +4,7 @@ still empty (it has not heard from a controller) is asked again, not believed.""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from concurrent import futures
+from collections.abc import Callable
 
 import grpc
 import pytest
@@ -40,23 +39,6 @@ class StartingBroker(annal_pb2_grpc.AnnalServicer):
                 )
             ],
         )
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[StartingBroker], str]]:
-    servers: list[grpc.Server] = []
-
-    def start(servicer: StartingBroker) -> str:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        annal_pb2_grpc.add_AnnalServicer_to_server(servicer, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        servers.append(server)
-        return f"127.0.0.1:{port}"
-
-    yield start
-    for server in servers:
-        server.stop(None)
 
 
 @pytest.mark.timeout(30)

@@ -6,8 +6,7 @@ deposed leader naming itself: docs/architecture.md)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from concurrent import futures
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -61,30 +60,13 @@ class DeposedLeader(NamesLeader):
         )
 
 
-@pytest.fixture
-def servers() -> Iterator[list[grpc.Server]]:
-    started: list[grpc.Server] = []
-    yield started
-    for server in started:
-        server.stop(None)
-
-
-def serve(servicer: annal_pb2_grpc.AnnalServicer, started: list[grpc.Server]) -> str:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    annal_pb2_grpc.add_AnnalServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    started.append(server)
-    return f"127.0.0.1:{port}"
-
-
 @pytest.mark.timeout(30)
 def test_a_not_leader_answer_refreshes_metadata_from_the_next_server(
-    servers: list[grpc.Server],
+    serve: Callable[[annal_pb2_grpc.AnnalServicer], str],
 ) -> None:
     leader, other = DeposedLeader(), NamesLeader()
-    leader.leader_address = other.leader_address = serve(leader, servers)
-    consumer = SimpleConsumer(f"{leader.leader_address},{serve(other, servers)}", timeout_s=10)
+    leader.leader_address = other.leader_address = serve(leader)
+    consumer = SimpleConsumer(f"{leader.leader_address},{serve(other)}", timeout_s=10)
     try:
         assert consumer.fetch("t", 0, 0).records == []
         assert leader.fetched == 2  # fetched again after the refresh

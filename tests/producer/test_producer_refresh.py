@@ -5,8 +5,7 @@ bootstrap server than the one asked last, before the batch is sent again."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from concurrent import futures
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -58,30 +57,13 @@ class TimingOutLeader(StartingBroker):
         )  # fmt: skip
 
 
-@pytest.fixture
-def servers() -> Iterator[list[grpc.Server]]:
-    started: list[grpc.Server] = []
-    yield started
-    for server in started:
-        server.stop(None)
-
-
-def serve(servicer: annal_pb2_grpc.AnnalServicer, started: list[grpc.Server]) -> str:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    annal_pb2_grpc.add_AnnalServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    started.append(server)
-    return f"127.0.0.1:{port}"
-
-
 @pytest.mark.timeout(30)
 def test_a_timed_out_produce_refreshes_metadata_from_the_next_server(
-    servers: list[grpc.Server],
+    serve: Callable[[annal_pb2_grpc.AnnalServicer], str],
 ) -> None:
     leader, other = TimingOutLeader(), StartingBroker(0)
-    leader.address = serve(leader, servers)
-    bootstrap = f"{leader.address},{serve(other, servers)}"
+    leader.address = serve(leader)
+    bootstrap = f"{leader.address},{serve(other)}"
     with Producer(bootstrap, acks=1, enable_idempotence=False, retry_backoff_ms=10) as producer:
         asked_before = (leader.calls, other.calls)
         metadata = producer.send("t", b"v", partition=0).result(20)
