@@ -137,3 +137,8 @@ def test_kafka_listener_requests_are_counted_by_api(
     for api in ("ApiVersions", "Metadata", "Produce"):
         assert value(samples, "annal_network_requestmetrics_requests_total", request=api) >= 1
     assert value(samples, "annal_server_brokertopicmetrics_messagesin_total", topic="spoken") == 1
+    # the process and the Python runtime, as every Prometheus target has them
+    assert value(samples, "process_resident_memory_bytes") > 0
+    assert value(samples, "process_cpu_seconds_total") > 0
+    assert value(samples, "python_gc_collections_total", generation="0") >= 0
+    assert any(name == "python_info" for name, _ in samples)
