@@ -76,6 +76,8 @@ class BrokerState:
     session_state: Callable[[], str]
     isr_changes: Callable[[], tuple[int, int]]  # (shrinks, expands) since start
     offline_log_dirs: Callable[[], int] = lambda: 0  # log dirs an I/O error took offline
+    # each followed partition's lag behind its leader's high watermark (-1: no answer yet)
+    fetcher_lags: Callable[[], Mapping[TopicPartition, int]] = lambda: {}
 
 
 class BrokerMetrics:
@@ -271,6 +273,16 @@ class StateCollector(Collector):
             end.add_metric(labels, p.log_end_offset)
             start.add_metric(labels, p.log_start_offset)
         yield from (size, end, start)
+        lag = GaugeMetricFamily(
+            "annal_server_fetcherlagmetrics_consumerlag",
+            "Records a followed partition's copy here is behind its leader's high watermark, "
+            "at the leader's last answer",
+            labels=["topic", "partition"],
+        )
+        for tp, behind in sorted(state.fetcher_lags().items()):
+            if behind >= 0:
+                lag.add_metric([tp.topic, str(tp.partition)], behind)
+        yield lag
         purgatory = GaugeMetricFamily(
             "annal_server_delayedoperationpurgatory_purgatorysize",
             "Requests waiting in each purgatory",

@@ -115,6 +115,7 @@ class _Follow:
     leader_epoch: int
     truncated: bool = False  # epoch truncation done for this leader epoch
     delayed_until: float = 0.0
+    lag: int = -1  # the leader's high watermark minus our log end, at the last answer
     errors: dict[ErrorCode, int] = field(default_factory=dict)
 
 
@@ -194,6 +195,13 @@ class ReplicaFetcherManager:
         with self._lock:
             return {tp: key[0] for tp, key in self._owner.items()}
 
+    def lags(self) -> dict[TopicPartition, int]:
+        """Each followed partition's lag behind its leader's high watermark at the
+        last answer (Kafka's FetcherLagMetrics ConsumerLag); -1 before one."""
+        with self._lock:
+            fetchers = list(self._fetchers.values())
+        return {tp: lag for fetcher in fetchers for tp, lag in fetcher.lags().items()}
+
     def shutdown(self) -> None:
         with self._lock:
             self._closed = True
@@ -246,6 +254,10 @@ class _FetcherThread:
             daemon=True,
         )
         self._thread.start()
+
+    def lags(self) -> dict[TopicPartition, int]:
+        with self._cond:
+            return {tp: follow.lag for tp, follow in self._partitions.items()}
 
     def add(self, partitions: Mapping[TopicPartition, _Follow]) -> None:
         with self._cond:
@@ -476,6 +488,7 @@ class _FetcherThread:
             # the leader deleted records (DeleteRecords, retention): so does the copy
             log.delete_records_before(result.log_start_offset)
         log.update_high_watermark(min(result.high_watermark, log.log_end_offset))
+        follow.lag = max(0, result.high_watermark - log.log_end_offset)  # Kafka's ConsumerLag
         follow.errors.clear()
 
     def _out_of_range(self, tp: TopicPartition, log: Log, result: Answer) -> None:

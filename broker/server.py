@@ -447,6 +447,7 @@ class BrokerServer:
                 session_state=lambda: self._session_state,
                 isr_changes=lambda: (replicas.isr_shrinks, replicas.isr_expands),
                 offline_log_dirs=lambda: len(replicas.logs.failures.offline_dirs()),
+                fetcher_lags=lambda: {} if self.fetchers is None else self.fetchers.lags(),
             )
         )
         host = self.config.metrics_host or self.config.listener.host

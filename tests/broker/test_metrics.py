@@ -89,6 +89,12 @@ def test_metrics_follow_a_follower_down_and_back(
         assert ends == [10, 10, 10]
         assert ("annal_server_delayedoperationpurgatory_purgatorysize",
                 (("delayedoperation", "fetch"),)) in s  # fmt: skip
+    # every broker follows 2 of the 3 partitions, caught up: a lag of 0 for each
+    lags = [
+        behind for s in samples for (name, _), behind in s.items()
+        if name == "annal_server_fetcherlagmetrics_consumerlag"
+    ]  # fmt: skip
+    assert lags == [0] * 6
 
     # a follower dies: its partitions' leaders shrink their ISRs
     victim = brokers[2]
