@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from typing import NamedTuple
 
 PROBE_TIMEOUT_S = 2.0
 _CORRELATION = 0x616E6E  # any id: the answer must carry it back
@@ -47,11 +48,16 @@ def grpc_bootstrap(servers: str, timeout_s: float = PROBE_TIMEOUT_S) -> str:
     return ",".join(found)
 
 
-def _split(address: str) -> tuple[str, int] | None:
+class _Address(NamedTuple):
+    host: str
+    port: int
+
+
+def _split(address: str) -> _Address | None:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
         return None
-    return host.strip("[]") or "localhost", int(port)
+    return _Address(host.strip("[]") or "localhost", int(port))
 
 
 def speaks_kafka(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:

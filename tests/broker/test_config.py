@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from annal.broker.config import AUTHORIZERS, BrokerConfig, ConfigError, Listener, parse_properties
+from tls_certs import issue, make_ca
 
 BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181/annal"}
 
@@ -189,7 +190,7 @@ def test_bad_listener_lists_are_named(listeners: str, advertised: str | None, me
 
 def test_tls_settings_are_checked(tmp_path: Path) -> None:
     keystore = tmp_path / "broker.pem"
-    keystore.write_text("-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n")
+    issue(make_ca("annal test CA"), "broker").write_keystore(keystore)  # read when used
     tls = {**BASE, "listeners": "GRPCS://h:1", "ssl.keystore.location": str(keystore)}
     config = BrokerConfig.from_properties(tls)
     assert config.tls is not None and config.tls.client_auth == "none"
