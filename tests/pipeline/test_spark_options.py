@@ -19,6 +19,7 @@ from annal.deploy.runner import BrokerProcess, wait_until
 from annal.deploy.zookeeper import free_port
 from annal.pipeline.options import OptionError, read_options, write_options
 from annal.producer.producer import Producer
+from tls_certs import issue, make_ca
 
 
 @pytest.fixture(scope="module")
@@ -258,11 +259,15 @@ JAAS = (
 
 @pytest.fixture
 def pem_files(tmp_path: Path) -> dict[str, str]:
-    """Files where the options name them (only their existence is checked here)."""
-    names = ("ca", "keystore", "cert", "key")
-    files = {name: tmp_path / f"{name}.pem" for name in names}
-    for path in files.values():
-        path.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+    """Files where the options name them: a CA, a keystore (key and certificate in
+    one file) and the two apart, as the settings read them when they are loaded."""
+    ca = make_ca("annal test CA")
+    client = issue(ca, "client")
+    files = {name: tmp_path / f"{name}.pem" for name in ("ca", "keystore", "cert", "key")}
+    files["ca"].write_bytes(ca.cert_pem())
+    client.write_keystore(files["keystore"])
+    files["cert"].write_bytes(client.cert_pem())
+    files["key"].write_bytes(client.key_pem())
     return {name: str(path) for name, path in files.items()}
 
 
