@@ -13,6 +13,7 @@
 #                             inject I/O errors into a broker's writes
 #   nftables                  nft: the network-cut tests (tests/nemesis.py) drop
 #                             one broker's packets to ZooKeeper and its peers
+#   prometheus                promtool: the alert rules' tests (deploy/prometheus)
 # and the podman settings those tests need, in a containers.conf drop-in.
 # Idempotent: a second run changes nothing.
 set -eu
@@ -29,6 +30,7 @@ for tool in docker-compose podman debootstrap runc kcat iptables; do
 done
 command -v fiu-run >/dev/null 2>&1 || needed="$needed fiu-utils"
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || needed="$needed nftables"
+command -v promtool >/dev/null 2>&1 || needed="$needed prometheus"
 # Spark's driver (the pipeline tests, the demo) and ZooKeeper run on Java.
 command -v java >/dev/null 2>&1 || needed="$needed default-jre-headless"
 # podman's network helpers live outside PATH; without them (or without

@@ -83,7 +83,10 @@ def test_each_broker_publishes_the_port_it_advertises() -> None:
 def test_every_image_is_built_from_the_dockerfile_on_one_base() -> None:
     services = compose()["services"]
     targets = {name: s["build"]["target"] for name, s in services.items() if "build" in s}
-    assert targets == {"zookeeper": "zookeeper", "broker-1": "broker", "spark-job": "spark"}
+    assert targets == {
+        "zookeeper": "zookeeper", "broker-1": "broker", "spark-job": "spark",
+        "prometheus": "prometheus",
+    }  # fmt: skip
     built = {services[name]["image"] for name in targets}
     for name, service in services.items():  # the other services reuse a built image
         assert service["image"] in built, name
@@ -248,3 +251,18 @@ def test_security_init_makes_what_the_brokers_read() -> None:
     assert args.ca_key is not None and f"security-ca:{args.ca_key.parent}" in init["volumes"]
     zookeeper = {settings_of(services[b]["command"])["zookeeper.connect"] for b in brokers}
     assert zookeeper == {args.zookeeper_connect}
+
+
+def test_prometheus_scrapes_every_brokers_metrics_port() -> None:
+    """Each broker serves metrics.port 9404 in the network, the same in both files,
+    and deploy/prometheus/prometheus.yml scrapes exactly those."""
+    services = compose()["services"]
+    secure = secure_override()["services"]
+    for name in ("broker-1", "broker-2", "broker-3"):
+        assert settings_of(services[name]["command"])["metrics.port"] == "9404"
+        assert settings_of(secure[name]["command"])["metrics.port"] == "9404"
+    scrape = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    (job,) = scrape["scrape_configs"]
+    (targets,) = job["static_configs"]
+    assert targets["targets"] == [f"broker-{i}:9404" for i in (1, 2, 3)]
+    assert services["prometheus"]["ports"] == ["9090:9090"]

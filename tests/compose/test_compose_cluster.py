@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -79,6 +80,21 @@ def consume_all(
     return [e["value"] for e in events(out) if e["name"] == "record_data"]
 
 
+def scraped() -> dict[int, float]:
+    """broker id → Prometheus' ``up`` for it (1: its metrics were scraped), from the
+    published port; empty while Prometheus does not answer."""
+    query = "http://127.0.0.1:9090/api/v1/query?query=up%7Bjob%3D%22annal-brokers%22%7D"
+    try:
+        with urllib.request.urlopen(query, timeout=5) as answer:
+            found = json.loads(answer.read())["data"]["result"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {
+        int(r["metric"]["instance"].split(":")[0].split("-")[1]): float(r["value"][1])
+        for r in found
+    }
+
+
 def test_compose_cluster_survives_a_killed_broker(compose: Compose) -> None:
     started = time.monotonic()
     compose.client(
@@ -90,6 +106,8 @@ def test_compose_cluster_survives_a_killed_broker(compose: Compose) -> None:
         return all(len(p["isr"]) == 3 for p in partitions)
 
     wait_until(lambda: settled(compose, full_isrs), 60, "full ISRs", 1)
+    # Prometheus (published on 9090) scrapes every broker's metrics.port
+    wait_until(lambda: scraped() == {1: 1.0, 2: 1.0, 3: 1.0}, 90, "Prometheus scraping", 1)
 
     # The Spark job (restarting until its topics exist) mirrors events into events-mirror.
     for topic in ("events-mirror", "events"):
@@ -118,6 +136,7 @@ def test_compose_cluster_survives_a_killed_broker(compose: Compose) -> None:
     wait_until(
         lambda: settled(compose, led_elsewhere), 90, f"partitions led by others than {victim}", 1
     )
+    wait_until(lambda: scraped().get(victim) == 0.0, 60, "Prometheus seeing the broker down", 1)
     acked |= produce(compose, 1000, prefix=2)  # min.insync.replicas=2 of the 2 alive
     read = consume_all(compose, len(acked))
     lost = acked - set(read)
