@@ -96,9 +96,15 @@ def test_members_share_partitions_and_hand_them_over(
     b = consumer(zk_connect, "b")
     reader_b = Reader(b.create_message_streams({"events": 1})["events"][0])
     wait_until(lambda: len(a.owned()) == 2 and len(b.owned()) == 2, 60, "two partitions each")
+    # a member takes its partitions in memory and then claims them in ZooKeeper:
+    # wait for the claims too, rather than catch the moment between
     with ZkClient(zk_connect) as zk:
+        wait_until(
+            lambda: sorted(zk.partition_owners("readers")) == [("events", p) for p in range(4)],
+            30,
+            "every partition claimed in ZooKeeper",
+        )
         owners = zk.partition_owners("readers")
-    assert sorted(owners) == [("events", p) for p in range(4)]
     assert sorted(set(owners.values())) == ["a-0", "b-0"]
 
     second = produce(broker.endpoint, b"second", 400)
