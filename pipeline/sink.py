@@ -87,11 +87,22 @@ class Staged(WriterCommitMessage):
     rows: int
 
 
+def no_rows() -> pa.Table:
+    """The sink's columns, without a row."""
+    return pa.table({
+        "topic": pa.array([], pa.string()), "partition": pa.array([], pa.int32()),
+        "key": pa.array([], pa.binary()), "value": pa.array([], pa.binary()),
+    })  # fmt: skip
+
+
 def staged_table(batches: Iterator[pa.RecordBatch], topic: str | None) -> pa.Table:
     """The sink's columns from Spark's rows: key and value as binary (strings
     encoded as UTF-8), topic (from the option if given), partition (null when
     absent) and headers when the rows have them."""
-    table = pa.Table.from_batches(list(batches))
+    received = list(batches)
+    if not received:  # a task with no rows (an empty partition of the micro-batch)
+        return no_rows()
+    table = pa.Table.from_batches(received)
     n = table.num_rows
     names = table.column_names
 
@@ -315,15 +326,7 @@ class AnnalStreamWriter(DataSourceStreamArrowWriter):
         producer_id = previous["producer_id"] if previous else -1
         epoch = previous["next_epoch"] if previous else 0
         if table is None or table.num_rows == 0:
-            empty = pa.table(
-                {
-                    "topic": pa.array([], pa.string()),
-                    "partition": pa.array([], pa.int32()),
-                    "key": pa.array([], pa.binary()),
-                    "value": pa.array([], pa.binary()),
-                }
-            )
-            return Intent(empty, producer_id, epoch, 0, self.options.batch_size, "none")
+            return Intent(no_rows(), producer_id, epoch, 0, self.options.batch_size, "none")
         partitions = assign_partitions(table, cluster, timeout_s)
         table = table.set_column(table.column_names.index("partition"), "partition", partitions)
         intent = Intent(
