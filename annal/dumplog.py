@@ -34,7 +34,11 @@ object to stdout) and the command exits with 1.
 
 ``.index`` and ``.timeindex`` files print their entries (``offset: N
 position: P`` and ``timestamp: T offset: N``), without the zero-filled
-preallocated tail.
+preallocated tail.  ``.txnindex`` files print their aborted transactions
+as Kafka's tool does (``version: 0 producerId: .. firstOffset: ..
+lastOffset: .. lastStableOffset: ..``).  With ``--deep-iteration`` a
+control record's line ends with its marker (``endTxnMarker: COMMIT
+coordinatorEpoch: N``; in JSON ``end_txn_marker``) instead of its bytes.
 
 ``.snapshot`` files (producer state, ``annal.storage.producer_state``) print
 one line per producer id, as Kafka's tool does: ``producerId: ..
@@ -75,10 +79,12 @@ from annal.storage.batch import (
     TimestampType,
     check_batch,
 )
+from annal.storage.control import decode_end_txn_marker
 from annal.storage.errors import CorruptRecordError, StorageError
 from annal.storage.legacy import iter_legacy_records
 from annal.storage.producer_state import read_snapshot
 from annal.storage.records import Record, decode_batch
+from annal.storage.txn_index import read_entries as read_txn_index
 
 _PROG = "annal dump-log"
 _TIMESTAMP_NAMES = {
@@ -105,11 +111,11 @@ _ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = commands.add_parser(
         "dump-log",
-        help="print the contents of .log, .index, .timeindex and .snapshot files",
+        help="print the contents of .log, .index, .timeindex, .txnindex and .snapshot files",
         description=(
             "Print the batches of .log segment files (and with --deep-iteration their "
-            "records), the entries of .index and .timeindex files and the producers of "
-            ".snapshot files. Exits 1 when a file "
+            "records), the entries of .index, .timeindex and .txnindex files and the "
+            "producers of .snapshot files. Exits 1 when a file "
             "is missing, of an unknown kind, or corrupt (after printing what is valid)."
         ),
     )
@@ -160,6 +166,9 @@ class _Options(NamedTuple):
     indexes: IndexMode = IndexMode()
 
 
+_CONTROL_OPTIONS = _Options(deep=True, data=False, as_json=False)  # a control record's line
+
+
 def run(args: argparse.Namespace) -> int:
     paths = [*args.files, *(Path(f) for group in args.listed for f in group.split(",") if f)]
     if not paths:
@@ -191,7 +200,8 @@ def dump_file(path: Path, options: _Options, out: IO[str], err: IO[str]) -> bool
     suffix = parsed[1] if parsed else path.suffix
     if suffix not in (*files.SEGMENT_SUFFIXES, files.PRODUCER_SNAPSHOT_SUFFIX):
         print(
-            f"{_PROG}: {path}: unknown file kind (expected .log, .index, .timeindex or .snapshot)",
+            f"{_PROG}: {path}: unknown file kind "
+            "(expected .log, .index, .timeindex, .txnindex or .snapshot)",
             file=err,
         )
         return False
@@ -204,6 +214,8 @@ def dump_file(path: Path, options: _Options, out: IO[str], err: IO[str]) -> bool
             return dump_offset_index(path, options.indexes, out, err)
         if suffix == files.PRODUCER_SNAPSHOT_SUFFIX:
             return _dump_producer_snapshot(path, options, out)
+        if suffix == files.TXN_INDEX_SUFFIX:
+            return _dump_txn_index(path, options, out)
         return dump_time_index(path, options.indexes, out, err)
     except BrokenPipeError:
         raise  # the reader went away; the command line stops quietly
@@ -405,6 +417,9 @@ def _print_batch(batch: _Batch, options: _Options, out: IO[str]) -> None:
     if options.as_json:
         if records is not None:
             fields["records"] = [record_json(r, options.offsets) for r in records]
+            if header.is_control:
+                for shown, record in zip(fields["records"], records, strict=True):
+                    shown["end_txn_marker"] = _marker_json(record)
         print(json.dumps(fields), file=out)
         return
     last_sequence = _sequence(header.base_sequence, header.last_offset_delta)
@@ -423,7 +438,28 @@ def _print_batch(batch: _Batch, options: _Options, out: IO[str]) -> None:
     )
     for record in records or ():
         sequence = _sequence(header.base_sequence, record.offset - header.base_offset)
+        if header.is_control:  # the marker, not its bytes
+            line = record_text(record, fields["timestamp_type"], sequence, _CONTROL_OPTIONS)
+            print(line + _marker_text(record), file=out)
+            continue
         print(record_text(record, fields["timestamp_type"], sequence, options), file=out)
+
+
+def _marker_text(record: Record) -> str:
+    """Kafka's `` endTxnMarker: COMMIT coordinatorEpoch: N`` for a control record."""
+    try:
+        marker = decode_end_txn_marker(record.key, record.value)
+    except CorruptRecordError as exc:
+        return f" controlRecord: {exc.reason}"
+    return f" endTxnMarker: {marker.control_type.name} coordinatorEpoch: {marker.coordinator_epoch}"
+
+
+def _marker_json(record: Record) -> dict[str, Any]:
+    try:
+        marker = decode_end_txn_marker(record.key, record.value)
+    except CorruptRecordError as exc:
+        return {"error": exc.reason}
+    return {"type": marker.control_type.name, "coordinator_epoch": marker.coordinator_epoch}
 
 
 def _print_legacy(entry: _Legacy, options: _Options, out: IO[str]) -> None:
@@ -555,6 +591,23 @@ def _sequence(base_sequence: int, delta: int) -> int:
 
 def _bool(value: bool) -> str:
     return "true" if value else "false"
+
+
+# -- transaction indexes -----------------------------------------------------
+
+
+def _dump_txn_index(path: Path, options: _Options, out: IO[str]) -> bool:
+    for entry in read_txn_index(path):
+        if options.as_json:
+            print(json.dumps(entry._asdict()), file=out)
+            continue
+        print(
+            f"version: {entry.version} producerId: {entry.producer_id} "
+            f"firstOffset: {entry.first_offset} lastOffset: {entry.last_offset} "
+            f"lastStableOffset: {entry.last_stable_offset}",
+            file=out,
+        )
+    return True
 
 
 # -- producer snapshots ------------------------------------------------------

@@ -3,8 +3,9 @@
 A compacted log has a *clean* head, already compacted, and a *dirty* tail
 that starts at the offset recorded in ``cleaner-offset-checkpoint``.  The part
 of the tail that may be cleaned ends at the *first uncleanable offset*: the
-active segment's base, or the first segment younger than
-``min.compaction.lag.ms``, whichever is lower.  A log is cleaned when::
+active segment's base, the first segment younger than
+``min.compaction.lag.ms``, or the log's first unstable offset (an undecided
+transaction), whichever is lower.  A log is cleaned when::
 
     dirty ratio = cleanable bytes / (clean bytes + cleanable bytes)
                >= min.cleanable.dirty.ratio
@@ -20,8 +21,16 @@ One pass over a log:
    in a segment older than ``delete.retention.ms``.  Batches that keep every
    record are copied byte for byte; others are re-encoded with their original
    base offset, last offset, epoch, codec and producer fields, so offsets and
-   order never change.  A producer's last batch, and each group's last batch,
-   are kept even when emptied.
+   order never change.  A producer's last batch and last data batch, and
+   each group's last batch, are kept even when emptied.
+
+   Transactions (as Kafka's cleaner, ``_TxnCleaning``): every record of an
+   aborted transaction is removed (its batches found from the ``.txnindex``
+   entries overlapping the range), and its keys never enter the offset map.
+   A COMMIT or ABORT marker goes once no batch of its transaction is left
+   and its segment is older than ``delete.retention.ms`` (the tombstone
+   rule); until then an ABORT marker whose transaction still has a batch
+   keeps its ``.txnindex`` entry in the cleaned segment.
 4. Swap each group in with ``Log.replace_segments`` (the ``.cleaned`` →
    ``.swap`` → rename protocol; each step is crash-safe, see docs/storage.md).
 5. Record the new first dirty offset in ``cleaner-offset-checkpoint``.
@@ -45,10 +54,12 @@ from typing import TYPE_CHECKING
 from . import files
 from .batch import BatchHeader, Compression, read_header
 from .checkpoints import OffsetCheckpointFile
-from .errors import StorageError
+from .control import ControlRecordType, marker_of_batch
+from .errors import CorruptRecordError, StorageError
 from .log import Clock, Log, wall_clock_ms
 from .records import decode_batch, decode_keys, encode_batch
 from .segment import INT32_MAX, LogSegment
+from .txn_index import AbortedTxn, TransactionIndex
 
 if TYPE_CHECKING:
     from .manager import LogManager
@@ -220,6 +231,9 @@ def describe_dirty_range(log: Log, checkpoint: int, now_ms: int) -> CleanableLog
     if first_dirty < log.log_start_offset or first_dirty > log.log_end_offset:
         first_dirty = log.log_start_offset
     uncleanable = segments[-1].base_offset
+    unstable = log.first_unstable_offset
+    if unstable is not None:  # never past an undecided transaction
+        uncleanable = min(uncleanable, unstable)
     lag = log.config.min_compaction_lag_ms
     if lag > 0:
         for segment in segments[:-1]:
@@ -255,13 +269,18 @@ def _segments_in(segments: Sequence[LogSegment], start: int, end: int) -> list[L
 def build_offset_map(
     log: Log, start: int, end: int, offset_map: OffsetMap, stats: CleanerStats
 ) -> int:
-    """Fill ``offset_map`` from whole segments of [start, end); returns where it stopped."""
+    """Fill ``offset_map`` from whole segments of [start, end); returns where it
+    stopped.  Aborted transactions' records are left out."""
     stop = start
+    txns = _TxnCleaning(log.collect_aborted_transactions(start, end))
     for segment in _segments_in(log.segments(), start, end):
         if offset_map.is_full:
             break
         for header in segment.iter_headers():
-            if header.last_offset < start or header.is_control:
+            if header.is_control:
+                txns.on_control_batch(header, segment)
+                continue
+            if txns.on_data_batch(header) or header.last_offset < start:
                 continue
             _, keys = decode_keys(segment.read_batch(header))
             put = offset_map.put
@@ -327,31 +346,42 @@ def clean_log(
         return first_dirty_offset
     horizon = now_ms - log.config.delete_retention_ms
     to_clean = _segments_in(log.segments(), log.log_start_offset, end)
-    last_producer_batch = _last_batch_per_producer(to_clean)
+    producer_batches = _last_batches_of_producers(to_clean)
+    txns = _TxnCleaning(log.collect_aborted_transactions(log.log_start_offset, end))
     config = log.config
     for group in group_segments(to_clean, config.segment_bytes, config.segment_index_bytes):
         cleaned = log.new_cleaned_segment(group[0].base_offset)
+        txns.cleaned_index = cleaned.txn_index
         swapped = False
         try:
             for segment in group:
+                # tombstones and transaction markers go after delete.retention.ms
                 keep_tombstones = segment.largest_timestamp > horizon
                 headers = segment.iter_headers()
                 for header in headers:
-                    # Keep a producer's last batch, and the group's last batch, even
-                    # when emptied: the first for producer state, the second so the
-                    # output ends at the group's last offset and recovery of a .swap
-                    # knows exactly which old segments it replaces.
-                    keep_empty = last_producer_batch.get(
-                        header.producer_id
-                    ) == header.base_offset or (segment is group[-1] and header is headers[-1])
-                    data = _filter_batch(
-                        segment.read_batch(header),
-                        header,
-                        offset_map,
-                        keep_tombstones,
-                        keep_empty,
-                        stats,
-                    )
+                    # Keep a producer's last batch and last data batch, and the
+                    # group's last batch, even when emptied: the first two for
+                    # producer state, the last so the output ends at the group's
+                    # last offset and recovery of a .swap knows exactly which old
+                    # segments it replaces.
+                    keep_empty = header.base_offset in producer_batches.get(
+                        header.producer_id, ()
+                    ) or (segment is group[-1] and header is headers[-1])
+                    data: bytes | None
+                    if header.is_control:
+                        done = txns.on_control_batch(header, segment)
+                        drop = done and not keep_tombstones and not keep_empty
+                        data = None if drop else segment.read_batch(header)
+                    else:
+                        data = _filter_batch(
+                            segment.read_batch(header),
+                            header,
+                            offset_map,
+                            keep_tombstones,
+                            keep_empty,
+                            stats,
+                            aborted=txns.on_data_batch(header),
+                        )
                     if data is not None:
                         written = read_header(data)
                         cleaned.append(
@@ -382,13 +412,76 @@ def clean_log(
     return end
 
 
-def _last_batch_per_producer(segments: Sequence[LogSegment]) -> dict[int, int]:
+def _last_batches_of_producers(segments: Sequence[LogSegment]) -> dict[int, tuple[int, int]]:
+    """Producer id -> base offsets of its last batch and its last data batch."""
     last: dict[int, int] = {}
+    last_data: dict[int, int] = {}
     for segment in segments:
         for header in segment.iter_headers():
             if header.producer_id >= 0:
                 last[header.producer_id] = header.base_offset
-    return last
+                if not header.is_control:
+                    last_data[header.producer_id] = header.base_offset
+    return {pid: (offset, last_data.get(pid, offset)) for pid, offset in last.items()}
+
+
+class _TxnCleaning:
+    """What one pass knows of the transactions in the range it reads, batch by
+    batch in offset order (after Kafka's CleanedTransactionMetadata).
+
+    ``aborted`` are the ``.txnindex`` entries overlapping the range.  A
+    transactional batch of a producer whose aborted transaction has begun
+    (by first offset) is aborted: discarded.  A marker ends its producer's
+    transaction; it may go when no batch of that transaction was read in
+    this pass.  An ABORT marker that stays writes its entry to
+    ``cleaned_index``, the ``.txnindex`` of the segment being written."""
+
+    def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
+        self._pending = sorted(set(aborted), key=lambda t: t.first_offset, reverse=True)
+        self._aborting: dict[int, tuple[AbortedTxn, bool]] = {}  # pid -> (txn, batch read)
+        self._committing: set[int] = set()  # pids with a batch of a not-aborted txn read
+        self.cleaned_index: TransactionIndex | None = None
+
+    def _begin_up_to(self, offset: int) -> None:
+        pending = self._pending
+        while pending and pending[-1].first_offset <= offset:
+            txn = pending.pop()
+            self._aborting.setdefault(txn.producer_id, (txn, False))
+
+    def on_data_batch(self, header: BatchHeader) -> bool:
+        """Whether the batch belongs to an aborted transaction."""
+        self._begin_up_to(header.last_offset)
+        if not header.is_transactional:
+            return False
+        aborting = self._aborting.get(header.producer_id)
+        if aborting is not None:
+            self._aborting[header.producer_id] = (aborting[0], True)
+            return True
+        self._committing.add(header.producer_id)
+        return False
+
+    def on_control_batch(self, header: BatchHeader, segment: LogSegment) -> bool:
+        """Whether the marker may go (its transaction has no batch left)."""
+        self._begin_up_to(header.last_offset)
+        try:
+            marker = marker_of_batch(segment.read_batch(header))
+        except CorruptRecordError as exc:
+            logger.warning("%s: keeping an unreadable control batch: %s", segment.log_path, exc)
+            return False
+        if marker is None:
+            return True  # emptied already
+        pid = header.producer_id
+        if marker.control_type is ControlRecordType.ABORT:
+            aborting = self._aborting.pop(pid, None)
+            if aborting is not None and aborting[1]:
+                if self.cleaned_index is not None:
+                    self.cleaned_index.append(aborting[0])
+                return False
+            return True
+        if pid in self._committing:
+            self._committing.discard(pid)
+            return False
+        return True
 
 
 def _filter_batch(
@@ -398,15 +491,19 @@ def _filter_batch(
     keep_tombstones: bool,
     producer_needs_it: bool,
     stats: CleanerStats,
+    *,
+    aborted: bool = False,
 ) -> bytes | None:
-    """The batch to write for ``data``: itself, a re-encoded subset, or None."""
+    """The batch to write for ``data``: itself, a re-encoded subset, or None
+    (``aborted``: every record goes)."""
     if header.is_control:
         return data
     _, keys = decode_keys(data)
     stats.records_read += len(keys)
     keep = [
         not (
-            (key is not None and (offset_map.get(key) or -1) > offset)
+            aborted
+            or (key is not None and (offset_map.get(key) or -1) > offset)
             or (tombstone and not keep_tombstones)
         )
         for offset, key, tombstone in keys

@@ -12,7 +12,9 @@ so callers (the broker, the CLI, tests) catch exactly what they mean::
     │   ├── InvalidTimestampError    out of range         (INVALID_TIMESTAMP)
     │   ├── TransactionalRecordError no transaction       (INVALID_PRODUCER_ID_MAPPING)
     │   ├── OutOfOrderSequenceError  a sequence gap       (OUT_OF_ORDER_SEQUENCE_NUMBER)
-    │   └── InvalidProducerEpochError a stale epoch       (INVALID_PRODUCER_EPOCH)
+    │   ├── InvalidProducerEpochError a stale epoch       (INVALID_PRODUCER_EPOCH)
+    │   ├── InvalidTxnStateError     non-txn write in a txn (INVALID_TXN_STATE)
+    │   └── TransactionCoordinatorFencedError old marker (TRANSACTION_COORDINATOR_FENCED)
     ├── OffsetOutOfRangeError        outside the log      (OFFSET_OUT_OF_RANGE)
     ├── LogDirError                  bad log directory    (KAFKA_STORAGE_ERROR)
     ├── LogDirOfflineError           a write failed there (KAFKA_STORAGE_ERROR)
@@ -96,6 +98,19 @@ class InvalidProducerEpochError(InvalidRecordError):
     has seen from that producer id (a zombie)."""
 
     code = errors.INVALID_PRODUCER_EPOCH
+
+
+class InvalidTxnStateError(InvalidRecordError):
+    """A non-transactional batch from a producer whose transaction is open."""
+
+    code = errors.INVALID_TXN_STATE
+
+
+class TransactionCoordinatorFencedError(InvalidRecordError):
+    """A transaction marker whose coordinator epoch is older than the last
+    marker's for that producer: it comes from a zombie coordinator."""
+
+    code = errors.TRANSACTION_COORDINATOR_FENCED
 
 
 class OffsetOutOfRangeError(StorageError):

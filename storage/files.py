@@ -6,6 +6,8 @@ their base offset as 20 zero-padded decimal digits followed by a suffix::
     00000000000000368769.log         the records (v2 batches, back to back)
     00000000000000368769.index       sparse offset index, 8-byte entries
     00000000000000368769.timeindex   sparse time index, 12-byte entries
+    00000000000000368769.txnindex    aborted transactions, 34-byte entries (``txn_index``);
+                                     only once the segment holds an ABORT marker
     00000000000000368769.snapshot    producer state at that offset (``producer_state``)
 
 Transient suffixes mark files in the middle of a protocol; recovery decides
@@ -27,13 +29,14 @@ from annal.topic_partition import TopicPartition as TopicPartition  # its home b
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 PRODUCER_SNAPSHOT_SUFFIX = ".snapshot"
 
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 TRANSIENT_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)
 
 META_PROPERTIES = "meta.properties"
@@ -53,7 +56,7 @@ LOG_DIR_FILES = (
 )
 
 _SEGMENT_NAME = re.compile(
-    r"^(\d{20})(\.log|\.index|\.timeindex)((?:\.deleted|\.cleaned|\.swap)?)$"
+    r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex)((?:\.deleted|\.cleaned|\.swap)?)$"
 )
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")

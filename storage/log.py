@@ -35,10 +35,12 @@ from typing import Any, NamedTuple, TypeVar
 
 from . import files
 from .batch import (
+    CONTROL_FLAG,
     CURRENT_MAGIC,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     NO_TIMESTAMP,
+    TRANSACTIONAL_FLAG,
     BatchHeader,
     TimestampType,
     check_batch,
@@ -48,6 +50,13 @@ from .batch import (
 )
 from .checkpoints import LeaderEpochCheckpointFile
 from .config import LogConfig
+from .control import (
+    AppendOrigin,
+    ControlRecordType,
+    EndTransactionMarker,
+    build_control_batch,
+    marker_of_batch,
+)
 from .dir_failure import LogDirFailureChannel
 from .dirty import DirtyMarks
 from .epoch_cache import LeaderEpochFileCache
@@ -68,6 +77,7 @@ from .producer_state import (
     ProducerStateManager,
 )
 from .segment import INT32_MAX, LogSegment
+from .txn_index import AbortedTxn, TransactionIndex
 from .validator import RecordValidator
 
 logger = logging.getLogger(__name__)
@@ -81,6 +91,7 @@ Clock = Callable[[], int]
 Executor = Callable[[Callable[[], None]], None]
 
 NEVER_MS = 2**63 - 1  # flush.ms when only the OS flushes (Kafka's default)
+_TXN_BITS = CONTROL_FLAG | TRANSACTIONAL_FLAG
 
 
 def wall_clock_ms() -> int:
@@ -180,6 +191,7 @@ class Log:
         self._log_start_offset = 0
         self._recovery_point = 0
         self._high_watermark = 0
+        self._first_unstable_offset: int | None = None  # oldest undecided transaction
         self._unflushed_records = 0
         self._last_flush_ms = time_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
@@ -257,6 +269,7 @@ class Log:
             segments = [self._new_segment(log_start_offset)]
         self._view = _View.of(segments)
         segments = list(self._view.segments)
+        rebuild: list[LogSegment] = []  # recovered: their .txnindex is rebuilt by the replay
         epochs_lost = self.leader_epoch_cache.lost  # rebuilt from every segment's batches
         for i, segment in enumerate(segments):
             next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
@@ -267,6 +280,7 @@ class Log:
                 needs_recovery = not self._passes_load_checks(segment)
             if needs_recovery:
                 result = segment.recover()
+                rebuild.append(segment)
                 for header in result.headers:
                     if header.partition_leader_epoch >= 0:
                         self._assign_epoch(header.partition_leader_epoch, header.base_offset)
@@ -300,9 +314,18 @@ class Log:
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
         self.leader_epoch_cache.sync()  # entries recovery rebuilt, below the new recovery point
-        self._load_producer_state(min(recovery_point, self._log_end_offset), clean)
+        kept = set(segments)
+        self._load_producer_state(
+            min(recovery_point, self._log_end_offset),
+            clean,
+            [s for s in rebuild if s in kept],
+        )
+        self._producers.on_high_watermark_updated(self._high_watermark)
+        self._update_first_unstable_offset()
 
-    def _load_producer_state(self, recovery_point: int, clean: bool) -> None:
+    def _load_producer_state(
+        self, recovery_point: int, clean: bool, rebuild: Sequence[LogSegment] = ()
+    ) -> None:
         """Rebuild the producer table (recovery; docs/storage.md).
 
         1. Snapshots past the log end describe batches recovery cut: deleted.
@@ -311,7 +334,11 @@ class Log:
            log end, no scan.
         3. Otherwise the newest snapshot at or below the recovery point (the
            log end after a clean shutdown) is loaded and the batch headers
-           after it replayed, one update per batch of a producer.
+           after it replayed, one update per batch of a producer.  The replay
+           starts at or before the first segment recovery emptied the
+           ``.txnindex`` of (``rebuild``), and writes those indexes again:
+           the same entries, since the producers (their open transactions)
+           are the same at every batch as when it was first appended.
         """
         producers = self._producers
         end = self._log_end_offset
@@ -321,19 +348,83 @@ class Log:
             producers.truncate_fully()
             producers.take_snapshot(end)
             return
-        self._rebuild_producer_state(end if clean else recovery_point)
+        limit = end if clean else recovery_point
+        if rebuild:
+            limit = min(limit, min(s.base_offset for s in rebuild))
+        self._rebuild_producer_state(limit, rebuild)
 
-    def _rebuild_producer_state(self, limit: int) -> None:
+    def _rebuild_producer_state(self, limit: int, rebuild: Sequence[LogSegment] = ()) -> None:
         """Load the newest snapshot at or below ``limit`` and replay the log from
-        there to its end (callers hold the lock)."""
+        there to its end (callers hold the lock), writing the ``.txnindex`` of
+        the segments in ``rebuild``."""
         producers = self._producers
         start = producers.load(limit, self._view.segments[0].base_offset, self._time_ms())
         view = self._view
         for segment in view.segments[view.floor_index(start) :]:
             position = segment.offset_index.lookup(start).position
-            producers.update_stored(
-                h for h in segment.iter_headers(position) if h.last_offset >= start
-            )
+            index = segment.txn_index if segment in rebuild else None
+            for header in segment.iter_headers(position):
+                if header.producer_id < 0 or header.last_offset < start:
+                    continue
+                marker = None
+                if header.attributes & CONTROL_FLAG:
+                    try:
+                        marker = marker_of_batch(segment.read_batch(header))
+                    except CorruptRecordError as exc:
+                        logger.warning(
+                            "%s: ignoring control batch at offset %d: %s",
+                            segment.log_path,
+                            header.base_offset,
+                            exc,
+                        )
+                self._apply_producer_batch(
+                    header, header.base_offset, header.max_timestamp, marker, index
+                )
+
+    def _apply_producer_batch(
+        self,
+        header: BatchHeader,
+        base_offset: int,
+        timestamp: int,
+        marker: EndTransactionMarker | None,
+        index: TransactionIndex | None,
+    ) -> None:
+        """One stored batch of a producer into the table; a transaction its marker
+        closes is completed, and an aborted one entered in ``index`` (the
+        marker's segment's ``.txnindex``; None when it holds the entry already)."""
+        producers = self._producers
+        completed = producers.update(header, base_offset, timestamp, marker)
+        if completed is not None:
+            lso = producers.complete_txn(completed)
+            if completed.is_aborted and index is not None:
+                index.append(
+                    AbortedTxn(
+                        completed.producer_id, completed.first_offset, completed.last_offset, lso
+                    )
+                )
+
+    def _markers(
+        self, buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]
+    ) -> list[EndTransactionMarker | None] | None:
+        """The marker of each control batch of a producer in ``buf`` (None for
+        the other batches), or None when there is no such batch.  Raises
+        CorruptRecordError for a control batch whose record is no marker."""
+        if not any(h.attributes & CONTROL_FLAG and h.producer_id >= 0 for h in headers):
+            return None
+        return [
+            marker_of_batch(buf, h.position)
+            if h.attributes & CONTROL_FLAG and h.producer_id >= 0
+            else None
+            for h in headers
+        ]
+
+    def _update_first_unstable_offset(self) -> None:
+        """The first unstable offset from the producers, never below the log start
+        (retention may have deleted the start of a transaction)."""
+        first = self._producers.first_unstable_offset()
+        if first is not None:
+            first = max(first, self._log_start_offset)
+        self._first_unstable_offset = first
 
     @staticmethod
     def _passes_load_checks(segment: LogSegment) -> bool:
@@ -361,6 +452,7 @@ class Log:
         """Resolve transient files, then open every segment (protocol steps in docs/storage.md)."""
         logs: set[int] = set()
         swaps: set[int] = set()
+        txn_swaps: dict[int, Path] = {}
         indexes: dict[int, list[Path]] = {}
         for path in sorted(self.directory.iterdir()):
             name = path.name
@@ -382,12 +474,22 @@ class Log:
             elif transient == files.SWAP_SUFFIX:
                 if suffix == files.LOG_SUFFIX:
                     swaps.add(base)
+                elif suffix == files.TXN_INDEX_SUFFIX:
+                    # the cleaner wrote and synced it before the commit point: kept
+                    txn_swaps[base] = path
                 else:
                     path.unlink()  # derived; rebuilt from the .swap log below
             elif suffix == files.LOG_SUFFIX:
                 logs.add(base)
             else:
                 indexes.setdefault(base, []).append(path)
+        for base, path in txn_swaps.items():
+            if base in swaps:
+                continue  # renamed with its .log.swap below
+            if base in logs:  # the swap's last rename did not happen: finish it
+                path.replace(path.with_name(files.segment_file_name(base, files.TXN_INDEX_SUFFIX)))
+            else:
+                path.unlink()
         for base, paths in indexes.items():
             if base not in logs:
                 for path in paths:
@@ -396,7 +498,7 @@ class Log:
         segments = {base: self._new_segment(base) for base in sorted(logs)}
         for base in sorted(swaps):
             swap = self._new_segment(base, files.SWAP_SUFFIX)
-            swap.recover()
+            swap.recover(keep_txn_index=True)
             swap_end = swap.read_next_offset()
             for old_base in [b for b in segments if base <= b < max(swap_end, base + 1)]:
                 segments.pop(old_base).close_and_delete()
@@ -454,7 +556,40 @@ class Log:
         """Set the high watermark, clamped to [log_start_offset, log_end_offset]."""
         with self._lock:
             self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+            if self._producers.unreplicated:
+                self._producers.on_high_watermark_updated(self._high_watermark)
+                self._update_first_unstable_offset()
             return self._high_watermark
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction not yet decided (open, or
+        closed by a marker the high watermark has not passed); None when every
+        transaction is decided."""
+        return self._first_unstable_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: the first unstable offset when below the high watermark, else
+        the high watermark.  A read_committed consumer reads up to it."""
+        first, high = self._first_unstable_offset, self._high_watermark
+        return first if first is not None and first < high else high
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start_offset, upper_bound_offset)``
+        (Kafka's collectAbortedTransactions): from the ``.txnindex`` of the
+        segment holding ``start_offset`` on, until one entry's last stable
+        offset reaches the upper bound.  Reads without the lock."""
+        view = self._view
+        found: list[AbortedTxn] = []
+        for segment in view.segments[view.floor_index(start_offset) :]:
+            entries, complete = segment.txn_index.collect(start_offset, upper_bound_offset)
+            found.extend(entries)
+            if complete:
+                break
+        return found
 
     @property
     def size(self) -> int:
@@ -479,14 +614,20 @@ class Log:
 
     @_io("an append to")
     def append_as_leader(
-        self, batches: bytes | bytearray | memoryview, leader_epoch: int
+        self,
+        batches: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
         """Validate producer batches, assign offsets from the log end, store them.
 
         Every batch is checked whole (``check_batch``) and record by record
         (``RecordValidator``, Kafka's LogValidator) first.  Raises an
         InvalidRecordError subclass, leaving the log unchanged, when any
-        batch is bad.
+        batch is bad.  ``origin`` is who appends: a client (the default) may
+        not write control batches; the broker's coordinators
+        (``AppendOrigin.COORDINATOR``) may, and are not held to sequences.
         """
         buf = _upconvert_if_legacy(batches)
         size = len(buf)
@@ -500,18 +641,23 @@ class Log:
             headers = self._validate(buf)
         validator = self._validator
         buf, headers = validator.validate(
-            buf, headers, self._time_ms() if validator.needs_clock else 0
+            buf, headers, self._time_ms() if validator.needs_clock else 0, origin
         )
         size = len(buf)  # recompressed to the topic's compression.type, perhaps
-        if len(headers) == 1 and not self._log_append_time:
-            return self._append_one(buf, headers[0], leader_epoch)
+        if (
+            len(headers) == 1
+            and not self._log_append_time
+            and not headers[0].attributes & _TXN_BITS
+        ):
+            return self._append_one(buf, headers[0], leader_epoch, origin)
         append_time = self._log_append_time
         idempotent = any(h.producer_id >= 0 for h in headers)
+        markers = self._markers(buf, headers) if idempotent else None
         with self._lock:
             self._check_open()
             now = self._time_ms() if append_time else NO_TIMESTAMP
             if idempotent:
-                duplicate = self._producers.check_append(headers)
+                duplicate = self._producers.check_append(headers, origin, markers)
                 if duplicate is not None:
                     return self._duplicate_info(duplicate)
             first = offset = self._log_end_offset
@@ -547,7 +693,7 @@ class Log:
             last = offset - 1
             self._append_locked(parts, size, first, last, max_timestamp, offset_of_max, records)
             if idempotent:
-                self._record_producer_batches(headers, first, now)
+                self._record_producer_batches(headers, first, now, markers)
             return LogAppendInfo(
                 first,
                 last,
@@ -560,10 +706,15 @@ class Log:
             )
 
     def _append_one(
-        self, buf: bytes | bytearray | memoryview, header: BatchHeader, leader_epoch: int
+        self,
+        buf: bytes | bytearray | memoryview,
+        header: BatchHeader,
+        leader_epoch: int,
+        origin: AppendOrigin,
     ) -> LogAppendInfo:
-        """``append_as_leader`` for one validated batch with its own timestamps: the
-        usual produce request, so it does only what that case needs."""
+        """``append_as_leader`` for one validated batch with its own timestamps,
+        neither transactional nor control: the usual produce request, so it
+        does only what that case needs."""
         count = header.record_count
         delta = header.last_offset_delta
         size = header.batch_length + LOG_OVERHEAD
@@ -572,7 +723,7 @@ class Log:
         with self._lock:
             self._check_open()
             if idempotent:
-                duplicate = self._producers.check_append((header,))
+                duplicate = self._producers.check_append((header,), origin)
                 if duplicate is not None:
                     return self._duplicate_info(duplicate)
             first = self._log_end_offset
@@ -604,16 +755,50 @@ class Log:
         )
 
     def _record_producer_batches(
-        self, headers: Sequence[BatchHeader], first_offset: int, append_time: int
+        self,
+        headers: Sequence[BatchHeader],
+        first_offset: int,
+        append_time: int,
+        markers: Sequence[EndTransactionMarker | None] | None,
     ) -> None:
-        """Producer state after a leader append of ``headers`` from ``first_offset``."""
-        producers = self._producers
+        """Producer state after a leader append of ``headers`` from ``first_offset``
+        (``markers[i]``: the marker of control batch ``i``); the append went to
+        the active segment, whose ``.txnindex`` takes the aborts."""
+        index = self._view.segments[-1].txn_index
         offset = first_offset
-        for header in headers:
+        for i, header in enumerate(headers):
             if header.producer_id >= 0:
                 timestamp = append_time if append_time != NO_TIMESTAMP else header.max_timestamp
-                producers.update(header, offset, timestamp)
+                marker = markers[i] if markers is not None else None
+                self._apply_producer_batch(header, offset, timestamp, marker, index)
             offset += header.last_offset_delta + 1
+        if any(h.attributes & _TXN_BITS for h in headers):
+            self._update_first_unstable_offset()
+
+    @_io("an append to")
+    def append_control(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        control_type: ControlRecordType,
+        coordinator_epoch: int,
+        leader_epoch: int,
+        *,
+        timestamp: int | None = None,
+    ) -> LogAppendInfo:
+        """Write a COMMIT or ABORT marker for the producer's transaction as the
+        leader (Kafka's WriteTxnMarkers on a partition leader; the transaction
+        coordinator's append).  Raises InvalidProducerEpochError for an older
+        producer epoch and TransactionCoordinatorFencedError for an older
+        coordinator epoch than the producer's last marker."""
+        marker = EndTransactionMarker(ControlRecordType(control_type), coordinator_epoch)
+        batch = build_control_batch(
+            producer_id,
+            producer_epoch,
+            marker,
+            self._time_ms() if timestamp is None else timestamp,
+        )
+        return self.append_as_leader(batch, leader_epoch, origin=AppendOrigin.COORDINATOR)
 
     @_io("an append to")
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
@@ -623,6 +808,7 @@ class Log:
         batch; gaps (from a compacted leader) are allowed.
         """
         headers = self._validate(batches)
+        markers = self._markers(batches, headers)
         for previous, header in itertools.pairwise(headers):
             if header.base_offset <= previous.last_offset:
                 raise NonMonotonicOffsetError(
@@ -655,7 +841,15 @@ class Log:
                 offset_of_max,
                 records,
             )
-            self._producers.update_stored(headers)
+            index = self._view.segments[-1].txn_index
+            for i, header in enumerate(headers):
+                if header.producer_id >= 0:
+                    marker = markers[i] if markers is not None else None
+                    self._apply_producer_batch(
+                        header, header.base_offset, header.max_timestamp, marker, index
+                    )
+            if any(h.attributes & _TXN_BITS for h in headers):
+                self._update_first_unstable_offset()
             return LogAppendInfo(
                 headers[0].base_offset,
                 headers[-1].last_offset,
@@ -874,9 +1068,12 @@ class Log:
                 return True
             self._after_truncation()
             end = self._log_end_offset
-            self._producers.delete_snapshots(range(keep[0].base_offset, end + 1))
-            if self._producers.producers:  # truncation cannot add a producer
+            producers = self._producers
+            producers.delete_snapshots(range(keep[0].base_offset, end + 1))
+            if producers.producers or producers.unreplicated:  # truncation adds no producer
                 self._rebuild_producer_state(end)
+                producers.on_high_watermark_updated(self._high_watermark)
+            self._update_first_unstable_offset()
             return True
 
     @_io("a truncation of")
@@ -892,6 +1089,7 @@ class Log:
             self.leader_epoch_cache.clear_and_flush()
             self._producers.truncate_fully()
             self._after_truncation()
+            self._update_first_unstable_offset()
 
     def _after_truncation(self) -> None:
         self._epoch_hint = None
@@ -916,6 +1114,7 @@ class Log:
                 self._set_log_start_offset(offset)
                 self._high_watermark = max(self._high_watermark, offset)
                 self.leader_epoch_cache.truncate_from_start(offset)
+                self._after_start_moved()
             self._delete_segments_where(
                 lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset,
                 "log start offset",
@@ -1001,7 +1200,21 @@ class Log:
         self._set_log_start_offset(max(self._log_start_offset, first_base))
         self._high_watermark = max(self._high_watermark, self._log_start_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        self._after_start_moved()
         return len(doomed)
+
+    def _after_start_moved(self) -> None:
+        """Transactions after the log start offset moved: completed ones below it
+        are forgotten, and the first unstable offset is not below it."""
+        producers = self._producers
+        if producers.unreplicated:
+            producers.unreplicated = {
+                first: done
+                for first, done in producers.unreplicated.items()
+                if done[1] >= self._log_start_offset
+            }
+        if producers.ongoing or self._first_unstable_offset is not None:
+            self._update_first_unstable_offset()
 
     def _remove_segments(self, segments: Sequence[LogSegment], reason: str) -> None:
         """Rename to ``.deleted`` now, remove after ``file.delete.delay.ms``.

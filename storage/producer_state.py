@@ -1,10 +1,21 @@
-"""Idempotent producers' state of one partition, and its ``<offset>.snapshot`` files.
+"""Idempotent and transactional producers' state of one partition, and its
+``<offset>.snapshot`` files.
 
 For every producer id seen in the log the partition keeps its newest epoch
 and the sequence ranges of its last five batches (``ProducerStateEntry``),
 after Kafka's ProducerStateManager.  Everything here is derived from the
 batch headers in the ``.log`` (producerId, producerEpoch, baseSequence,
-lastOffsetDelta, maxTimestamp): one update per batch, never per record.
+lastOffsetDelta, maxTimestamp, the transactional and control bits) and from
+the one record of each control batch: one update per batch, never per record.
+
+Transactions (KIP-98): a transactional data batch opens a transaction for
+its producer (at the batch's first offset) when none is open; a COMMIT or
+ABORT marker (``control.py``) closes it and yields a ``CompletedTxn``.  The
+open transactions, by first offset, give the log its first unstable offset;
+a completed one stays unstable until the high watermark passes its marker
+(Kafka's "unreplicated" transactions).  An aborted transaction becomes an
+entry of the marker's segment's ``.txnindex``, with the last stable offset
+of that moment (``complete_txn``).
 
 The leader checks a client's batch against it before storing it
 (``check_append``), with Kafka's rules (Kafka 2.5+ / 3.x):
@@ -18,8 +29,15 @@ The leader checks a client's batch against it before storing it
 * a newer epoch must start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER;
 * a producer id the partition holds no state for (never seen, expired, or
   its batches deleted by retention) is accepted at any sequence, as Kafka
-  does since 2.5 (KIP-360); Kafka 2.0-2.4 answered UNKNOWN_PRODUCER_ID.
+  does since 2.5 (KIP-360); Kafka 2.0-2.4 answered UNKNOWN_PRODUCER_ID;
+* a non-transactional batch from a producer whose transaction is open:
+  INVALID_TXN_STATE;
+* a marker with an older producer epoch: INVALID_PRODUCER_EPOCH; one with a
+  coordinator epoch older than the last marker's: the coordinator is a
+  zombie, TRANSACTION_COORDINATOR_FENCED.
 
+Appends from the broker's coordinators (``AppendOrigin.COORDINATOR``) are
+checked for epochs only, not sequences or duplicates, as in Kafka.
 Followers do not check: they record what their leader stored.
 
 Snapshot file (Kafka's ProducerSnapshot, version 1; big-endian)::
@@ -31,11 +49,15 @@ Snapshot file (Kafka's ProducerSnapshot, version 1; big-endian)::
         10    46  per entry: producerId int64, epoch int16, lastSequence int32,
                   lastOffset int64, offsetDelta int32 (last minus first offset
                   of the last batch), timestamp int64 (its max timestamp),
-                  coordinatorEpoch int32 (-1), currentTxnFirstOffset int64 (-1)
+                  coordinatorEpoch int32 (of the last marker, else -1),
+                  currentTxnFirstOffset int64 (the open transaction's first
+                  offset, else -1)
 
 ``<offset>.snapshot`` holds the state of every batch below ``offset``.  It
 keeps only each producer's last batch, so after a load from a snapshot
-only that one batch can be recognised as a duplicate, as in Kafka.
+only that one batch can be recognised as a duplicate, as in Kafka; the open
+transactions are restored from it.  A producer whose transaction is open
+never expires.
 Snapshots are written tmp → fsync → rename → fsync dir when a segment
 rolls (named by the new segment's base offset) and at a clean shutdown (at
 the log end).  A snapshot that fails its CRC is deleted and an older one
@@ -58,14 +80,23 @@ from typing import NamedTuple
 import crc32c
 
 from . import files
-from .batch import BatchHeader
-from .errors import CorruptSnapshotError, InvalidProducerEpochError, OutOfOrderSequenceError
+from .batch import TRANSACTIONAL_FLAG, BatchHeader
+from .control import AppendOrigin, EndTransactionMarker
+from .errors import (
+    CorruptSnapshotError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 
 logger = logging.getLogger(__name__)
 
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+NO_TXN = -1  # current_txn_first_offset when no transaction is open
+NO_TXN_END = 2**63 - 1
 INT32_MAX = 2**31 - 1
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
@@ -112,10 +143,27 @@ class BatchMetadata(NamedTuple):
         return self.last_offset - self.offset_delta
 
 
-class ProducerStateEntry:
-    """One producer id's epoch and last batches (newest last, at most five)."""
+class CompletedTxn(NamedTuple):
+    """A transaction a marker closed: its first offset and the marker's offset."""
 
-    __slots__ = ("batches", "last_timestamp", "producer_epoch", "producer_id")
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+class ProducerStateEntry:
+    """One producer id's epoch and last batches (newest last, at most five),
+    the coordinator epoch of its last marker and its open transaction."""
+
+    __slots__ = (
+        "batches",
+        "coordinator_epoch",
+        "current_txn_first_offset",
+        "last_timestamp",
+        "producer_epoch",
+        "producer_id",
+    )
 
     def __init__(
         self,
@@ -123,11 +171,15 @@ class ProducerStateEntry:
         producer_epoch: int = NO_PRODUCER_EPOCH,
         last_timestamp: int = -1,
         batches: Iterable[BatchMetadata] = (),
+        coordinator_epoch: int = -1,
+        current_txn_first_offset: int = NO_TXN,
     ) -> None:
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.last_timestamp = last_timestamp
         self.batches: deque[BatchMetadata] = deque(batches, maxlen=NUM_BATCHES_TO_RETAIN)
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_first_offset = current_txn_first_offset
 
     @property
     def last_seq(self) -> int:
@@ -155,23 +207,39 @@ class ProducerStateEntry:
         self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
         self.last_timestamp = timestamp
 
+    @property
+    def in_transaction(self) -> bool:
+        return self.current_txn_first_offset >= 0
+
     def copy(self) -> ProducerStateEntry:
         return ProducerStateEntry(
-            self.producer_id, self.producer_epoch, self.last_timestamp, self.batches
+            self.producer_id,
+            self.producer_epoch,
+            self.last_timestamp,
+            self.batches,
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
         )
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ProducerStateEntry) and (
+    def _key(self) -> tuple[object, ...]:
+        return (
             self.producer_id,
             self.producer_epoch,
             self.last_timestamp,
             list(self.batches),
-        ) == (other.producer_id, other.producer_epoch, other.last_timestamp, list(other.batches))
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ProducerStateEntry) and self._key() == other._key()
 
     def __repr__(self) -> str:
         return (
             f"ProducerStateEntry(producer_id={self.producer_id}, epoch={self.producer_epoch}, "
-            f"last_timestamp={self.last_timestamp}, batches={list(self.batches)})"
+            f"last_timestamp={self.last_timestamp}, batches={list(self.batches)}, "
+            f"coordinator_epoch={self.coordinator_epoch}, "
+            f"current_txn_first_offset={self.current_txn_first_offset})"
         )
 
 
@@ -200,7 +268,14 @@ class SnapshotEntry:
             if self.last_offset >= 0
             else []
         )
-        return ProducerStateEntry(self.producer_id, self.epoch, self.timestamp, batches)
+        return ProducerStateEntry(
+            self.producer_id,
+            self.epoch,
+            self.timestamp,
+            batches,
+            self.coordinator_epoch,
+            self.current_txn_first_offset if self.current_txn_first_offset >= 0 else NO_TXN,
+        )
 
 
 def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
@@ -216,8 +291,8 @@ def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
             last.last_offset if last else -1,
             last.offset_delta if last else 0,
             entry.last_timestamp,
-            -1,
-            -1,
+            entry.coordinator_epoch,
+            entry.current_txn_first_offset,
         )
         count += 1
     tail = struct.pack(">i", count) + bytes(body)
@@ -255,6 +330,15 @@ def read_snapshot(path: Path) -> list[SnapshotEntry]:
     return decode_snapshot(data, str(path))
 
 
+class _Staged(NamedTuple):
+    """A producer as an append's earlier batches leave it (``check_append``)."""
+
+    epoch: int
+    last_seq: int
+    in_txn: bool
+    coordinator_epoch: int
+
+
 class ProducerStateManager:
     """The producer table of one log and the snapshot files in its directory.
     The log keeps the table up to date with its end: every append under the
@@ -270,47 +354,95 @@ class ProducerStateManager:
         self.name = name
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
+        # open transactions: first offset -> producer id
+        self.ongoing: dict[int, int] = {}
+        # completed transactions whose marker the high watermark has not passed:
+        # first offset -> (producer id, marker offset)
+        self.unreplicated: dict[int, tuple[int, int]] = {}
 
     # -- the leader's check ------------------------------------------------------
 
-    def check_append(self, headers: Sequence[BatchHeader]) -> BatchMetadata | None:
-        """Check a client's batches (``base_offset`` not yet assigned) in order.
+    def check_append(
+        self,
+        headers: Sequence[BatchHeader],
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        markers: Sequence[EndTransactionMarker | None] | None = None,
+    ) -> BatchMetadata | None:
+        """Check a leader's batches (``base_offset`` not yet assigned) in order;
+        ``markers[i]`` is the marker of control batch ``headers[i]``.
 
-        Returns the stored batch a duplicate repeats (the first found; the
-        append then stores nothing), or None when every batch may be stored.
-        Raises InvalidProducerEpochError or OutOfOrderSequenceError."""
-        staged: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, last seq) this append
+        Returns the stored batch a client's duplicate repeats (the first
+        found; the append then stores nothing), or None when every batch may
+        be stored.  Raises InvalidProducerEpochError, OutOfOrderSequenceError,
+        InvalidTxnStateError or TransactionCoordinatorFencedError."""
+        staged: dict[int, _Staged] = {}  # producer id -> its state after this append's batches
         producers = self.producers
-        for header in headers:
+        client = origin is AppendOrigin.CLIENT
+        for i, header in enumerate(headers):
             producer_id = header.producer_id
             if producer_id < 0:
                 continue
+            entry = producers.get(producer_id)
+            current = staged.get(producer_id)
+            if current is None:
+                current = (
+                    _Staged(
+                        entry.producer_epoch,
+                        entry.last_seq,
+                        entry.in_transaction,
+                        entry.coordinator_epoch,
+                    )
+                    if entry is not None
+                    else _Staged(NO_PRODUCER_EPOCH, NO_SEQUENCE, False, -1)
+                )
             epoch = header.producer_epoch
+            if header.is_control:
+                marker = markers[i] if markers is not None else None
+                if marker is None:
+                    continue  # an empty control batch changes nothing
+                self._check_epoch(header, current.epoch)
+                if current.coordinator_epoch > marker.coordinator_epoch:
+                    raise TransactionCoordinatorFencedError(
+                        f"marker for producer {producer_id} in {self.name} has coordinator "
+                        f"epoch {marker.coordinator_epoch}, older than the last one "
+                        f"{current.coordinator_epoch} (a zombie coordinator)",
+                        header.position,
+                    )
+                last_seq = current.last_seq if epoch == current.epoch else NO_SEQUENCE
+                staged[producer_id] = _Staged(epoch, last_seq, False, marker.coordinator_epoch)
+                continue
             first_seq = header.base_sequence
             last_seq = increment_sequence(first_seq, header.last_offset_delta)
-            entry = producers.get(producer_id)
-            if entry is not None:
+            if client and entry is not None:
                 duplicate = entry.find_duplicate(epoch, first_seq, last_seq)
                 if duplicate is not None:
                     return duplicate
-            if producer_id in staged:
-                current_epoch, current_last = staged[producer_id]
-            elif entry is not None:
-                current_epoch, current_last = entry.producer_epoch, entry.last_seq
-            else:
-                current_epoch, current_last = NO_PRODUCER_EPOCH, NO_SEQUENCE
-            self._check_sequence(header, current_epoch, current_last)
-            staged[producer_id] = (epoch, last_seq)
+            self._check_epoch(header, current.epoch)
+            if client:
+                self._check_sequence(header, current.epoch, current.last_seq)
+            transactional = bool(header.attributes & TRANSACTIONAL_FLAG)
+            if current.in_txn and not transactional:
+                raise InvalidTxnStateError(
+                    f"producer {producer_id} in {self.name} sent a non-transactional batch "
+                    f"while its transaction is open",
+                    header.position,
+                )
+            staged[producer_id] = _Staged(
+                epoch, last_seq, current.in_txn or transactional, current.coordinator_epoch
+            )
         return None
+
+    def _check_epoch(self, header: BatchHeader, current_epoch: int) -> None:
+        if header.producer_epoch < current_epoch:
+            raise InvalidProducerEpochError(
+                f"epoch {header.producer_epoch} of producer {header.producer_id} in {self.name} "
+                f"is older than its last epoch {current_epoch}",
+                header.position,
+            )
 
     def _check_sequence(self, header: BatchHeader, current_epoch: int, current_last: int) -> None:
         epoch, first_seq = header.producer_epoch, header.base_sequence
         who = f"producer {header.producer_id} in {self.name}"
-        if epoch < current_epoch:
-            raise InvalidProducerEpochError(
-                f"epoch {epoch} of {who} is older than its last epoch {current_epoch}",
-                header.position,
-            )
         if current_epoch == NO_PRODUCER_EPOCH:
             return  # no state for this producer (new, expired, or retention took it)
         if epoch != current_epoch:
@@ -330,13 +462,23 @@ class ProducerStateManager:
 
     # -- updates ------------------------------------------------------------------
 
-    def update(self, header: BatchHeader, base_offset: int, timestamp: int) -> None:
+    def update(
+        self,
+        header: BatchHeader,
+        base_offset: int,
+        timestamp: int,
+        marker: EndTransactionMarker | None = None,
+    ) -> CompletedTxn | None:
         """Record a stored batch of a producer (``producer_id >= 0``) whose first
-        offset is ``base_offset``."""
+        offset is ``base_offset``; ``marker`` is a control batch's marker.
+        Returns the transaction a marker closed, for the caller to pass to
+        ``complete_txn`` (after any batch before it, before any after it)."""
         producer_id = header.producer_id
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
+        if header.is_control:
+            return self._end_txn(entry, header, base_offset, timestamp, marker)
         delta = header.last_offset_delta
         entry.add_batch(
             header.producer_epoch,
@@ -345,12 +487,69 @@ class ProducerStateManager:
             delta,
             timestamp,
         )
+        if header.attributes & TRANSACTIONAL_FLAG and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = base_offset
+            self.ongoing[base_offset] = producer_id
+        return None
 
-    def update_stored(self, headers: Iterable[BatchHeader]) -> None:
-        """Record batches as they lie in the log (a follower's copy, a replay)."""
-        for header in headers:
-            if header.producer_id >= 0 and not header.is_control:
-                self.update(header, header.base_offset, header.max_timestamp)
+    @staticmethod
+    def _end_txn(
+        entry: ProducerStateEntry,
+        header: BatchHeader,
+        offset: int,
+        timestamp: int,
+        marker: EndTransactionMarker | None,
+    ) -> CompletedTxn | None:
+        if marker is None:
+            return None  # emptied by the cleaner: the transaction is long gone
+        completed = None
+        if entry.current_txn_first_offset >= 0:
+            # a marker of a transaction with no data here completes nothing
+            completed = CompletedTxn(
+                entry.producer_id, entry.current_txn_first_offset, offset, marker.is_abort
+            )
+        if header.producer_epoch != entry.producer_epoch:
+            entry.batches.clear()
+            entry.producer_epoch = header.producer_epoch
+        entry.current_txn_first_offset = NO_TXN
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.last_timestamp = timestamp
+        return completed
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """The LSO once ``completed`` is decided: the first offset of the oldest
+        other open transaction, else the offset after its marker."""
+        pid = completed.producer_id
+        return min(
+            (first for first, owner in self.ongoing.items() if owner != pid),
+            default=completed.last_offset + 1,
+        )
+
+    def complete_txn(self, completed: CompletedTxn) -> int:
+        """Close ``completed`` (it stays unstable until the high watermark passes
+        its marker); returns the last stable offset for its ``.txnindex`` entry."""
+        lso = self.last_stable_offset(completed)
+        self.ongoing.pop(completed.first_offset, None)
+        self.unreplicated[completed.first_offset] = (completed.producer_id, completed.last_offset)
+        return lso
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction that is open, or closed by a
+        marker at or above the high watermark; None when there is none."""
+        if not self.ongoing and not self.unreplicated:
+            return None
+        return min(
+            min(self.ongoing, default=NO_TXN_END), min(self.unreplicated, default=NO_TXN_END)
+        )
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Forget the completed transactions whose marker lies below ``high_watermark``."""
+        if self.unreplicated:
+            self.unreplicated = {
+                first: done
+                for first, done in self.unreplicated.items()
+                if done[1] >= high_watermark
+            }
 
     def remove_expired(self, now_ms: int) -> int:
         """Forget producers silent for ``producer.id.expiration.ms``; how many went."""
@@ -360,7 +559,10 @@ class ProducerStateManager:
         return len(expired)
 
     def _is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
-        return now_ms - entry.last_timestamp >= self.expiration_ms
+        return (
+            entry.current_txn_first_offset < 0
+            and now_ms - entry.last_timestamp >= self.expiration_ms
+        )
 
     # -- snapshots ----------------------------------------------------------------
 
@@ -394,6 +596,8 @@ class ProducerStateManager:
         must start.  Snapshots that fail their checks are deleted and the next
         older one tried; with none, the table is empty from ``start_offset``."""
         self.producers = {}
+        self.ongoing = {}
+        self.unreplicated = {}
         for offset in reversed([o for o in self.snapshot_offsets() if o <= limit]):
             if offset < start_offset:
                 break
@@ -408,6 +612,8 @@ class ProducerStateManager:
                 entry = snap.to_entry()
                 if not self._is_expired(entry, now_ms):
                     self.producers[entry.producer_id] = entry
+                    if entry.current_txn_first_offset >= 0:
+                        self.ongoing[entry.current_txn_first_offset] = entry.producer_id
             return offset
         return start_offset
 
@@ -420,6 +626,8 @@ class ProducerStateManager:
     def truncate_fully(self) -> None:
         """Forget every producer and delete every snapshot (the log restarts empty)."""
         self.producers = {}
+        self.ongoing = {}
+        self.unreplicated = {}
         self.delete_snapshots(range(0))
 
     def entries(self) -> dict[int, ProducerStateEntry]:
@@ -431,6 +639,7 @@ __all__ = [
     "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
     "NUM_BATCHES_TO_RETAIN",
     "BatchMetadata",
+    "CompletedTxn",
     "ProducerStateEntry",
     "ProducerStateManager",
     "SnapshotEntry",

@@ -4,9 +4,13 @@
     <base>.index       (last offset of a batch, its position) every
                        ``index.interval.bytes`` of log
     <base>.timeindex   (largest timestamp so far, offset holding it), same cadence
+    <base>.txnindex    aborted transactions whose ABORT marker is here (``txn_index``),
+                       written by the owning log, which knows the producers
 
 The ``.log`` is the source of truth.  Indexes are derived: ``recover()``
-rebuilds both from the log and cuts the log at the first invalid batch.
+rebuilds the offset and time indexes from the log, cuts the log at the first
+invalid batch and empties the ``.txnindex``, which the owning log rebuilds as
+it replays the batches through producer state.
 A segment that is not recovered on open (after a clean shutdown, or below
 the recovery point) is trusted only once ``check_tail()`` has validated the
 batches from its last ``.index`` entry to the end of the file.
@@ -48,6 +52,7 @@ from .batch import (
 )
 from .errors import CorruptIndexError, CorruptRecordError
 from .index import OffsetIndex, TimeIndex, TimestampOffset
+from .txn_index import TransactionIndex
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +121,10 @@ class LogSegment:
             directory / (files.segment_file_name(base_offset, files.TIME_INDEX_SUFFIX) + suffix),
             base_offset,
             max_index_size,
+        )
+        self.txn_index = TransactionIndex(
+            directory / (files.segment_file_name(base_offset, files.TXN_INDEX_SUFFIX) + suffix),
+            base_offset,
         )
         self.created_ms = time_ms()
         self._bytes_since_last_index_entry = 0
@@ -350,11 +359,17 @@ class LogSegment:
         except OSError as exc:
             log.warning("cannot cut %s back to %d bytes: %s", self.log_path, size, exc)
 
-    def recover(self) -> RecoveryResult:
-        """Rebuild both indexes from the log and cut the log after its last valid batch."""
+    def recover(self, *, keep_txn_index: bool = False) -> RecoveryResult:
+        """Rebuild both indexes from the log and cut the log after its last valid batch.
+
+        The ``.txnindex`` is emptied for the owning log to rebuild, unless
+        ``keep_txn_index`` (a compaction's output, whose entries the cleaner
+        wrote and synced before the swap)."""
         for index in (self.offset_index, self.time_index):
             index.resize(self._max_index_size)
             index.truncate()
+        if not keep_txn_index:
+            self.txn_index.reset()
         self.max_timestamp_so_far = NO_TIMESTAMP
         self.offset_of_max_timestamp = self.base_offset
         self._bytes_since_last_index_entry = 0
@@ -433,6 +448,7 @@ class LogSegment:
             return 0
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = self.size - found.position
         os.ftruncate(self._fd, found.position)
         self.size = found.position
@@ -455,11 +471,13 @@ class LogSegment:
         return removed
 
     def sanity_check(self) -> None:
-        """Raise CorruptIndexError when an index is missing or fails its check."""
+        """Raise CorruptIndexError when an index is missing or fails its check
+        (a ``.txnindex`` may be missing: most segments have none)."""
         for index in (self.offset_index, self.time_index):
             if index.created and self.size > 0:
                 raise CorruptIndexError(f"missing index file {index.path}")
             index.sanity_check()
+        self.txn_index.sanity_check()
 
     def check_tail(self) -> int:
         """Validate the segment's tail without recovering it; return its next offset.
@@ -549,6 +567,12 @@ class LogSegment:
                 f"last entry of {self.time_index.path} (timestamp {timed.timestamp}, offset "
                 f"{timed.offset}) is past the last offset {next_offset - 1} of {self.log_path}"
             )
+        aborted = self.txn_index.last_offset
+        if aborted is not None and aborted >= next_offset:
+            raise CorruptIndexError(
+                f"last entry of {self.txn_index.path} (an abort at offset {aborted}) is past "
+                f"the last offset {next_offset - 1} of {self.log_path}"
+            )
         return next_offset
 
     @property
@@ -567,6 +591,7 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def change_suffix(self, new_suffix: str) -> None:
         """Rename the log and both indexes from the current suffix to ``new_suffix``."""
@@ -580,6 +605,7 @@ class LogSegment:
         self.log_path = new_log
         self.offset_index.rename_to(renamed(self.offset_index.path))
         self.time_index.rename_to(renamed(self.time_index.path))
+        self.txn_index.rename_to(renamed(self.txn_index.path))
         self._suffix = new_suffix
 
     @property
@@ -595,16 +621,23 @@ class LogSegment:
         )
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         os.close(self._fd)
 
     def close_and_delete(self) -> None:
-        """Close and remove all three files (those already gone are ignored)."""
+        """Close and remove all its files (those already gone are ignored)."""
         if not self.closed:
             self.closed = True
             self.offset_index.close()
             self.time_index.close()
+            self.txn_index.close()
             os.close(self._fd)
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in (
+            self.log_path,
+            self.offset_index.path,
+            self.time_index.path,
+            self.txn_index.path,
+        ):
             try:
                 path.unlink()
             except FileNotFoundError:

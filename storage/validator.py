@@ -8,7 +8,10 @@ stores a producer's batch ``RecordValidator.validate`` also checks, per batch:
 1. what clients may send: the record count equals ``lastOffsetDelta + 1``
    and is at least 1; no control batch; no transactional batch (annal has no
    transaction coordinator); a producer id comes with a sequence number; the
-   timestamp type is CreateTime (the broker alone sets LogAppendTime);
+   timestamp type is CreateTime (the broker alone sets LogAppendTime).  An
+   append from the broker's own coordinators (``AppendOrigin.COORDINATOR``:
+   transaction markers, offset commits) may hold control and transactional
+   batches, and a producer id without a sequence, as in Kafka;
 2. the records: the batch is inflated when compressed, never past
    ``max.message.bytes`` (a decompression bomb is refused after that many
    bytes, not expanded); unknown codecs are refused; then every record is
@@ -55,6 +58,7 @@ from .batch import (
 )
 from .compression import compress, decompress_bounded
 from .config import LogConfig
+from .control import AppendOrigin
 from .errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -122,12 +126,14 @@ class RecordValidator:
         buf: bytes | bytearray | memoryview,
         headers: Sequence[BatchHeader],
         now_ms: int = 0,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> tuple[bytes | bytearray | memoryview, Sequence[BatchHeader]]:
         """Check every batch of ``buf`` (``headers`` from ``check_batch``).
 
         Returns the bytes to store and their headers: ``buf`` and ``headers``
         themselves, or a corrected copy when a maxTimestamp was wrong.
-        ``now_ms`` matters only when ``needs_clock``.
+        ``now_ms`` matters only when ``needs_clock``; ``origin`` says who
+        appends (only clients are held to the client rules).
         """
         low, high = _INT64_MIN, _INT64_MAX
         if self.needs_clock:
@@ -135,16 +141,24 @@ class RecordValidator:
             high = min(now_ms + self._difference_max_ms, _INT64_MAX)
         fixes: list[tuple[BatchHeader, int]] = []
         walk = self._walk_records
+        client = origin is AppendOrigin.CLIENT
         for header in headers:
-            self._check_client_fields(header)
+            if client:
+                self._check_client_fields(header)
+            elif header.attributes & TIMESTAMP_TYPE_MASK:
+                raise InvalidTimestampError(
+                    "the batch claims LogAppendTime; only the log sets it", header.position
+                )
             max_timestamp = (
                 header.max_timestamp if walk is None else self._walk(walk, buf, header, low, high)
             )
             if self._create_time and max_timestamp != header.max_timestamp:
                 fixes.append((header, max_timestamp))
         target = self._target
+        # control batches keep their codec (none), as Kafka keeps them
         recompress = target is not None and any(
-            h.attributes & COMPRESSION_MASK != target for h in headers
+            h.attributes & COMPRESSION_MASK != target and not h.attributes & CONTROL_FLAG
+            for h in headers
         )
         if not fixes and not recompress:
             return buf, headers
@@ -163,7 +177,7 @@ class RecordValidator:
         """The batch at ``header`` with its records in ``target`` (itself when they are)."""
         start, end = header.position, header.position + header.size
         codec = header.attributes & COMPRESSION_MASK
-        if codec == target:
+        if codec == target or header.attributes & CONTROL_FLAG:
             return bytes(buf[start:end])
         body = buf[start + RECORD_BATCH_OVERHEAD : end]
         raw = (
@@ -190,7 +204,11 @@ class RecordValidator:
             raise InvalidRecordError("a batch must hold at least one record", position)
         attributes = header.attributes
         if attributes & CONTROL_FLAG:
-            raise InvalidRecordError("clients may not write control batches", position)
+            raise InvalidRecordError(
+                "Clients are not allowed to write control records (control batches come from "
+                "the transaction coordinator)",
+                position,
+            )
         if attributes & TRANSACTIONAL_FLAG:
             owner = (
                 "it has no producer id"

@@ -384,7 +384,7 @@ def test_missing_and_unknown_files_do_not_stop_the_others(
     assert err.splitlines() == [
         f"annal dump-log: {missing}: no such file",
         f"annal dump-log: {notes}: unknown file kind "
-        "(expected .log, .index, .timeindex or .snapshot)",
+        "(expected .log, .index, .timeindex, .txnindex or .snapshot)",
         f"annal dump-log: {tmp_path}: not a regular file",
     ]
     assert _dump(capsys, str(segment))[0] == 0

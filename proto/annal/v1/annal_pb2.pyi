@@ -103,8 +103,14 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """
     INVALID_PRODUCER_EPOCH: _ErrorCode.ValueType  # 47
     """An idempotent producer's epoch is older than the newest the partition has seen."""
+    INVALID_TXN_STATE: _ErrorCode.ValueType  # 48
+    """A producer's write does not fit the state of its transaction (a batch outside
+    the transaction it has open).
+    """
     INVALID_PRODUCER_ID_MAPPING: _ErrorCode.ValueType  # 49
     """A transactional batch whose producer id belongs to no transaction (annal has none)."""
+    TRANSACTION_COORDINATOR_FENCED: _ErrorCode.ValueType  # 52
+    """A transaction marker from a coordinator older than the last one the partition saw."""
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     """A log directory failed."""
     UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
@@ -257,8 +263,14 @@ holds from it, or a new producer epoch does not start at sequence 0.
 """
 INVALID_PRODUCER_EPOCH: ErrorCode.ValueType  # 47
 """An idempotent producer's epoch is older than the newest the partition has seen."""
+INVALID_TXN_STATE: ErrorCode.ValueType  # 48
+"""A producer's write does not fit the state of its transaction (a batch outside
+the transaction it has open).
+"""
 INVALID_PRODUCER_ID_MAPPING: ErrorCode.ValueType  # 49
 """A transactional batch whose producer id belongs to no transaction (annal has none)."""
+TRANSACTION_COORDINATOR_FENCED: ErrorCode.ValueType  # 52
+"""A transaction marker from a coordinator older than the last one the partition saw."""
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 """A log directory failed."""
 UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
@@ -342,6 +354,42 @@ UNACCEPTABLE_CREDENTIAL: ErrorCode.ValueType  # 93
 4096..16384, an empty salt or a salted password of the wrong size.
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
+
+class _ConfigSource:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ConfigSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConfigSource.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    UNKNOWN_CONFIG_SOURCE: _ConfigSource.ValueType  # 0
+    """Not known."""
+    DYNAMIC_TOPIC_CONFIG: _ConfigSource.ValueType  # 1
+    """A topic's override (/config/topics/<topic>)."""
+    DYNAMIC_BROKER_CONFIG: _ConfigSource.ValueType  # 2
+    """/config/brokers/<id>"""
+    DYNAMIC_DEFAULT_BROKER_CONFIG: _ConfigSource.ValueType  # 3
+    """/config/brokers/<default>"""
+    STATIC_BROKER_CONFIG: _ConfigSource.ValueType  # 4
+    """server.properties (or --override)"""
+    DEFAULT_CONFIG: _ConfigSource.ValueType  # 5
+    """annal's default."""
+
+class ConfigSource(_ConfigSource, metaclass=_ConfigSourceEnumTypeWrapper):
+    """Where a broker setting's value comes from: Kafka's ConfigSource numbers."""
+
+UNKNOWN_CONFIG_SOURCE: ConfigSource.ValueType  # 0
+"""Not known."""
+DYNAMIC_TOPIC_CONFIG: ConfigSource.ValueType  # 1
+"""A topic's override (/config/topics/<topic>)."""
+DYNAMIC_BROKER_CONFIG: ConfigSource.ValueType  # 2
+"""/config/brokers/<id>"""
+DYNAMIC_DEFAULT_BROKER_CONFIG: ConfigSource.ValueType  # 3
+"""/config/brokers/<default>"""
+STATIC_BROKER_CONFIG: ConfigSource.ValueType  # 4
+"""server.properties (or --override)"""
+DEFAULT_CONFIG: ConfigSource.ValueType  # 5
+"""annal's default."""
+Global___ConfigSource: _TypeAlias = ConfigSource  # noqa: Y015
 
 @_typing.final
 class Broker(_message.Message):
@@ -1785,27 +1833,39 @@ Global___DeleteRecordsResult: _TypeAlias = DeleteRecordsResult  # noqa: Y015
 
 @_typing.final
 class DescribeConfigsRequest(_message.Message):
-    """Topics' configurations (kafka-configs.sh --describe)."""
+    """Topics' configurations (kafka-configs.sh --describe), and brokers' settings."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPICS_FIELD_NUMBER: _builtins.int
     INCLUDE_DEFAULTS_FIELD_NUMBER: _builtins.int
+    BROKERS_FIELD_NUMBER: _builtins.int
+    INCLUDE_SYNONYMS_FIELD_NUMBER: _builtins.int
     include_defaults: _builtins.bool
     """Every setting with its effective value, not only the topic's overrides."""
+    include_synonyms: _builtins.bool
+    """With brokers: each setting's synonyms, in order of precedence."""
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Topic names."""
+
+    @_builtins.property
+    def brokers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Brokers' settings (Kafka's BROKER resources, KIP-226): a broker id, answered by
+        that broker only, or "" for the cluster-wide dynamic defaults.
+        """
 
     def __init__(
         self,
         *,
         topics: _abc.Iterable[_builtins.str] | None = ...,
         include_defaults: _builtins.bool = ...,
+        brokers: _abc.Iterable[_builtins.str] | None = ...,
+        include_synonyms: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_defaults", b"include_defaults", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "include_defaults", b"include_defaults", "include_synonyms", b"include_synonyms", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1816,22 +1876,136 @@ class DescribeConfigsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPICS_FIELD_NUMBER: _builtins.int
+    BROKERS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicConfigs]:
         """One entry per topic asked about."""
+
+    @_builtins.property
+    def brokers(self) -> _containers.RepeatedCompositeFieldContainer[Global___BrokerConfigs]:
+        """One entry per broker resource asked about."""
 
     def __init__(
         self,
         *,
         topics: _abc.Iterable[Global___TopicConfigs] | None = ...,
+        brokers: _abc.Iterable[Global___BrokerConfigs] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeConfigsResponse: _TypeAlias = DescribeConfigsResponse  # noqa: Y015
+
+@_typing.final
+class BrokerConfigs(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The broker id asked about, or "" for the cluster default."""
+    error: Global___ErrorCode.ValueType
+    """NONE, INVALID_REQUEST (another broker's id) or CLUSTER_AUTHORIZATION_FAILED."""
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___BrokerConfigEntry]:
+        """The settings, sorted by name: every one for a broker, the dynamic ones for ""."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        entries: _abc.Iterable[Global___BrokerConfigEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "error", b"error", "error_message", b"error_message", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BrokerConfigs: _TypeAlias = BrokerConfigs  # noqa: Y015
+
+@_typing.final
+class BrokerConfigEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    READ_ONLY_FIELD_NUMBER: _builtins.int
+    SENSITIVE_FIELD_NUMBER: _builtins.int
+    SYNONYMS_FIELD_NUMBER: _builtins.int
+    HAS_VALUE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Kafka's setting name, e.g. log.retention.ms."""
+    value: _builtins.str
+    """Its value as text; empty for a sensitive setting or one without a value."""
+    source: Global___ConfigSource.ValueType
+    """The level its value comes from."""
+    read_only: _builtins.bool
+    """False for the settings that change at run time (AlterConfigs)."""
+    sensitive: _builtins.bool
+    """A password or key: its value is never shown."""
+    has_value: _builtins.bool
+    """Whether the setting has a value at all (value "" may be a value)."""
+    @_builtins.property
+    def synonyms(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigSynonym]:
+        """With include_synonyms: the values that could apply, highest precedence first."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str = ...,
+        source: Global___ConfigSource.ValueType = ...,
+        read_only: _builtins.bool = ...,
+        sensitive: _builtins.bool = ...,
+        synonyms: _abc.Iterable[Global___ConfigSynonym] | None = ...,
+        has_value: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["has_value", b"has_value", "name", b"name", "read_only", b"read_only", "sensitive", b"sensitive", "source", b"source", "synonyms", b"synonyms", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BrokerConfigEntry: _TypeAlias = BrokerConfigEntry  # noqa: Y015
+
+@_typing.final
+class ConfigSynonym(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The setting's name (e.g. log.retention.hours for log.retention.ms)."""
+    value: _builtins.str
+    """Its value at that level; empty for a sensitive setting."""
+    source: Global___ConfigSource.ValueType
+    """The level."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str = ...,
+        source: Global___ConfigSource.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "source", b"source", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConfigSynonym: _TypeAlias = ConfigSynonym  # noqa: Y015
 
 @_typing.final
 class TopicConfigs(_message.Message):
@@ -1905,25 +2079,83 @@ class AlterConfigsRequest(_message.Message):
 
     TOPICS_FIELD_NUMBER: _builtins.int
     VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    BROKERS_FIELD_NUMBER: _builtins.int
     validate_only: _builtins.bool
     """Only validate, change nothing."""
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicConfigChange]:
         """Changes per topic."""
 
+    @_builtins.property
+    def brokers(self) -> _containers.RepeatedCompositeFieldContainer[Global___BrokerConfigChange]:
+        """Changes of dynamic broker settings (KIP-226), kept in ZooKeeper."""
+
     def __init__(
         self,
         *,
         topics: _abc.Iterable[Global___TopicConfigChange] | None = ...,
         validate_only: _builtins.bool = ...,
+        brokers: _abc.Iterable[Global___BrokerConfigChange] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics", "validate_only", b"validate_only"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "topics", b"topics", "validate_only", b"validate_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AlterConfigsRequest: _TypeAlias = AlterConfigsRequest  # noqa: Y015
+
+@_typing.final
+class BrokerConfigChange(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SetEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SET_FIELD_NUMBER: _builtins.int
+    DELETE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """A broker id (sent to that broker), or "" for the cluster-wide default."""
+    @_builtins.property
+    def set(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Dynamic settings to set."""
+
+    @_builtins.property
+    def delete(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Dynamic settings to remove (the next level of precedence applies again)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        set: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        delete: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete", b"delete", "name", b"name", "set", b"set"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BrokerConfigChange: _TypeAlias = BrokerConfigChange  # noqa: Y015
 
 @_typing.final
 class TopicConfigChange(_message.Message):
@@ -1982,18 +2214,26 @@ class AlterConfigsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPICS_FIELD_NUMBER: _builtins.int
+    BROKERS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicResult]:
         """One result per topic: NONE, UNKNOWN_TOPIC_OR_PARTITION or INVALID_CONFIG."""
+
+    @_builtins.property
+    def brokers(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicResult]:
+        """One result per broker change (name: the broker id or ""): NONE,
+        INVALID_REQUEST or CLUSTER_AUTHORIZATION_FAILED.
+        """
 
     def __init__(
         self,
         *,
         topics: _abc.Iterable[Global___TopicResult] | None = ...,
+        brokers: _abc.Iterable[Global___TopicResult] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
