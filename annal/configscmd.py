@@ -1,5 +1,13 @@
-"""``annal configs``: show and change topic configs and users' SCRAM credentials, as
-kafka-configs.sh does.
+"""``annal configs``: show and change topic configs, dynamic broker configs and users'
+SCRAM credentials, as kafka-configs.sh does.
+
+``--entity-type brokers`` takes ``--entity-name ID`` (one broker's own dynamic
+settings) or ``--entity-default`` (the cluster-wide defaults), KIP-226: ``--alter
+--add-config log.retention.ms=1000`` and ``--delete-config log.retention.ms`` keep
+them in ZooKeeper and every broker concerned applies them at once; ``--describe``
+shows the dynamic settings of that level (``--all``: every setting of the broker)
+with their synonyms, as kafka-configs.sh prints them; without a name it describes
+every broker.  docs/operations.md lists the settings that change at run time.
 
 ``--entity-type users`` takes kafka-configs.sh's spelling for credentials:
 ``--add-config 'SCRAM-SHA-512=[iterations=8192,password=secret]'`` (iterations
@@ -17,25 +25,40 @@ from typing import Any
 
 from annal import errors
 from annal.clierrors import fail
+from annal.v1 import annal_pb2 as pb
 
 
 def add_parser(commands: Any) -> None:
     configs = commands.add_parser(
         "configs",
-        help="show and change topic configs and users' SCRAM credentials",
+        help="show and change topic configs, dynamic broker configs and users' SCRAM credentials",
         description="Show a topic's config overrides (--describe; --all for every setting "
         "with its effective value) or change them (--alter): the brokers hosting the "
         "topic apply the change at once, as Kafka's dynamic topic configs do. With "
         "--entity-type users, show (--describe) or set and delete (--alter) a user's SCRAM "
         "credentials: --add-config 'SCRAM-SHA-512=[iterations=8192,password=SECRET]' "
-        "(iterations optional, 4096 by default), --delete-config SCRAM-SHA-512.",
+        "(iterations optional, 4096 by default), --delete-config SCRAM-SHA-512. With "
+        "--entity-type brokers, a broker's dynamic settings (--entity-name ID) or the "
+        "cluster-wide defaults (--entity-default): --add-config log.retention.ms=1000.",
     )
     configs.add_argument(
         "--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]",
         help="brokers to contact",
     )  # fmt: skip
-    configs.add_argument("--entity-type", choices=["topics", "users"], default="topics")
-    configs.add_argument("--entity-name", required=True, metavar="TOPIC|USER")
+    configs.add_argument("--entity-type", choices=["topics", "users", "brokers"], default="topics")
+    configs.add_argument("--entity-name", metavar="TOPIC|USER|BROKER-ID")
+    configs.add_argument(
+        "--entity-default", action="store_true",
+        help="with --entity-type brokers: the cluster-wide default of every broker",
+    )  # fmt: skip
+    configs.add_argument(
+        "--broker", metavar="BROKER-ID",
+        help="as --entity-type brokers --entity-name BROKER-ID (kafka-configs.sh's shorthand)",
+    )  # fmt: skip
+    configs.add_argument(
+        "--broker-defaults", action="store_true",
+        help="as --entity-type brokers --entity-default",
+    )  # fmt: skip
     action = configs.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="show the config")
     action.add_argument("--alter", action="store_true", help="change it")
@@ -87,6 +110,26 @@ def parse_assignments(text: str) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     from annal.admin.client import AdminClient, AdminError
 
+    if args.broker is not None or args.broker_defaults:
+        if args.entity_name is not None or args.entity_default or args.entity_type != "topics":
+            print(
+                "annal configs: --broker and --broker-defaults replace --entity-type and "
+                "--entity-name/--entity-default",
+                file=sys.stderr,
+            )
+            return 2
+        args.entity_type, args.entity_name = "brokers", args.broker
+        args.entity_default = args.broker_defaults
+    if args.entity_type == "brokers":
+        return run_brokers(args)
+    try:
+        if args.entity_default:
+            raise ValueError("--entity-default goes with --entity-type brokers")
+        if args.entity_name is None:
+            raise ValueError(f"--entity-name is required with --entity-type {args.entity_type}")
+    except ValueError as exc:
+        print(f"annal configs: {exc}", file=sys.stderr)
+        return 2
     if args.entity_type == "users":
         return run_users(args)
     try:
@@ -170,3 +213,89 @@ def run_users(args: argparse.Namespace) -> int:
     else:
         print(f"User-principal '{user}' has no SCRAM credential.")
     return 0
+
+
+def run_brokers(args: argparse.Namespace) -> int:
+    """``--entity-type brokers``: dynamic broker configs (admin/broker_configs.py)."""
+    from annal.admin.broker_configs import (
+        alter_broker_configs,
+        broker_ids,
+        describe_broker_configs,
+    )
+    from annal.admin.client import AdminClient, AdminError
+
+    try:
+        if args.entity_default and args.entity_name is not None:
+            raise ValueError("give --entity-name or --entity-default, not both")
+        name = "" if args.entity_default else args.entity_name
+        if name and not (name.isascii() and name.isdigit()):
+            raise ValueError(
+                f"the entity name for brokers must be a valid integer broker id, but it is: {name}"
+            )
+        if args.alter:
+            if name is None:
+                raise ValueError("--alter needs --entity-name ID or --entity-default")
+            settings = parse_assignments(args.add_config)
+            deletions = [k.strip() for k in args.delete_config.split(",") if k.strip()]
+            if not settings and not deletions:
+                raise ValueError("--alter needs --add-config or --delete-config")
+            if args.json or args.all:
+                raise ValueError("--json and --all go with --describe")
+        elif args.add_config or args.delete_config:
+            raise ValueError("--add-config and --delete-config go with --alter")
+        if args.entity_default and args.all:
+            raise ValueError("--all goes with --entity-name: the default has dynamic ones only")
+        client = AdminClient(args.bootstrap_server)
+    except ValueError as exc:
+        print(f"annal configs: {exc}", file=sys.stderr)
+        return 2
+    with client:
+        try:
+            if args.alter:
+                alter_broker_configs(client, name, settings, deletions)
+                what = f"broker {name}" if name else "brokers in the cluster"
+                print(f"Completed updating {'' if name else 'default '}config for {what}.")
+                return 0
+            # no name: every broker, as kafka-configs.sh describes them
+            names = [str(b) for b in broker_ids(client)] if name is None else [name]
+            described = {n: describe_broker_configs(client, n) for n in names}
+        except AdminError as exc:
+            return fail("annal configs", exc)
+    for broker, entries in described.items():
+        wanted = pb.DYNAMIC_BROKER_CONFIG if broker else pb.DYNAMIC_DEFAULT_BROKER_CONFIG
+        shown = [e for e in entries if args.all or e.source == wanted]
+        if args.json:
+            print(json.dumps({"broker": broker, "configs": [_broker_entry(e) for e in shown]}))
+            continue
+        if not broker:
+            print("Default configs for brokers in the cluster are:")
+        else:
+            print(f"{'All' if args.all else 'Dynamic'} configs for broker {broker} are:")
+        for e in shown:
+            synonyms = ", ".join(
+                f"{pb.ConfigSource.Name(s.source)}:{s.name}={_shown(e, s.value)}"
+                for s in e.synonyms
+            )
+            value = _shown(e, e.value) if e.has_value else "null"
+            sensitive = str(e.sensitive).lower()
+            print(f"  {e.name}={value} sensitive={sensitive} synonyms={{{synonyms}}}")
+    return 0
+
+
+def _shown(entry: pb.BrokerConfigEntry, value: str) -> str:
+    return "null" if entry.sensitive else value
+
+
+def _broker_entry(entry: pb.BrokerConfigEntry) -> dict[str, Any]:
+    return {
+        "name": entry.name,
+        "value": entry.value if entry.has_value and not entry.sensitive else None,
+        "source": pb.ConfigSource.Name(entry.source),
+        "read_only": entry.read_only,
+        "sensitive": entry.sensitive,
+        "synonyms": [
+            {"name": s.name, "value": None if entry.sensitive else s.value,
+             "source": pb.ConfigSource.Name(s.source)}
+            for s in entry.synonyms
+        ],
+    }  # fmt: skip

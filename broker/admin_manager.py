@@ -51,6 +51,8 @@ from annal.broker.config import BrokerConfig
 from annal.broker.coordinator import OFFSETS_TOPIC
 from annal.broker.data_api import Deadline, code, wait_ms
 from annal.broker.delayed import Purgatories
+from annal.broker.dynamic_config import DynamicBrokerConfig
+from annal.broker.dynamic_config_admin import BrokerConfigAdmin, Operation
 from annal.broker.leadership_fence import LeadershipFence
 from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot, broker_message
 from annal.broker.request_checks import Refusal
@@ -86,8 +88,11 @@ class AdminManager:
         cluster_id: Callable[[], str | None],
         authorizer: RequestAuthorizer = ALLOW_ALL,
         fence: LeadershipFence | None = None,
+        dynamic: DynamicBrokerConfig | None = None,
     ) -> None:
         self._config = config
+        # dynamic broker configs (KIP-226): broker/dynamic_config_admin.py
+        self.broker_configs = BrokerConfigAdmin(dynamic or DynamicBrokerConfig(config), zk)
         self._fence = fence or LeadershipFence(config.broker_id)
         self._zk = zk
         self._metadata = metadata
@@ -454,11 +459,24 @@ class AdminManager:
     async def describe_configs(
         self, request: pb.DescribeConfigsRequest, session: Session = INTERNAL
     ) -> pb.DescribeConfigsResponse:
-        """Each topic's configs (DescribeConfigs on the topic)."""
+        """Each topic's configs (DescribeConfigs on the topic), each broker resource's
+        (DescribeConfigs on the cluster)."""
         refused = self._authorizer.refused_topics(
             session, AclOperation.DESCRIBE_CONFIGS, list(request.topics)
         )
-        return await self.blocking(self._describe_configs_now, request, refused)
+        response = pb.DescribeConfigsResponse()
+        if request.topics:
+            response = await self.blocking(self._describe_configs_now, request, refused)
+        for name in request.brokers:
+            if refusal := self.broker_configs_refusal(session):
+                response.brokers.add(
+                    name=name, error=code(refusal.error), error_message=refusal.message
+                )
+            else:
+                response.brokers.append(
+                    self.broker_configs.describe(name, request.include_synonyms)
+                )
+        return response
 
     async def topic_configs(self, topic: str, include_defaults: bool) -> dict[str, str] | None:
         """The broker's own read of a topic's overrides (with its defaults too), None
@@ -479,7 +497,7 @@ class AdminManager:
     def _describe_configs_now(
         self, request: pb.DescribeConfigsRequest, refused: dict[str, Refusal]
     ) -> pb.DescribeConfigsResponse:
-        defaults = self._config.log_config()
+        defaults = self.broker_configs.dynamic.current().log_config()
         response = pb.DescribeConfigsResponse()
         for name in request.topics:
             if refusal := refused.get(name) or self._topic_refusal_now(name):
@@ -504,11 +522,39 @@ class AdminManager:
     async def alter_configs(
         self, request: pb.AlterConfigsRequest, session: Session = INTERNAL
     ) -> pb.AlterConfigsResponse:
-        """Change each topic's overrides (AlterConfigs on the topic)."""
+        """Change each topic's overrides (AlterConfigs on the topic), each broker
+        resource's dynamic settings (AlterConfigs on the cluster)."""
         refused = self._authorizer.refused_topics(
             session, AclOperation.ALTER_CONFIGS, [t.name for t in request.topics], audited=True
         )
-        return await self.blocking(self._alter_configs_now, request, refused)
+        response = pb.AlterConfigsResponse()
+        if request.topics:
+            response = await self.blocking(self._alter_configs_now, request, refused)
+        for change in request.brokers:
+            refusal = self.broker_configs_refusal(session, alter=True) or await self.blocking(
+                self.broker_configs.alter_now, change, request.validate_only
+            )
+            result = response.brokers.add(name=change.name)
+            if refusal is not None:
+                result.error, result.error_message = code(refusal.error), refusal.message
+        return response
+
+    async def incremental_alter_broker_configs(
+        self,
+        name: str,
+        operations: list[Operation],
+        validate_only: bool,
+        session: Session,
+        replace: bool = False,
+    ) -> Refusal | None:
+        """(Incremental)AlterConfigs of a broker resource on Kafka's listener:
+        AlterConfigs on the cluster, then broker/dynamic_config_admin.py."""
+        if refusal := self.broker_configs_refusal(session, alter=True):
+            return refusal
+        result: Refusal | None = await self.blocking(
+            self.broker_configs.incremental_now, name, operations, validate_only, replace
+        )
+        return result
 
     def _alter_configs_now(
         self, request: pb.AlterConfigsRequest, refused: dict[str, Refusal]

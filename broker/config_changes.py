@@ -9,7 +9,10 @@ each one newer than the last it handled and:
 * for a topic, reads its overrides and hands them to ``apply_topic`` (the replica
   manager, which reconfigures the logs it hosts);
 * for a user, calls ``user_changed(user)``, which re-reads what it keeps of the user
-  (the security store's SCRAM credentials).
+  (the security store's SCRAM credentials);
+* for a broker (``brokers/<id>`` or ``brokers/<default>``, KIP-226), calls
+  ``broker_changed(entity)``, which re-reads that level of the dynamic broker
+  configs when it is this broker's or the cluster default (broker/dynamic_config.py).
 
 Notifications older than the listener's start are skipped: whoever needs the
 entities reads them whole when starting (logs read their topic's config when
@@ -30,13 +33,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from annal.zk import layout, users
+from annal.zk import broker_configs, layout, users
 from annal.zk.client import ZkClient, ZkError
 
 logger = logging.getLogger(__name__)
 
 ApplyTopicConfig = Callable[[str, Mapping[str, str]], None]
 UserChanged = Callable[[str], None]
+BrokerChanged = Callable[[str], None]
 
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 PURGE_INTERVAL_S = 60.0
@@ -45,7 +49,7 @@ CHANGE_PREFIX = layout.CONFIG_CHANGE_PREFIX.rsplit("/", 1)[1]
 
 
 class ConfigChangeListener:
-    """See the module docstring; ``start`` then ``stop``.  Either callback may be None
+    """See the module docstring; ``start`` then ``stop``.  Any callback may be None
     (its entity type is then skipped)."""
 
     def __init__(
@@ -54,11 +58,13 @@ class ConfigChangeListener:
         apply_topic: ApplyTopicConfig | None,
         user_changed: UserChanged | None = None,
         *,
+        broker_changed: BrokerChanged | None = None,
         thread_name: str = "config-changes",
     ) -> None:
         self.zk = zk
         self._apply_topic = apply_topic
         self._user_changed = user_changed
+        self._broker_changed = broker_changed
         self._wake = threading.Event()
         self._stopped = False
         self._last = -1
@@ -111,6 +117,9 @@ class ConfigChangeListener:
                 user = users.user_of_entity(entity)
                 if user is not None and self._user_changed is not None:
                     self._user_changed(user)
+                broker = broker_configs.entity_of_change(entity)
+                if broker is not None and self._broker_changed is not None:
+                    self._broker_changed(broker)
             except ZkError:
                 raise  # this notification again, once ZooKeeper answers
             except Exception:  # one bad entity must not stop the others

@@ -159,6 +159,12 @@ class Controller:
         self._watches.append(self.zk.watch_data(layout.CONTROLLER, self._on_controller_change))
         self._events.put((Event.ELECT, ""))
 
+    def set_unclean_leader_election(self, enabled: bool) -> None:
+        """``unclean.leader.election.enable`` changed at run time (a dynamic broker
+        config, KIP-226): topics without their own override follow it from the next
+        election on."""
+        self._handlers.unclean_default = enabled
+
     def initiate_shutdown(self) -> None:
         self._stopped.set()
         self.zk.remove_session_listener(self._on_session)

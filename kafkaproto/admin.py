@@ -14,8 +14,12 @@ Kafka's API and annal's differ:
 * IncrementalAlterConfigs SET and DELETE map onto annal's set and delete
   (deleting an override that is not set is a no-op, as in Kafka); APPEND and
   SUBTRACT edit the current value as a comma-separated list;
-* configs of resources other than topics: DescribeConfigs of a broker lists
-  its settings as given (read-only, static); altering them is refused;
+* configs of brokers (KIP-226, broker/dynamic_config.py): DescribeConfigs of a
+  BROKER resource (its id, or "" for the cluster default) lists the settings with
+  their sources and synonyms; AlterConfigs and IncrementalAlterConfigs change the
+  dynamic ones (broker/dynamic_config_admin.py); a broker answers for its own id
+  only, as Kafka's (clients send a broker's resource to that broker); other
+  resource types are refused;
 * ElectLeaders elects preferred leaders; unclean elections are refused;
   AlterPartitionReassignments cannot cancel a reassignment (null replicas);
 * DeleteTopics before v3 has no TOPIC_DELETION_DISABLED: a broker with
@@ -32,12 +36,11 @@ Thread safety: runs on the broker's event loop only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from annal.broker.admin_manager import AdminManager
 from annal.broker.data_api import DataApi
-from annal.broker.listeners import is_sensitive
+from annal.broker.dynamic_config_admin import SET as SET_OPERATION
 from annal.broker.metadata_cache import MetadataCache
 from annal.broker.request_checks import Refusal
 from annal.kafkaproto.apis import KafkaApis, Values
@@ -51,13 +54,14 @@ from annal.topic_partition import TopicPartition
 
 TOPIC, BROKER = 2, 4  # resource types
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # config sources
+DYNAMIC_TOPIC_CONFIG = 1  # config source of a topic's override
 PREFERRED = 0
 
 INVALID_REQUEST = errors.INVALID_REQUEST.number
 INVALID_CONFIG = errors.INVALID_CONFIG.number
 TOPIC_DELETION_DISABLED = errors.TOPIC_DELETION_DISABLED.number
 CLUSTER_AUTHORIZATION_FAILED = errors.CLUSTER_AUTHORIZATION_FAILED.number
+ONLY_TOPICS_AND_BROKERS = "AlterConfigs is only supported for topics and brokers"
 
 
 class AdminApis:
@@ -69,13 +73,11 @@ class AdminApis:
         data: DataApi,
         metadata: MetadataCache,
         broker_id: int,
-        broker_settings: Callable[[], Mapping[str, str]],
     ) -> None:
         self._admin = admin
         self._data = data
         self._metadata = metadata
         self._broker_id = broker_id
-        self._broker_settings = broker_settings
 
     def register(self, apis: KafkaApis) -> None:
         apis.add(19, "CreateTopics", (2, 7), self.create_topics)
@@ -203,12 +205,8 @@ class AdminApis:
         for resource in request.body.resources:
             keys = resource.configuration_keys
             if resource.resource_type == BROKER:
-                refusal = self._admin.broker_configs_refusal(request.session)
-                if refusal is not None:
-                    error = refusal.error.number
-                    results.append(_resource_refused(resource, error, refusal.message))
-                else:
-                    results.append(self._broker_configs(resource.resource_name, keys))
+                synonyms = bool(getattr(request.body, "include_synonyms", False))
+                results.append(await self._broker_configs(request, resource, synonyms))
                 continue
             if resource.resource_type != TOPIC:
                 results.append(_resource_refused(resource, INVALID_REQUEST, "unknown resource"))
@@ -224,25 +222,44 @@ class AdminApis:
                 "configs": [
                     {"name": e.name, "value": e.value, "read_only": False,
                      "is_default": e.is_default,
-                     "config_source": DEFAULT_CONFIG if e.is_default else DYNAMIC_TOPIC_CONFIG,
+                     "config_source": self._topic_source(e),
                      "is_sensitive": False}
                     for e in found.entries if keys is None or e.name in keys
                 ],
             })  # fmt: skip
         return {"throttle_time": 0, "results": results}
 
-    def _broker_configs(self, name: str, keys: tuple[str, ...] | None) -> dict[str, Any]:
-        if name not in ("", str(self._broker_id)):
-            message = f"this is broker {self._broker_id}; ask broker {name}"
-            return {"error_code": INVALID_REQUEST, "resource_type": BROKER, "resource_name": name,
-                    "error_message": message}  # fmt: skip
+    def _topic_source(self, entry: pb.ConfigEntry) -> int:
+        """A topic config's source: its override, else where the broker default it
+        takes comes from (Kafka's topic describe names the broker synonym's level)."""
+        if not entry.is_default:
+            return DYNAMIC_TOPIC_CONFIG
+        return int(self._admin.broker_configs.dynamic.topic_default_source(entry.name))
+
+    async def _broker_configs(self, request: Request, resource: Any, synonyms: bool) -> Values:
+        """A BROKER resource's settings, through the broker code (which checks
+        DescribeConfigs on the cluster and answers for this broker's id only)."""
+        keys = resource.configuration_keys
+        answer = await self._admin.describe_configs(
+            pb.DescribeConfigsRequest(brokers=[resource.resource_name], include_synonyms=synonyms),
+            request.session,
+        )
+        found = answer.brokers[0]
+        if found.error != pb.NONE:
+            return _resource_refused(resource, found.error, found.error_message)
         return {
-            "error_code": errors.NONE.number, "resource_type": BROKER, "resource_name": name,
+            "error_code": errors.NONE.number, "error_message": None,
+            "resource_type": BROKER, "resource_name": resource.resource_name,
             "configs": [
-                {"name": k, "value": None if is_sensitive(k) else v, "read_only": True,
-                 "is_default": False, "config_source": STATIC_BROKER_CONFIG,
-                 "is_sensitive": is_sensitive(k)}
-                for k, v in sorted(self._broker_settings().items()) if keys is None or k in keys
+                {"name": e.name, "value": e.value if e.has_value else None,
+                 "read_only": e.read_only, "is_default": False, "config_source": e.source,
+                 "is_sensitive": e.sensitive,
+                 "synonyms": [
+                     {"name": s.name, "value": None if e.sensitive else s.value,
+                      "source": s.source}
+                     for s in e.synonyms
+                 ]}
+                for e in found.entries if not keys or e.name in keys  # none or []: all
             ],
         }  # fmt: skip
 
@@ -250,8 +267,15 @@ class AdminApis:
         body = request.body
         responses: list[dict[str, Any]] = []
         for resource in body.resources:
+            if resource.resource_type == BROKER:  # the level replaced as a whole
+                operations = [(c.name, SET_OPERATION, c.value) for c in resource.configs]
+                only = body.validate_only
+                responses.append(
+                    await self._alter_broker(request, resource, operations, only, True)
+                )
+                continue
             if resource.resource_type != TOPIC:
-                responses.append(self._not_a_topic(request, resource))
+                responses.append(_altered(resource, INVALID_REQUEST, ONLY_TOPICS_AND_BROKERS))
                 continue
             wanted = {c.name: c.value for c in resource.configs if c.value is not None}
             current = await self._overrides(resource.resource_name)
@@ -263,22 +287,31 @@ class AdminApis:
             responses.append(await self._alter(request, resource, change, body.validate_only))
         return {"throttle_time": 0, "responses": responses}
 
-    def _not_a_topic(self, request: Request, resource: Any) -> dict[str, Any]:
-        """Altering a broker's configs (refused, as annal's are static) or another
-        resource's: CLUSTER_AUTHORIZATION_FAILED first for a broker's, as Kafka checks
-        AlterConfigs on the cluster before it looks further."""
-        if resource.resource_type == BROKER:
-            refusal = self._admin.broker_configs_refusal(request.session, alter=True)
-            if refusal is not None:
-                return _altered(resource, refusal.error.number, refusal.message)
-        return _altered(resource, INVALID_REQUEST, "only topic configs change")
+    async def _alter_broker(
+        self, request: Request, resource: Any, operations: Any, only: bool, replace: bool
+    ) -> dict[str, Any]:
+        """A BROKER resource's change, through the broker code (AlterConfigs on the
+        cluster first, as Kafka checks it before it looks further)."""
+        refusal = await self._admin.incremental_alter_broker_configs(
+            resource.resource_name, list(operations), only, request.session, replace
+        )
+        if refusal is None:
+            return _altered(resource, errors.NONE.number, "")
+        return _altered(resource, refusal.error.number, refusal.message)
 
     async def incremental_alter_configs(self, request: Request) -> Values:
         body = request.body
         responses: list[dict[str, Any]] = []
         for resource in body.resources:
+            if resource.resource_type == BROKER:
+                operations = [(c.name, c.config_operation, c.value) for c in resource.configs]
+                only = body.validate_only
+                responses.append(
+                    await self._alter_broker(request, resource, operations, only, False)
+                )
+                continue
             if resource.resource_type != TOPIC:
-                responses.append(self._not_a_topic(request, resource))
+                responses.append(_altered(resource, INVALID_REQUEST, ONLY_TOPICS_AND_BROKERS))
                 continue
             current = await self._effective(resource.resource_name)
             overrides = await self._overrides(resource.resource_name) or {}

@@ -67,7 +67,7 @@ from kazoo.retry import KazooRetry, RetryFailedError
 
 from annal.topic_partition import TopicPartition
 
-from . import acls, layout, users, znode_acls
+from . import acls, broker_configs, layout, users, znode_acls
 from .layout import BrokerRegistration, PartitionState, TopicAssignment
 
 logger = logging.getLogger(__name__)
@@ -384,7 +384,12 @@ class ZkClient:
     def ensure_persistent_paths(self) -> None:
         """The top-level znodes, the users' config tree and the ACL trees (with a
         child per resource type, as Kafka's authorizer creates them)."""
-        for path in (*layout.PERSISTENT_PATHS, users.CONFIG_USERS, *acls.PERSISTENT_PATHS):
+        for path in (
+            *layout.PERSISTENT_PATHS,
+            users.CONFIG_USERS,
+            broker_configs.CONFIG_BROKERS,
+            *acls.PERSISTENT_PATHS,
+        ):
             self._call(self._kazoo.ensure_path, path)
 
     def get(self, path: str) -> tuple[bytes, int] | None:
@@ -898,6 +903,37 @@ class ZkClient:
                 continue  # written or deleted meanwhile: read again
             return before, after
         raise StaleVersionError(f"{path} kept changing under {_CAS_ATTEMPTS} attempts; try again")
+
+    # -- /config/brokers: dynamic broker configs (zk/broker_configs.py, KIP-226) ------
+
+    def get_broker_config_versioned(self, entity: str) -> tuple[dict[str, str], int]:
+        """The dynamic configs of ``entity`` (a broker id or ``<default>``) and the
+        znode's version (-1: no znode)."""
+        found = self.get(broker_configs.broker_config_path(entity))
+        if found is None:
+            return {}, -1
+        return broker_configs.decode_broker_config(entity, found[0]), found[1]
+
+    def get_broker_config(self, entity: str) -> dict[str, str]:
+        return self.get_broker_config_versioned(entity)[0]
+
+    def set_broker_config(
+        self, entity: str, config: Mapping[str, str], expected_version: int
+    ) -> int:
+        """Replace the dynamic configs of ``entity`` if nobody wrote since
+        ``expected_version`` was read (-1: no znode then), else StaleVersionError;
+        then the notification ``brokers/<entity>``.  The znode's new version.  An
+        empty config stays as an empty znode, as Kafka leaves it."""
+        path = broker_configs.broker_config_path(entity)
+        data = broker_configs.encode_broker_config(config)
+        if expected_version < 0:
+            if not self._create(path, data):
+                raise StaleVersionError(f"{path} was created since it was read")
+            version = 0
+        else:
+            version = self._set_versioned(path, data, expected_version)
+        self._notify_config_change(broker_configs.broker_entity_path(entity))
+        return version
 
     # -- /config/users: SCRAM credentials (zk/users.py) -------------------------------
 

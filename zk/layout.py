@@ -19,8 +19,11 @@
     /config/users/<sanitized user>                {"version":1,"config":{"SCRAM-SHA-512":
                                                    "salt=..,stored_key=..,server_key=..,
                                                    iterations=4096",..}}      (users.py)
+    /config/brokers/<id>, /config/brokers/<default>  {"version":1,"config":{..}}
+                                                   (broker_configs.py, KIP-226)
     /config/changes/config_change_<seq>           sequential {"version":2,
-                                                   "entity_path":"topics/<t>" | "users/<u>"}
+                                                   "entity_path":"topics/<t>" | "users/<u>"
+                                                   | "brokers/<id>" | "brokers/<default>"}
     /kafka-acl/<ResourceType>/<name>              {"version":1,"acls":[{"principal":"User:a",
                                                    "permissionType":"Allow","operation":"Read",
                                                    "host":"*"}]}              (acls.py)
