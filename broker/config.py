@@ -29,6 +29,7 @@ from annal.broker.listeners import (
     ListenerError,
     TlsSettings,
 )
+from annal.broker.replica_selector import replica_selector
 from annal.client import properties
 from annal.client.security import SSL, Security, pem_certificates, pem_private_key, read_pem
 from annal.kafkaproto.client_security import ConnectionSecurity
@@ -184,6 +185,14 @@ def _authorizer(name: str, text: str) -> str:
     return found
 
 
+def _replica_selector(name: str, text: str) -> str:
+    try:
+        replica_selector(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return text.strip()
+
+
 def _pem_type(name: str, text: str) -> str:
     if text.strip().upper() != "PEM":
         raise ConfigError(f"{name}={text!r}: annal reads PEM files only (set it to PEM)")
@@ -214,6 +223,10 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "super.users": (_principals, ""),
     "allow.everyone.if.no.acl.found": (_bool, "false"),
     "broker.rack": (_str, ""),
+    # how a leader picks the replica a consumer reads from (KIP-392): empty for the
+    # leader only; Kafka's org.apache.kafka.common.replica.RackAwareReplicaSelector
+    # for a replica in the consumer's client.rack (broker/replica_selector.py)
+    "replica.selector.class": (_replica_selector, ""),
     "log.dirs": (_dirs, None),
     "log.dir": (_dirs, "/tmp/annal-logs"),
     "num.partitions": (_int(1), "1"),
@@ -528,6 +541,12 @@ class BrokerConfig:
     def min_incremental_fetch_session_eviction_ms(self) -> int:
         """How long a fetch session is safe from eviction by a newer one."""
         return int(self._value("min.incremental.fetch.session.eviction.ms"))
+
+    @property
+    def replica_selector_class(self) -> str:
+        """``replica.selector.class``: the selector a leader asks where consumers
+        should read (KIP-392); "" for the leader only."""
+        return str(self._value("replica.selector.class"))
 
     @property
     def num_recovery_threads_per_data_dir(self) -> int:

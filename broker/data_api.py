@@ -10,6 +10,13 @@ Every handler checks the request's fields first (``request_checks``):
 request-level faults raise ``InvalidRequest`` (INVALID_ARGUMENT, by the
 request guard), per-partition ones are answered with Kafka's error codes.
 
+Fetch from follower (KIP-392, docs/kafka-protocol.md): a consumer's fetch that
+carries client metadata (Kafka's Fetch v11+) reads a partition this broker
+follows too, up to its high watermark, and a leader with a replica selector may
+answer a partition with the replica to read it from instead of records; those
+partitions come back in ``preferred`` (broker id by partition), as the
+answer's protobuf has no field for it.
+
 Authorization (docs/security.md): each handler takes the caller's ``Session``
 and asks what Kafka 2.x asks, answering a refused topic's partitions
 TOPIC_AUTHORIZATION_FAILED: Produce needs Write on the topic, Fetch Read
@@ -56,6 +63,7 @@ from annal.broker.fetch_sessions import (
 )
 from annal.broker.metrics import BrokerMetrics
 from annal.broker.replica_manager import AppendResult, ReadResult, ReplicaManager
+from annal.broker.replica_selector import ClientMetadata
 from annal.security.acl import AclOperation
 from annal.security.session import Session
 from annal.storage.batch import count_records
@@ -198,12 +206,16 @@ class DataApi:
         assert metrics is not None
         if result.error != errors.NONE:
             metrics.request_error("Fetch", result.error.name)
+        elif result.preferred_read_replica >= 0:
+            metrics.topic("preferredreadreplica", topic, 1)
         elif result.records:
             if follower:
                 metrics.topic("replicationbytesout", topic, len(result.records))
             else:
                 metrics.topic("bytesout", topic, len(result.records))
                 metrics.topic("messagesout", topic, count_records(result.records))
+                if result.from_follower:
+                    metrics.topic("followerbytesout", topic, len(result.records))
 
     async def _append_off_loop(self, tp: TopicPartition, records: bytes, acks: int) -> AppendResult:
         """An append that rolls its log runs on the storage thread (a new segment's
@@ -252,21 +264,38 @@ class DataApi:
     # -- fetch ---------------------------------------------------------------------
 
     async def fetch(
-        self, request: pb.FetchRequest, context: Deadline, session: Session = INTERNAL
+        self,
+        request: pb.FetchRequest,
+        context: Deadline,
+        session: Session = INTERNAL,
+        client: ClientMetadata | None = None,
+        preferred: dict[TopicPartition, int] | None = None,
     ) -> pb.FetchResponse:
         """Read each partition (Read on the topic; a follower's fetch, replica_id >= 0,
-        needs ClusterAction on the cluster), waiting for min_bytes up to max_wait_ms."""
+        needs ClusterAction on the cluster), waiting for min_bytes up to max_wait_ms.
+        A consumer's ``client`` metadata (KIP-392) lets it read from a follower and
+        have partitions answered a preferred read replica, put in ``preferred``."""
         checks.check_replica_id(request.replica_id)
         checks.check_fetch_limits(request.max_wait_ms, request.min_bytes, request.max_bytes)
         if request.replica_id >= 0 and not self._authorizer.cluster_action(session):
             return _fetch_refused(request, _refused_replica(session, request.replica_id))
+        if request.replica_id >= 0:
+            client = None  # a follower copies from the leader only
+        chosen: dict[TopicPartition, int] = {}
         # a refused topic's partitions are errors: the answer comes at once
         refused = self._authorizer.refused_topics(
             session, AclOperation.READ, [t.name for t in request.topics]
         )
-        response = self._fetch_once(request, refused)
+        response = self._fetch_once(request, refused, client, chosen)
         wanted = max(request.min_bytes, 1)
-        if request.max_wait_ms <= 0 or _size(response) >= wanted or _has_error(response):
+        if (
+            request.max_wait_ms <= 0
+            or _size(response) >= wanted
+            or _has_error(response)
+            or chosen  # sent elsewhere: answered at once, as Kafka 3.2+ (KAFKA-13767)
+        ):
+            if preferred is not None:
+                preferred.update(chosen)
             return response
         starts = [
             self._replicas.fetch_start(
@@ -276,16 +305,28 @@ class DataApi:
             for p in topic.partitions
         ]
         follower = request.replica_id >= 0
-        operation = DelayedFetch(self._replicas, starts, wanted, follower)
+        readiness = self._replicas if client is None else self._replicas.any_replica
+        operation = DelayedFetch(readiness, starts, wanted, follower)
         timeout_ms = wait_ms(request.max_wait_ms, context)
         await self._purgatories.fetch.wait(operation, [s.tp for s in starts], timeout_ms)
         if operation.saw_nothing:
             return response  # expired with nothing new: the first answer still holds
-        return self._fetch_once(request, refused)
+        response = self._fetch_once(request, refused, client, chosen)
+        if preferred is not None:
+            preferred.update(chosen)
+        return response
 
     def _fetch_once(
-        self, request: pb.FetchRequest, refused: Mapping[str, checks.Refusal]
+        self,
+        request: pb.FetchRequest,
+        refused: Mapping[str, checks.Refusal],
+        client: ClientMetadata | None = None,
+        chosen: dict[TopicPartition, int] | None = None,
     ) -> pb.FetchResponse:
+        """Read each partition once; those a leader sends elsewhere (KIP-392) go
+        into ``chosen`` (cleared first) with the replica to read them from."""
+        if chosen is not None:
+            chosen.clear()
         replicas = self._replicas
         budget = request.max_bytes or DEFAULT_FETCH_MAX_BYTES
         response = pb.FetchResponse()
@@ -312,14 +353,18 @@ class DataApi:
                     )
                     continue
                 limit = min(p.partition_max_bytes or budget, budget)
+                tp = TopicPartition(topic.name, p.partition)
                 result = replicas.read(
-                    TopicPartition(topic.name, p.partition),
+                    tp,
                     p.fetch_offset,
                     max(limit, 1),
                     epoch,
                     request.replica_id,
                     p.log_start_offset,
+                    client,
                 )
+                if result.preferred_read_replica >= 0 and chosen is not None:
+                    chosen[tp] = result.preferred_read_replica
                 budget = max(budget - len(result.records), 0)
                 if self._metrics is not None:
                     self._count_out(topic.name, result, request.replica_id >= 0)
@@ -344,21 +389,26 @@ class DataApi:
         forgotten: Iterable[TopicPartition],
         context: Deadline,
         session: Session = INTERNAL,
+        client: ClientMetadata | None = None,
+        preferred: dict[TopicPartition, int] | None = None,
     ) -> tuple[pb.FetchResponse, int]:
         """A Fetch with a fetch session's fields (``broker/fetch_sessions.py``): its
         answer and the session id to send with it.  A full fetch is ``fetch``'s,
         opening a session when asked and a slot is free; an incremental fetch
         (``request`` holds the partitions added or changed) is answered with the
         session's partitions that have something new.  Raises FetchSessionError
-        for an incremental fetch of an unknown session or out of step."""
+        for an incremental fetch of an unknown session or out of step.  ``client``
+        and ``preferred`` are ``fetch``'s (KIP-392)."""
         checks.check_replica_id(request.replica_id)
         checks.check_fetch_limits(request.max_wait_ms, request.min_bytes, request.max_bytes)
+        if request.replica_id >= 0:
+            client = None  # a follower copies from the leader only
         sessions = self.fetch_sessions
         kind = kind_of(epoch)
         if kind is not FetchKind.INCREMENTAL:
             if session_id != INVALID_SESSION_ID:
                 sessions.remove(session_id, session.user)  # a full fetch closes it
-            response = await self.fetch(request, context, session)
+            response = await self.fetch(request, context, session, client, preferred)
             if kind is FetchKind.SESSIONLESS:
                 return response, INVALID_SESSION_ID
             opened = sessions.create(request.replica_id, session.user, _cached(request, response))
@@ -369,7 +419,13 @@ class DataApi:
         )
         if fetch is None:  # it forgot every partition: closed
             return pb.FetchResponse(), INVALID_SESSION_ID
-        return await self._fetch_incremental(fetch, changed, request, context, session), fetch.id
+        chosen: dict[TopicPartition, int] = {}
+        response = await self._fetch_incremental(
+            fetch, changed, request, context, session, client, chosen
+        )
+        if preferred is not None:
+            preferred.update(chosen)
+        return response, fetch.id
 
     async def _fetch_incremental(
         self,
@@ -378,10 +434,14 @@ class DataApi:
         request: pb.FetchRequest,
         context: Deadline,
         session: Session,
+        client: ClientMetadata | None,
+        chosen: dict[TopicPartition, int],
     ) -> pb.FetchResponse:
         """Read the partitions the request names and those touched since (all of them
         once per sweep), answer those with something new; with nothing to answer,
-        wait for the session's partitions to be touched, up to max_wait_ms."""
+        wait for the session's partitions to be touched, up to max_wait_ms.  A
+        partition sent to another replica (``chosen``, KIP-392) is answered at once."""
+        any_replica = client is not None
         wanted = max(request.min_bytes, 1)
         loop = asyncio.get_running_loop()
         timeout_ms = wait_ms(request.max_wait_ms, context) if request.max_wait_ms > 0 else 0
@@ -390,18 +450,18 @@ class DataApi:
         now = time.monotonic()
         if now - fetch.swept >= self._sweep_s:
             fetch.swept = now
-            self._sweep(fetch, to_read)
+            self._sweep(fetch, to_read, any_replica)
         before = -1  # bytes found by the previous read: a wake-up that finds no more answers
         while True:
             to_read.update(dict.fromkeys(fetch.take_dirty()))
-            response = self._read_session(fetch, to_read, request, session)
-            news, size, urgent = _news(fetch, response)
+            response = self._read_session(fetch, to_read, request, session, client, chosen)
+            news, size, urgent = _news(fetch, response, chosen)
             if size >= wanted or urgent or size <= before or loop.time() >= deadline:
-                return _answered(fetch, response, news)
+                return _answered(fetch, response, news, chosen)
             before = size
             to_read = dict.fromkeys(news)  # read again after the wait
             operation = DelayedSessionFetch(
-                fetch, lambda tp, cached: self._probe(tp, cached, fetch.follower)
+                fetch, lambda tp, cached: self._probe(tp, cached, fetch.follower, any_replica)
             )
             remaining_ms = max(int((deadline - loop.time()) * 1000), 0)
             await self._purgatories.fetch.wait(operation, [fetch], remaining_ms)
@@ -411,7 +471,9 @@ class DataApi:
     def _sweep_s(self) -> float:
         return min(SESSION_SWEEP_S, self._replicas.replica_lag_time_max_ms / 4000)
 
-    def _sweep(self, fetch: FetchSession, to_read: dict[TopicPartition, None]) -> None:
+    def _sweep(
+        self, fetch: FetchSession, to_read: dict[TopicPartition, None], any_replica: bool
+    ) -> None:
         """Look at every partition of a session (what no event reports: retention
         moving a log start), and have a follower count as fetching those it is
         caught up on: Kafka's leader takes each fetch of a session as a fetch of
@@ -419,7 +481,7 @@ class DataApi:
         leave their ISRs after replica.lag.time.max.ms."""
         follower = fetch.follower
         for tp, cached in fetch.partitions.items():
-            if self._probe(tp, cached, follower) is not Probe.NOTHING:
+            if self._probe(tp, cached, follower, any_replica) is not Probe.NOTHING:
                 to_read[tp] = None
                 continue
             partition = self._replicas.partition(tp) if follower else None
@@ -434,6 +496,8 @@ class DataApi:
         tps: Iterable[TopicPartition],
         request: pb.FetchRequest,
         session: Session,
+        client: ClientMetadata | None,
+        chosen: dict[TopicPartition, int],
     ) -> pb.FetchResponse:
         """``_fetch_once`` of some of a session's partitions, at their cached positions."""
         ask = pb.FetchRequest(
@@ -459,13 +523,24 @@ class DataApi:
         if fetch.follower and not self._authorizer.cluster_action(session):
             return _fetch_refused(ask, _refused_replica(session, fetch.replica_id))
         refused = self._authorizer.refused_topics(session, AclOperation.READ, list(topics))
-        return self._fetch_once(ask, refused)
+        return self._fetch_once(ask, refused, client, chosen)
 
-    def _probe(self, tp: TopicPartition, cached: CachedPartition, follower: bool) -> Probe:
-        """What a session's touched partition has to say, from attributes alone."""
+    def _probe(
+        self, tp: TopicPartition, cached: CachedPartition, follower: bool, any_replica: bool
+    ) -> Probe:
+        """What a session's touched partition has to say, from attributes alone.  A
+        consumer with client metadata (``any_replica``, KIP-392) reads a copy this
+        broker follows as well as one it leads."""
         partition = self._replicas.partition(tp)
-        leads = partition is not None and (partition.is_leader if follower else partition.leads_now)
-        if partition is None or not leads or cached.high_watermark < 0:
+        if partition is None:
+            return Probe.NOW
+        if follower:
+            leads = partition.is_leader
+        elif partition.is_leader:
+            leads = partition.leads_now
+        else:
+            leads = any_replica  # read here up to this follower's high watermark
+        if not leads or cached.high_watermark < 0:
             # an error to answer (a consumer's too, when fenced), or never answered
             return Probe.NOW
         wanted = cached.fetch
@@ -681,11 +756,12 @@ def _cached(
 
 
 def _news(
-    fetch: FetchSession, response: pb.FetchResponse
+    fetch: FetchSession, response: pb.FetchResponse, chosen: Mapping[TopicPartition, int]
 ) -> tuple[list[TopicPartition], int, bool]:
     """The partitions of ``response`` with something new for the session's fetcher,
     their bytes of records, and whether one must be answered now (an error, a
-    moved log start)."""
+    moved log start, a preferred read replica in ``chosen``: Kafka always answers
+    one)."""
     news: list[TopicPartition] = []
     size = 0
     urgent = False
@@ -694,21 +770,32 @@ def _news(
             tp = TopicPartition(t.name, p.partition)
             cached = fetch.partitions[tp]
             records = len(p.records)
-            if cached.has_news(p.error, p.high_watermark, p.log_start_offset, records):
+            redirected = tp in chosen
+            if redirected or cached.has_news(
+                p.error, p.high_watermark, p.log_start_offset, records
+            ):
                 news.append(tp)
                 size += records
-                urgent |= p.error != pb.NONE or p.log_start_offset != cached.log_start_offset
+                urgent |= (
+                    redirected
+                    or p.error != pb.NONE
+                    or p.log_start_offset != cached.log_start_offset
+                )
     return news, size, urgent
 
 
 def _answered(
-    fetch: FetchSession, response: pb.FetchResponse, news: Sequence[TopicPartition]
+    fetch: FetchSession,
+    response: pb.FetchResponse,
+    news: Sequence[TopicPartition],
+    chosen: Mapping[TopicPartition, int],
 ) -> pb.FetchResponse:
     """``response`` cut down to ``news``, which the session remembers as sent.  A
-    partition answered with records or an error stays dirty: the next fetch reads
-    it again, so records the fetcher did not move past are sent again, and an
-    error is answered until it is gone or the fetcher forgets the partition (as
-    Kafka, which reads every partition of a session on every fetch, does)."""
+    partition answered with records, an error or a preferred read replica
+    (``chosen``) stays dirty: the next fetch reads it again, so records the
+    fetcher did not move past are sent again, and an error is answered until it
+    is gone or the fetcher forgets the partition (as Kafka, which reads every
+    partition of a session on every fetch, does)."""
     sent = set(news)
     for t in response.topics:
         for i in reversed(range(len(t.partitions))):
@@ -717,7 +804,7 @@ def _answered(
         for p in t.partitions:
             tp = TopicPartition(t.name, p.partition)
             fetch.partitions[tp].answered(p.error, p.high_watermark, p.log_start_offset)
-            if p.error != pb.NONE or p.records:
+            if p.error != pb.NONE or p.records or tp in chosen:
                 fetch.dirty.add(tp)
     for i in reversed(range(len(response.topics))):
         if not response.topics[i].partitions:

@@ -117,7 +117,12 @@ class BrokerMetrics:
             ("bytesout", "Bytes of record batches sent to consumers"),
             ("messagesout", "Records sent to consumers"),
             ("replicationbytesout", "Bytes of record batches sent to followers"),
-        ]
+            # fetch from follower (KIP-392, docs/kafka-protocol.md)
+            ("followerbytesout", "Bytes of record batches sent to consumers from this "
+             "broker's copy of partitions it follows (counted in bytesout too)"),
+            ("preferredreadreplica", "Partitions of consumers' fetches this leader "
+             "answered with a preferred read replica instead of records"),
+        ]  # fmt: skip
         self._topic = {
             name: Counter(
                 f"annal_server_brokertopicmetrics_{name}", text, ["topic"], registry=registry

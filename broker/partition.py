@@ -239,23 +239,25 @@ class Partition:
                 self._keep_watch()  # the followers are behind now
             return info
 
-    def fetch_bound(self, replica_id: int, leader_epoch: int) -> int | None:
+    def fetch_bound(
+        self, replica_id: int, leader_epoch: int, only_leader: bool = True
+    ) -> int | None:
         """Where a fetch must stop: the high watermark for a consumer, None (the log
         end) for one of this partition's followers.  Raises PartitionStateError when
         this broker does not lead, the fetch's epoch is not the current one
         (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), or a broker that is not a
-        follower asks to read as one."""
+        follower asks to read as one.
+
+        A consumer's fetch that carries client metadata (Fetch v11+, KIP-392:
+        ``only_leader`` False) may read this broker's copy when it follows the
+        partition, up to its own high watermark; on the leader it is read as any
+        consumer's, fence included."""
         with self._lock:
+            if not only_leader and replica_id < 0 and self.leader != self.broker_id:
+                self._check_epoch(leader_epoch)
+                return self.log.high_watermark
             self._check_leads(fenced_too=replica_id < 0)  # followers may still copy
-            if leader_epoch >= 0 and leader_epoch != self.leader_epoch:
-                code = (
-                    errors.FENCED_LEADER_EPOCH
-                    if leader_epoch < self.leader_epoch
-                    else errors.UNKNOWN_LEADER_EPOCH
-                )
-                raise PartitionStateError(
-                    code, f"leader epoch {leader_epoch} vs {self.leader_epoch}"
-                )
+            self._check_epoch(leader_epoch)
             if replica_id < 0:
                 return self.log.high_watermark
             if replica_id == self.broker_id or replica_id not in self.replicas:
@@ -270,6 +272,36 @@ class Partition:
                     f"(replicas {list(self.replicas)})",
                 )
             return None
+
+    def _check_epoch(self, leader_epoch: int) -> None:
+        """PartitionStateError unless ``leader_epoch`` (when given) is the current one
+        (caller holds the lock)."""
+        if leader_epoch >= 0 and leader_epoch != self.leader_epoch:
+            stale = leader_epoch < self.leader_epoch
+            raise PartitionStateError(
+                errors.FENCED_LEADER_EPOCH if stale else errors.UNKNOWN_LEADER_EPOCH,
+                f"leader epoch {leader_epoch} vs {self.leader_epoch}",
+            )
+
+    def read_replica_views(self, fetch_offset: int) -> list[tuple[int, int, int]]:
+        """The in-sync followers that hold ``fetch_offset`` (their log start at or
+        below it, their log end at or above it), as (broker id, log end, ms since
+        last caught up): the followers a replica selector may pick for a consumer
+        (KIP-392; Kafka's ``findPreferredReadReplica``).  Empty unless this broker
+        leads."""
+        with self._lock:
+            if self.leader != self.broker_id:
+                return []
+            now_ms = self._clock_ms()
+            found = []
+            for replica in self.isr:
+                follower = self._followers.get(replica)
+                if replica == self.broker_id or follower is None:
+                    continue
+                if follower.log_end_offset >= fetch_offset >= follower.log_start_offset:
+                    since = now_ms - follower.last_caught_up_ms
+                    found.append((replica, follower.log_end_offset, since))
+            return found
 
     # -- the leader's bookkeeping --------------------------------------------------
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -141,6 +141,12 @@ class ReplicaFetcherManager:
         self._fetchers: dict[tuple[int, int], _FetcherThread] = {}
         self._owner: dict[TopicPartition, tuple[int, int]] = {}
         self._closed = False
+        # told (from a fetcher thread) of each followed partition whose high
+        # watermark or log start moved: consumers reading the copy wait on them (KIP-392)
+        self.on_progress: Callable[[TopicPartition], None] = lambda tp: None
+
+    def _progress(self, tp: TopicPartition) -> None:
+        self.on_progress(tp)
 
     def follow(
         self,
@@ -175,8 +181,9 @@ class ReplicaFetcherManager:
                     fetcher = None
                 if fetcher is None:
                     self._fetchers[key] = _FetcherThread(
-                        self.broker_id, order.leader, key[1], *address, self.settings
-                    )
+                        self.broker_id, order.leader, key[1], *address, self.settings,
+                        self._progress,
+                    )  # fmt: skip
                 shares.setdefault(key, {})[order.tp] = _Follow(order.log, order.leader_epoch)
                 self._owner[order.tp] = key
             for key, share in shares.items():
@@ -223,8 +230,10 @@ class _FetcherThread:
         endpoint: str,
         kafka_endpoint: str | None,
         settings: FetcherSettings,
+        progress: Callable[[TopicPartition], None] = lambda tp: None,
     ) -> None:
         self.broker_id = broker_id
+        self._progress = progress
         self.leader = leader
         self.endpoint = endpoint
         self.kafka_endpoint = kafka_endpoint
@@ -484,12 +493,15 @@ class _FetcherThread:
             except StorageError as exc:
                 self._delay(tp, follow, exc.code, str(exc))
                 return
+        before = (log.high_watermark, log.log_start_offset)
         if log.log_start_offset < result.log_start_offset <= log.log_end_offset:
             # the leader deleted records (DeleteRecords, retention): so does the copy
             log.delete_records_before(result.log_start_offset)
         log.update_high_watermark(min(result.high_watermark, log.log_end_offset))
         follow.lag = max(0, result.high_watermark - log.log_end_offset)  # Kafka's ConsumerLag
         follow.errors.clear()
+        if (log.high_watermark, log.log_start_offset) != before:
+            self._progress(tp)
 
     def _out_of_range(self, tp: TopicPartition, log: Log, result: Answer) -> None:
         ours = log.log_end_offset

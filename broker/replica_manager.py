@@ -5,7 +5,10 @@ applies those decisions, fenced by controller epoch and leader epoch, opens
 the logs, serves produce, fetch and list-offsets for the partitions this
 broker leads, and hands the partitions it follows to the replica fetchers
 (``replica_fetcher.py``).  Consumers see only records below the high
-watermark, followers read up to the log end.
+watermark, followers read up to the log end.  A consumer's fetch with client
+metadata (Kafka's Fetch v11+) may also read a partition this broker follows,
+up to its own high watermark, and the leader may send it to a replica in its
+rack instead (KIP-392: ``replica.selector.class``, ``replica_selector.py``).
 
 Nothing here waits.  Requests that must (a long poll, acks=all, DeleteRecords)
 wait in the broker's purgatories (``delayed.py``), asking this manager
@@ -38,6 +41,7 @@ from annal.broker.delayed import FetchStart
 from annal.broker.isr_changes import IsrChangeWriter
 from annal.broker.isr_expiry import IsrExpiration, IsrWatch
 from annal.broker.leadership_fence import LeadershipFence
+from annal.broker.metadata_cache import LiveBroker, MetadataSnapshot
 from annal.broker.metrics import PartitionHealth
 from annal.broker.partition import (
     Applied,
@@ -48,6 +52,7 @@ from annal.broker.partition import (
     wall_clock_ms,
 )
 from annal.broker.replica_fetcher import FollowOrder, ReplicaFetcherManager
+from annal.broker.replica_selector import ClientMetadata, ReplicaSelector, ReplicaView
 from annal.storage.config import LogConfig
 from annal.storage.errors import StorageError
 from annal.storage.files import TopicPartition
@@ -83,6 +88,9 @@ class ReadResult:
     log_start_offset: int = -1
     log_end_offset: int = -1
     message: str = ""
+    # KIP-392: the broker the consumer should read from instead (nothing was read)
+    preferred_read_replica: int = -1
+    from_follower: bool = False  # read from this broker's copy as a follower (KIP-392)
 
 
 class ReplicaManager:
@@ -102,10 +110,18 @@ class ReplicaManager:
         *,
         topic_configs: TopicConfigs | None = None,
         fence: LeadershipFence | None = None,
+        replica_selector: ReplicaSelector | None = None,
+        metadata: Callable[[], MetadataSnapshot] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.fence = fence or LeadershipFence(broker_id)
         self.fetchers = fetchers
+        # replica.selector.class (KIP-392), and the live brokers it may pick from
+        self.replica_selector = replica_selector
+        self._metadata = metadata or MetadataSnapshot
+        # consumers' fetches that wait on a copy this broker follows (KIP-392) wake
+        # when the fetchers move its high watermark or log start
+        self.any_replica = AnyReplicaReadiness(self)
         self._isr_writer = isr_writer
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         # told (partition, its log) on becoming its leader, (partition, None) on ceasing
@@ -128,6 +144,8 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self.controller_epoch = 0
         self._on_change = on_change or (lambda tp: None)
+        if fetchers is not None:
+            fetchers.on_progress = self._on_change
         # ISR changes this broker wrote as a leader, for metrics
         self.isr_shrinks = 0
         self.isr_expands = 0
@@ -519,20 +537,40 @@ class ReplicaManager:
         leader_epoch: int = -1,
         replica_id: int = -1,
         follower_log_start: int = -1,
+        client: ClientMetadata | None = None,
     ) -> ReadResult:
         """Batches from ``offset``: below the high watermark for consumers, up to the
-        log end for a follower (``replica_id`` >= 0) copying the log."""
+        log end for a follower (``replica_id`` >= 0) copying the log.
+
+        A consumer's fetch with ``client`` metadata (Fetch v11+, KIP-392) reads
+        a copy this broker follows too, up to its high watermark; on the leader,
+        with a replica selector, it may be answered a preferred read replica
+        instead of records (Kafka's ``readFromLocalLog``)."""
         partition = self.partition(tp)
         if partition is None:
             error = self._not_leader_error(tp, partition)
             return ReadResult(error, message=f"broker {self.broker_id} does not lead {tp}")
+        consumer = replica_id < 0
         try:
-            bound = partition.fetch_bound(replica_id, leader_epoch)
+            bound = partition.fetch_bound(
+                replica_id, leader_epoch, only_leader=not consumer or client is None
+            )
         except PartitionStateError as exc:
             return ReadResult(exc.code, message=str(exc))
         log = partition.log
         high_watermark = log.high_watermark
         log_end = log.log_end_offset
+        leads = partition.is_leader
+        if consumer and client is not None and leads:
+            preferred = self.preferred_read_replica(partition, client, offset)
+            if preferred is not None:
+                return ReadResult(
+                    errors.NONE,
+                    high_watermark=high_watermark,
+                    log_start_offset=log.log_start_offset,
+                    log_end_offset=log_end,
+                    preferred_read_replica=preferred,
+                )
         try:
             records = log.read(offset, max_bytes, max_offset=bound)
         except StorageError as exc:
@@ -549,7 +587,48 @@ class ReplicaManager:
             if moved:
                 high_watermark = log.high_watermark
                 self._on_change(tp)  # acks=all, consumers and DeleteRecords waiting
-        return ReadResult(errors.NONE, records, high_watermark, log.log_start_offset, log_end)
+        return ReadResult(
+            errors.NONE,
+            records,
+            high_watermark,
+            log.log_start_offset,
+            log_end,
+            from_follower=consumer and not leads,
+        )
+
+    def preferred_read_replica(
+        self, partition: Partition, client: ClientMetadata, fetch_offset: int
+    ) -> int | None:
+        """The replica ``replica.selector.class`` picks for a consumer's read of a
+        partition this broker leads, when it is another broker (Kafka's
+        ``findPreferredReadReplica``); None: read here.  The candidates are the
+        in-sync followers holding ``fetch_offset`` whose brokers are alive with an
+        endpoint on the consumer's listener (broker/replica_selector.py)."""
+        selector = self.replica_selector
+        if selector is None:
+            return None
+        brokers = self._metadata().brokers
+
+        def reachable(broker_id: int) -> LiveBroker | None:
+            """The broker, when alive with an endpoint on the consumer's listener."""
+            broker = brokers.get(broker_id)
+            if broker is None or broker.kafka_endpoint_for(client.listener) is None:
+                return None
+            return broker
+
+        me = reachable(self.broker_id)
+        leader = ReplicaView(
+            self.broker_id, None if me is None else me.rack, partition.log.log_end_offset, 0
+        )
+        candidates = [leader]
+        for broker_id, log_end, since_ms in partition.read_replica_views(fetch_offset):
+            broker = reachable(broker_id)
+            if broker is not None:
+                candidates.append(ReplicaView(broker_id, broker.rack, log_end, since_ms))
+        chosen = selector.select(partition.tp, client, leader, candidates)
+        if chosen is None or chosen == leader or chosen not in candidates:
+            return None
+        return chosen.broker_id
 
     def fetch_start(
         self, tp: TopicPartition, fetch_offset: int, follower_log_start: int
@@ -561,20 +640,35 @@ class ReplicaManager:
             segment, position = partition.log.end_position()
         return FetchStart(tp, fetch_offset, follower_log_start, segment, position)
 
-    def bytes_available(self, start: FetchStart, follower: bool) -> int | None:
+    def bytes_available(
+        self, start: FetchStart, follower: bool, any_replica: bool = False
+    ) -> int | None:
         """Bytes a waiting fetch could read now past ``start``, estimated from byte
         positions (up to the log end, also for consumers); None when it must
         answer at once: the partition is no longer led here, the active segment
-        rolled, or a follower's log start is behind the leader's."""
+        rolled, or a follower's log start is behind the leader's.  A consumer's
+        fetch with client metadata (``any_replica``, KIP-392) also waits on a
+        copy this broker follows, for its high watermark to pass the fetch offset."""
         partition = self.partition(start.tp)
-        if partition is None or not partition.is_leader:
+        if partition is None:
             return None
+        if not partition.is_leader:
+            if follower or not any_replica:
+                return None
+            log = partition.log
+            return self._bytes_past(log, log.high_watermark, start)
         if not follower and self.fence.fenced:
             return None  # a consumer's fetch answers NOT_LEADER_OR_FOLLOWER now
         log = partition.log
         if follower and 0 <= start.follower_log_start < log.log_start_offset:
             return None  # the follower must delete records too
         end = log.log_end_offset if follower else log.high_watermark
+        return self._bytes_past(log, end, start)
+
+    @staticmethod
+    def _bytes_past(log: Log, end: int, start: FetchStart) -> int | None:
+        """Bytes readable past ``start`` when the readable part of ``log`` ends at
+        ``end``; None when the active segment rolled since ``start``."""
         if end <= start.fetch_offset:
             return 0
         segment, position = log.end_position()
@@ -614,6 +708,17 @@ class ReplicaManager:
         if found is None:
             return errors.NONE, -1, -1, partition.leader_epoch
         return errors.NONE, found.timestamp, found.offset, partition.leader_epoch
+
+
+class AnyReplicaReadiness:
+    """What a consumer's delayed fetch with client metadata (KIP-392) asks of the
+    replica manager: ``bytes_available`` on the partitions it leads or follows."""
+
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self._replicas = replicas
+
+    def bytes_available(self, start: FetchStart, follower: bool) -> int | None:
+        return self._replicas.bytes_available(start, follower, any_replica=True)
 
 
 def _some(tps: Sequence[TopicPartition]) -> str:

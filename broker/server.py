@@ -44,6 +44,7 @@ from annal.broker.control import ControlService, StaleBrokerEpoch
 from annal.broker.coordinator import OFFSETS_TOPIC, OffsetsCoordinator
 from annal.broker.data_api import DataApi
 from annal.broker.delayed import Purgatories
+from annal.broker.dynamic_config import DynamicBrokerConfig, apply_log_defaults
 from annal.broker.fetch_sessions import FetchSessionCache
 from annal.broker.group_api import GroupApi
 from annal.broker.group_membership import GroupMembership
@@ -57,6 +58,7 @@ from annal.broker.network import NetworkLayer
 from annal.broker.producer_ids import InitProducerIdApi, ProducerIdManager
 from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from annal.broker.replica_manager import ReplicaManager
+from annal.broker.replica_selector import replica_selector
 from annal.broker.rpc_guard import RequestLimits
 from annal.broker.security_admin import SecurityAdmin
 from annal.broker.security_store import SecurityStore
@@ -121,6 +123,8 @@ class BrokerServer:
         self.replicas: ReplicaManager
         self.fetchers: ReplicaFetcherManager | None = None
         self._config_changes: ConfigChangeListener | None = None
+        # dynamic broker configs (KIP-226): server.properties under ZooKeeper's levels
+        self.dynamic = DynamicBrokerConfig(config)
         self.security = SecurityStore(self.zk, follow_users=False)  # see _config_changes
         self.authorizer = RequestAuthorizer.from_settings(
             config.authorizer,
@@ -173,11 +177,12 @@ class BrokerServer:
             self.zk.ensure_persistent_paths()
             self.cluster_id = self.zk.get_or_create_cluster_id()
             self.security.start()
+            self.dynamic.load(self.zk.get_broker_config_versioned)
         except ZkError as exc:
             raise BrokerStartupError(str(exc)) from exc
         logs = LogManager(
             list(config.log_dirs),
-            config.log_config(),
+            self.dynamic.current().log_config(),  # with the dynamic topic defaults
             broker_id=config.broker_id,
             cluster_id=self.cluster_id,
             settings=LogManagerConfig(
@@ -246,7 +251,12 @@ class BrokerServer:
             purgatories.touch,
             topic_configs=batched.topic_configs,
             fence=self.fence,
+            # KIP-392: where consumers read from (checked by BrokerConfig already)
+            replica_selector=replica_selector(config.replica_selector_class),
+            metadata=self.metadata.snapshot,
         )
+        # dynamic broker configs changed from now on reach the logs (and the controller)
+        self.dynamic.add_listener(self._dynamic_config_changed)
         self.zk.add_session_listener(self._isr_writer.session_changed)
         self._isr_writer.start()
         data = DataApi(
@@ -265,6 +275,7 @@ class BrokerServer:
             lambda: self.cluster_id,
             self.authorizer,
             self.fence,
+            dynamic=self.dynamic,
         )
         producer_ids = ProducerIdManager(
             lambda: reserve_producer_id_block(self.zk, config.broker_id)
@@ -316,9 +327,7 @@ class BrokerServer:
             kafka_apis = KafkaApis(self.metrics)
             DataApis(data, init_producer_id).register(kafka_apis)
             ClusterApis(admin, self.metadata, lambda: self.cluster_id).register(kafka_apis)
-            AdminApis(admin, data, self.metadata, config.broker_id, lambda: config.raw).register(
-                kafka_apis
-            )
+            AdminApis(admin, data, self.metadata, config.broker_id).register(kafka_apis)
             GroupApis(groups, membership, self.coordinator, self.metadata).register(kafka_apis)
             SecurityAdminApis(security_admin).register(kafka_apis)
             register_sasl_apis(kafka_apis)
@@ -338,7 +347,7 @@ class BrokerServer:
             self._channel.send_leader_and_isr,
             self._channel.send_stop_replica,
             self._channel.send_update_metadata,
-            config.unclean_leader_election_enable,
+            self.dynamic.current().unclean_leader_election_enable,
             RebalanceSettings(
                 config.auto_leader_rebalance_enable,
                 config.leader_imbalance_check_interval_seconds,
@@ -346,13 +355,23 @@ class BrokerServer:
             ),
             gate=self._channel,
         )
+        # a dynamic change applied while the controller was being made (KIP-226)
+        self.controller.set_unclean_leader_election(
+            self.dynamic.current().unclean_leader_election_enable
+        )
         self.controller.start()
         self.replicas.start_isr_expiration()
-        # one follower of /config/changes: topic configs, and users for the security store
+        # one follower of /config/changes: topic configs, users for the security store,
+        # and the dynamic broker configs (this broker's and the cluster default)
         self._config_changes = ConfigChangeListener(
-            self.zk, self.replicas.update_topic_config, self.security.user_changed
+            self.zk,
+            self.replicas.update_topic_config,
+            self.security.user_changed,
+            broker_changed=lambda entity: self.dynamic.reload(
+                entity, self.zk.get_broker_config_versioned
+            ),
         )
-        self._config_changes.start(load=self.security.load_users)
+        self._config_changes.start(load=self._load_dynamic_entities)
         network.set_serving(["", SERVICE_NAME])
         self.zk.add_session_listener(self._session_events.put)
         self.zk.add_session_listener(self._session_changed)
@@ -372,6 +391,28 @@ class BrokerServer:
             self.cluster_id,
             config.zookeeper_connect,
         )
+
+    def _load_dynamic_entities(self) -> None:
+        """What the config-change listener loads whole before following: the users'
+        credentials and the dynamic broker configs (changed since start-up: applied)."""
+        self.security.load_users()
+        self.dynamic.load(self.zk.get_broker_config_versioned)
+
+    def _dynamic_config_changed(self, old: BrokerConfig, new: BrokerConfig) -> None:
+        """The effective settings changed (broker/dynamic_config.py): new topic defaults
+        for every log, reconfigured as a topic config change reconfigures them, and
+        unclean.leader.election.enable for this broker's controller."""
+        defaults = new.log_config()
+        if self.logs is not None and defaults != self.logs.default_config:
+            apply_log_defaults(
+                self.logs,
+                defaults,
+                BatchedZk(self.zk).topic_configs,
+                self.replicas.update_topic_config,
+            )
+        unclean = new.unclean_leader_election_enable
+        if unclean != old.unclean_leader_election_enable and self.controller is not None:
+            self.controller.set_unclean_leader_election(unclean)
 
     def _start_kafka_listener(
         self, kafka_config: KafkaListenerConfig, apis: KafkaApis, limits: RequestLimits

@@ -32,6 +32,13 @@ partitions that have something new; an unknown session or an epoch out of
 step is answered FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH
 with no partitions, as Kafka answers them.  Fetch v4-v6 has no session.
 
+Fetch v11+ from a consumer carries its rack (``rack_id``, KIP-392): with it the
+consumer may read a partition from a follower (up to the follower's high
+watermark), and a leader whose ``replica.selector.class`` picks a replica in
+the consumer's rack answers that partition with ``preferred_read_replica`` and
+no records (``broker/replica_selector.py``).  Older versions read from leaders
+only, as in Kafka.
+
 What Kafka's protocol has and annal does not (transactions) is answered as
 Kafka allows:
 
@@ -58,6 +65,7 @@ from typing import Any
 from annal.broker.data_api import DataApi
 from annal.broker.fetch_sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionError
 from annal.broker.producer_ids import InitProducerIdApi
+from annal.broker.replica_selector import ClientMetadata
 from annal.kafkaproto import legacy_versions
 from annal.kafkaproto.apis import KafkaApis, Values
 from annal.kafkaproto.wire import Request, millis
@@ -74,6 +82,7 @@ logger = logging.getLogger(__name__)
 PRODUCE, FETCH, LIST_OFFSETS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 22, 23
 PRODUCE_VERSIONS = (0, 9)
 FETCH_VERSIONS = (0, 12)
+CLIENT_METADATA_VERSION = 11  # Fetch v11+ carries the consumer's rack (KIP-392)
 NO_RESPONSE_LIMIT = (1 << 31) - 1  # Fetch v0-v2's max_bytes, as Kafka's brokers take it
 # Answers of more bytes than this are converted down on a worker thread.
 OFF_LOOP_CONVERSION_BYTES = 256 * 1024
@@ -162,10 +171,14 @@ class DataApis:
             for t in getattr(body, "forgotten_topics_data", ())
             for p in t.partitions
         ]
+        preferred: dict[TopicPartition, int] = {}  # KIP-392: partitions sent elsewhere
+        client = _client_metadata(request)
+        more = () if client is None else (client, preferred)
         try:
             answer, session_id = await self._data.fetch_in_session(
-                _fetch_request(body), session_id, epoch, forgotten, NO_DEADLINE, request.session
-            )
+                _fetch_request(body), session_id, epoch, forgotten, NO_DEADLINE, request.session,
+                *more,
+            )  # fmt: skip
         except FetchSessionError as exc:
             return {
                 "throttle_time": 0,
@@ -186,7 +199,9 @@ class DataApis:
                         "last_stable_offset": p.high_watermark,
                         "log_start_offset": p.log_start_offset,
                         "aborted_transactions": [],
-                        "preferred_read_replica": -1,
+                        "preferred_read_replica": preferred.get(
+                            TopicPartition(t.name, p.partition), -1
+                        ),
                         "records": p.records,
                     }
                     for p in t.partitions
@@ -328,6 +343,22 @@ def _fetch_request(body: Any) -> pb.FetchRequest:
             if epoch >= 0:
                 wanted.current_leader_epoch = epoch
     return ask
+
+
+def _client_metadata(request: Request) -> ClientMetadata | None:
+    """A consumer's Fetch v11+ carries its rack (KIP-392): the client metadata that
+    lets it read from a follower; None for older versions and for followers."""
+    body = request.body
+    if request.head.api_version < CLIENT_METADATA_VERSION or body.replica_id >= 0:
+        return None
+    session = request.session
+    return ClientMetadata(
+        rack_id=body.rack_id or "",
+        client_id=request.client_id or "",
+        client_address=request.client_host,
+        principal=session.user,
+        listener=session.listener,
+    )
 
 
 def _fetch_offsets(body: Any) -> dict[TopicPartition, tuple[int, int]]:
