@@ -398,6 +398,19 @@ class AdminClient:
             raise AdminError(errors.from_wire(result.error), result.error_message)
         return [(e.name, e.value, e.is_default) for e in result.entries]
 
+    def topic_overrides(self, topics: Sequence[str]) -> dict[str, dict[str, str]]:
+        """Each topic's config overrides (name → value), in one DescribeConfigs
+        request; AdminError for the first topic refused."""
+        if not topics:
+            return {}
+        request = pb.DescribeConfigsRequest(topics=list(topics))
+        out: dict[str, dict[str, str]] = {}
+        for result in self._call("DescribeConfigs", request).topics:
+            if result.error != pb.NONE:
+                raise AdminError(errors.from_wire(result.error), result.error_message)
+            out[result.name] = {e.name: e.value for e in result.entries if not e.is_default}
+        return out
+
     def alter_configs(
         self,
         topic: str,

@@ -19,13 +19,29 @@ from annal.clierrors import fail
 from annal.errors import AnnalError
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser (and its subcommands', which inherit the class): an
+    argument it does not know is a usage error with its own usage, as Kafka's
+    tools print theirs, not only the top-level one."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="annal",
         description="annal: a replicated, partitioned commit log in the style of Kafka.",
     )
     parser.add_argument("--version", action="version", version=f"annal {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands: Any = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=CommandParser
+    )
     commands.required = True
 
     from annal import (

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from annal.clierrors import fail
+
+if TYPE_CHECKING:
+    from annal.admin.client import TopicInfo
 
 TIMES = {"latest": -1, "earliest": -2}
 
@@ -62,6 +66,24 @@ def parse_partitions(text: str | None) -> set[int] | None:
         ) from None
 
 
+def missing_partitions(topics: Sequence[TopicInfo], wanted: set[int]) -> str | None:
+    """As kafka-get-offsets.sh: each requested partition a topic lacks is an
+    ``Error:`` line (stderr) and the others are printed; when a topic has none
+    of them, the whole is an error (exit 1), the text returned."""
+    for topic in topics:
+        have = {p.partition for p in topic.partitions}
+        if not have & wanted:
+            listed = ",".join(map(str, sorted(wanted)))
+            return (
+                f"Topic {topic.name} does not have any of the requested partitions {listed} "
+                f"(it has {len(have)}: 0..{len(have) - 1})"
+            )
+        for partition in sorted(wanted - have):
+            where = "" if len(topics) == 1 else f" of topic {topic.name}"
+            print(f"Error: partition {partition}{where} does not exist", file=sys.stderr)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from annal.admin.client import AdminClient
     from annal.client.cluster import ClientError
@@ -77,7 +99,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         with admin, SimpleConsumer(args.bootstrap_server) as consumer:
             names = args.topic.split(",") if args.topic else admin.list_topics()
-            for topic in admin.describe_topics(sorted(set(names))):
+            topics = admin.describe_topics(sorted(set(names)))
+            if args.topic and only is not None and (problem := missing_partitions(topics, only)):
+                print(problem, file=sys.stderr)
+                return 1
+            for topic in topics:
                 for p in topic.partitions:
                     if only is not None and p.partition not in only:
                         continue

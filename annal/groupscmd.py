@@ -43,6 +43,28 @@ def add_parser(commands: Any) -> None:
     action.add_argument("--list", action="store_true", help="the groups")
     action.add_argument("--describe", action="store_true", help="one group's partitions")
     groups.add_argument("--group", help="the group to describe, reset or delete")
+    groups.add_argument(
+        "--all-groups", action="store_true", help="--describe every group (as --list finds them)"
+    )
+    view = groups.add_mutually_exclusive_group()
+    view.add_argument(
+        "--offsets", action="store_true",
+        help="with --describe: each partition's offsets, lag and owner (the default)",
+    )  # fmt: skip
+    view.add_argument(
+        "--members", action="store_true",
+        help="with --describe: the group's members and how many partitions each has "
+        "(--verbose: which)",
+    )  # fmt: skip
+    view.add_argument(
+        "--state", nargs="?", const="", metavar="STATES",
+        help="with --describe: the group's coordinator, assignment strategy, state and "
+        "member count; with --list: each group's state, only those in STATES "
+        "(comma-separated, e.g. Stable,Empty) when given",
+    )  # fmt: skip
+    groups.add_argument(
+        "--verbose", action="store_true", help="with --describe --members: each member's partitions"
+    )
     groups.add_argument("--json", action="store_true", help="one JSON object per partition")
     groupresetcmd.add_arguments(groups, action)
     groups.set_defaults(run=run)
@@ -52,11 +74,26 @@ def run(args: argparse.Namespace) -> int:
     from annal.client.cluster import ClientError
     from annal.zk.client import ZkClient, ZkError
 
-    if args.describe and not args.group:
-        print("annal consumer-groups: --describe needs --group", file=sys.stderr)
+    if args.describe and not args.group and not args.all_groups:
+        print("annal consumer-groups: --describe needs --group or --all-groups", file=sys.stderr)
         return 2
-    if args.reset_offsets or args.delete:
+    if args.group and args.all_groups:
+        print("annal consumer-groups: give --group or --all-groups, not both", file=sys.stderr)
+        return 2
+    if (args.all_groups or args.members or args.offsets) and not args.describe:
+        print("annal consumer-groups: --all-groups, --members and --offsets go with --describe",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if args.verbose and not args.members:
+        print("annal consumer-groups: --verbose goes with --describe --members", file=sys.stderr)
+        return 2
+    if args.state is not None and not (args.describe or args.list):
+        print("annal consumer-groups: --state goes with --describe or --list", file=sys.stderr)
+        return 2
+    if args.reset_offsets or args.delete or args.delete_offsets:
         return _reset_or_delete(args)
+    if args.members or args.state is not None or args.all_groups:
+        return _views(args)
     try:
         if args.zookeeper is None:
             if args.list:
@@ -81,10 +118,18 @@ def run(args: argparse.Namespace) -> int:
                                 args.group)  # fmt: skip
     except (ZkError, ClientError, ValueError) as exc:
         return fail("annal consumer-groups", exc)
+    _print_offsets(args, rows)
+    if not rows:
+        print(f"Consumer group {args.group} has no offsets and no members.")
+    return 0
+
+
+def _print_offsets(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """The --describe (--offsets) table, or one JSON object per row with --json."""
     if args.json:
         for row in rows:
             print(json.dumps(row))
-        return 0
+        return
     header = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER")
     table = [header] + [
         tuple(str(row[k]) for k in ("group", "topic", "partition", "current_offset",
@@ -96,9 +141,151 @@ def run(args: argparse.Namespace) -> int:
     for r in table:  # a partition with no leader has a note after its columns
         cells = [cell.ljust(w) for cell, w in zip(r, widths, strict=False)] + list(r[len(widths) :])
         print("  ".join(cells).rstrip())
-    if not rows:
-        print(f"Consumer group {args.group} has no offsets and no members.")
+
+
+def _views(args: argparse.Namespace) -> int:
+    """--describe with --members, --state or --all-groups, and --list --state, as
+    kafka-consumer-groups.sh prints them."""
+    from annal.client.cluster import ClientError
+    from annal.zk.client import ZkClient, ZkError
+
+    try:
+        if args.zookeeper is None:
+            return _show(args, None, args.bootstrap_server)
+        with ZkClient(
+            args.zookeeper, session_timeout_ms=args.zookeeper_session_timeout_ms, timeout_s=30
+        ) as zk:
+            return _show(args, zk, _bootstrap(args.zookeeper))
+    except (ZkError, ClientError, ValueError) as exc:
+        return fail("annal consumer-groups", exc)
+
+
+def _show(args: argparse.Namespace, zk: Any, bootstrap: str) -> int:
+    listed = {g: state for g, _, state in _coordinator_groups(bootstrap)}
+    if zk is not None:
+        for group in zk.consumer_groups():
+            listed.setdefault(group, "Empty")
+    if args.list:  # --list --state [STATES]
+        wanted = {s.strip().lower() for s in args.state.split(",") if s.strip()}
+        shown = [(g, st or "Empty") for g, st in sorted(listed.items())
+                 if not wanted or (st or "Empty").lower() in wanted]  # fmt: skip
+        width = max([15, *(len(g) for g, _ in shown)])
+        print(f"{'GROUP':<{width}} STATE")
+        for group, state in shown:
+            print(f"{group:<{width}} {state}")
+        return 0
+    if args.state:
+        print("annal consumer-groups: --describe --state takes no value", file=sys.stderr)
+        return 2
+    names = sorted(listed) if args.all_groups else [args.group]
+    if not args.members and args.state is None:  # --all-groups --offsets
+        rows: list[dict[str, Any]] = []
+        for group in names:
+            rows.extend(describe(zk, bootstrap, args.zookeeper, group))
+        _print_offsets(args, rows)
+        return 0
+    for group in names:
+        status = group_status(bootstrap, zk, group)
+        if args.members:
+            _print_members(status, args.verbose)
+        else:
+            _print_state(status)
     return 0
+
+
+def group_status(bootstrap: str, zk: Any, group: str) -> dict[str, Any]:
+    """What the group's coordinator knows of it (and ZooKeeper, of the ZooKeeper-era
+    consumers in it): state, strategy, members with their partitions."""
+    from annal.admin.client import AdminClient
+    from annal.consumer.group_offsets import GroupOffsets
+    from annal.v1 import annal_pb2 as pb
+
+    with GroupOffsets(bootstrap, group) as offsets:
+        answer = offsets.describe()
+        committed = offsets.committed()
+        coordinator = offsets.coordinator()
+    with AdminClient(bootstrap) as admin:
+        brokers = admin.cluster.call_any("Metadata", pb.MetadataRequest(topics=[])).brokers
+    ids = {f"{b.host}:{b.port}": b.id for b in brokers}
+    members = [
+        {
+            "consumer_id": m.member_id, "instance_id": m.group_instance_id,
+            "host": m.client_host, "client_id": m.client_id,
+            "partitions": sorted(TopicPartition(a.topic, p) for a in m.assignment
+                                 for p in a.partitions),
+        }
+        for m in answer.members
+    ]  # fmt: skip
+    state = answer.state or "Empty"
+    if zk is not None:
+        from annal.zk import layout
+
+        owners = zk.partition_owners(group)
+        for consumer_id in sorted(zk.children(layout.consumer_ids_path(group))):
+            owned = sorted(tp for tp, t in owners.items() if t.startswith(f"{consumer_id}-"))
+            members.append({"consumer_id": consumer_id, "instance_id": "", "host": "-",
+                            "client_id": "-", "partitions": owned})  # fmt: skip
+            state = "Stable" if state == "Empty" else state
+    if state == "Empty" and not members and not committed:
+        state = "Dead"  # nothing of it anywhere: Kafka's state for a group that is not
+    return {
+        "group": group, "state": state, "protocol": answer.protocol or "",
+        "coordinator": f"{coordinator} ({ids.get(coordinator, '?')})", "members": members,
+    }  # fmt: skip
+
+
+def _worth_printing(status: dict[str, Any], rows: int) -> bool:
+    """kafka-consumer-groups.sh's notes on a group's state (stderr); whether to print it."""
+    group, state = status["group"], status["state"]
+    if state == "Dead":
+        print(f"Error: Consumer group '{group}' does not exist.", file=sys.stderr)
+    elif state == "Empty":
+        print(f"\nConsumer group '{group}' has no active members.", file=sys.stderr)
+    elif state in ("PreparingRebalance", "CompletingRebalance"):
+        print(f"\nWarning: Consumer group '{group}' is rebalancing.", file=sys.stderr)
+    return state != "Dead" and rows > 0
+
+
+def _print_members(status: dict[str, Any], verbose: bool) -> None:
+    members = status["members"]
+    if not _worth_printing(status, len(members)):
+        return
+    group = status["group"]
+    static = any(m["instance_id"] for m in members)
+    widths = {
+        "group": max([15, len(group)]),
+        "consumer_id": max([15, *(len(m["consumer_id"]) for m in members)]),
+        "instance_id": max([17, *(len(m["instance_id"]) for m in members)]),
+        "host": max([15, *(len(m["host"]) for m in members)]),
+        "client_id": max([15, *(len(m["client_id"]) for m in members)]),
+    }
+    columns = ["group", "consumer_id", *(["instance_id"] if static else []), "host", "client_id"]
+    titles = {"group": "GROUP", "consumer_id": "CONSUMER-ID", "instance_id": "GROUP-INSTANCE-ID",
+              "host": "HOST", "client_id": "CLIENT-ID"}  # fmt: skip
+    head = "".join(f"{titles[c]:<{widths[c]}} " for c in columns) + f"{'#PARTITIONS':<15} "
+    print("\n" + head + ("ASSIGNMENT" if verbose else ""))
+    for m in members:
+        cells = {**m, "group": group}
+        line = "".join(f"{cells[c]:<{widths[c]}} " for c in columns)
+        line += f"{len(m['partitions']):<15} "
+        if verbose:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in m["partitions"]:
+                by_topic.setdefault(topic, []).append(partition)
+            line += ", ".join(
+                f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items())
+            ) or "-"
+        print(line)
+
+
+def _print_state(status: dict[str, Any]) -> None:
+    if not _worth_printing(status, 1):
+        return
+    width = max(25, len(status["coordinator"]))  # Kafka sizes the first column so
+    print(f"\n{'GROUP':<{width}} {'COORDINATOR (ID)':<25} {'ASSIGNMENT-STRATEGY':<20} "
+          f"{'STATE':<15} #MEMBERS")  # fmt: skip
+    print(f"{status['group']:<{width}} {status['coordinator']:<25} {status['protocol']:<20} "
+          f"{status['state']:<15} {len(status['members'])}")  # fmt: skip
 
 
 def _reset_or_delete(args: argparse.Namespace) -> int:

@@ -18,9 +18,12 @@ import json
 import time
 from concurrent.futures import Future
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from annal.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from annal.consumer.group_offsets import GroupOffsets
 
 
 def emit(name: str, **fields: Any) -> None:
@@ -62,6 +65,11 @@ def add_parsers(commands: Any) -> None:
     consumer.add_argument("--timeout-ms", type=int, default=-1, help="stop after this long idle")
     consumer.add_argument("--reset-policy", choices=["earliest", "latest"], default="earliest")
     consumer.add_argument("--verbose", action="store_true", help="also one record_data per record")
+    consumer.add_argument(
+        "--group-id", metavar="GROUP",
+        help="start at GROUP's committed offsets (--reset-policy where it has none) and "
+        "commit after each batch, one offsets_committed event each, as Kafka's tool",
+    )  # fmt: skip
     consumer.set_defaults(run=run_consumer)
 
 
@@ -120,9 +128,11 @@ def run_producer(args: argparse.Namespace) -> int:
 
 
 def run_consumer(args: argparse.Namespace) -> int:
+    from annal.consumer.group_offsets import GroupOffsets
     from annal.consumer.simple import EARLIEST, LATEST, ConsumerError, SimpleConsumer
 
     emit("startup_complete")
+    group = None if args.group_id is None else GroupOffsets(args.bootstrap_server, args.group_id)
     consumed = duplicates = 0
     seen: set[bytes | None] = set()  # values read: the producer's are unique
     idle_since = time.monotonic()
@@ -134,7 +144,13 @@ def run_consumer(args: argparse.Namespace) -> int:
                 partitions=[{"topic": args.topic, "partition": p} for p in partitions],
             )
             start = EARLIEST if args.reset_policy == "earliest" else LATEST
-            positions = {p: consumer.offsets_before(args.topic, p, start) for p in partitions}
+            committed = {} if group is None else group.committed()
+            positions = {}
+            for p in partitions:
+                at = committed.get(TopicPartition(args.topic, p))
+                positions[p] = at if at is not None and at >= 0 else consumer.offsets_before(
+                    args.topic, p, start
+                )
             while args.max_messages < 0 or consumed < args.max_messages:
                 results = consumer.multi_fetch(
                     {TopicPartition(args.topic, p): o for p, o in positions.items()}
@@ -170,6 +186,11 @@ def run_consumer(args: argparse.Namespace) -> int:
                         count=sum(s["count"] for s in summary),
                         partitions=summary,
                     )
+                    if group is not None:
+                        _commit(group, {
+                            TopicPartition(args.topic, s["partition"]): s["maxOffset"] + 1
+                            for s in summary
+                        })  # fmt: skip
                     idle_since = time.monotonic()
                 elif (
                     args.timeout_ms >= 0
@@ -181,8 +202,27 @@ def run_consumer(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         pass
+    finally:
+        if group is not None:
+            group.close()
     emit("shutdown_complete", total=consumed, duplicates=duplicates)
     return 0
+
+
+def _commit(group: GroupOffsets, offsets: dict[TopicPartition, int]) -> None:
+    """Commit the next offsets to read and report it as Kafka's tool does."""
+    from annal.consumer.simple import ConsumerError
+
+    listed = [
+        {"topic": tp.topic, "partition": tp.partition, "offset": offset}
+        for tp, offset in sorted(offsets.items())
+    ]
+    try:
+        group.commit(offsets)
+    except ConsumerError as exc:
+        emit("offsets_committed", offsets=listed, success=False, error=str(exc))
+        return
+    emit("offsets_committed", offsets=listed, success=True)
 
 
 def _text(raw: bytes | None) -> str | None:

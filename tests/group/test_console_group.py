@@ -42,5 +42,5 @@ def test_console_consumers_of_one_group_go_on_where_the_last_stopped(
     assert '"lag": 0' in described.stdout and described.stdout.count("\n") == 2
 
     bad = annal("console-consumer", "--bootstrap-server", broker.endpoint, "--topic", "lines",
-                "--group", "printers")  # fmt: skip
-    assert bad.returncode == 2 and "--group needs --zookeeper" in bad.stderr
+                "--group", "printers", "--partition", "0")  # fmt: skip
+    assert bad.returncode == 2 and "--group takes no --partition" in bad.stderr
