@@ -648,8 +648,20 @@ _KAFKA_ONLY = (
     "transaction.max.timeout.ms", "transaction.state.log.load.buffer.size",
     "transaction.state.log.min.isr", "transaction.state.log.num.partitions",
     "transaction.state.log.replication.factor", "transaction.state.log.segment.bytes",
+    *(  # Kerberos (SASL/GSSAPI) and SASL login refresh, which annal does not offer
+        "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin",
+        "sasl.kerberos.principal.to.local.rules", "sasl.kerberos.service.name",
+        "sasl.kerberos.ticket.renew.jitter", "sasl.kerberos.ticket.renew.window.factor",
+        "sasl.login.refresh.buffer.seconds", "sasl.login.refresh.min.period.seconds",
+        "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter",
+    ),
 )  # fmt: skip
 KAFKA_SETTINGS_UNUSED = frozenset(name for name in _KAFKA_ONLY if name not in SETTINGS)
+# Those of them Kafka changes at run time (KIP-226): a dynamic change of one is kept
+# in ZooKeeper and shown, and changes nothing here, as in server.properties.
+KAFKA_DYNAMIC_UNUSED = frozenset(
+    name for name in KAFKA_SETTINGS_UNUSED if name.startswith(("sasl.kerberos.", "sasl.login."))
+)
 
 
 def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:

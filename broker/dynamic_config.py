@@ -44,7 +44,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from annal.broker import request_checks as checks
-from annal.broker.config import KAFKA_SETTINGS_UNUSED, SETTINGS, BrokerConfig, ConfigError
+from annal.broker.config import (
+    KAFKA_DYNAMIC_UNUSED,
+    KAFKA_SETTINGS_UNUSED,
+    SETTINGS,
+    BrokerConfig,
+    ConfigError,
+)
 from annal.broker.listeners import LISTENER_PREFIX, is_sensitive
 from annal.storage.config import LogConfig
 from annal.storage.manager import LogManager
@@ -161,13 +167,15 @@ def check_changes(props: Mapping[str, str]) -> None:
             f"Cannot update these configs dynamically: {_names(passwords)}: annal does not "
             "keep passwords in ZooKeeper (set them in server.properties)"
         )
-    static = sorted(n for n in props if n not in DYNAMIC)
+    static = sorted(n for n in props if n not in DYNAMIC and n not in KAFKA_DYNAMIC_UNUSED)
     if static:
         raise DynamicConfigError(
             f"Cannot update these configs dynamically: {_names(static)} (annal changes "
             f"only these at run time: {_names(sorted(DYNAMIC))})"
         )
     for name, value in sorted(props.items()):
+        if name in KAFKA_DYNAMIC_UNUSED:
+            continue  # kept and shown, used by nothing: no value is wrong
         parse = SETTINGS[name][0]
         try:
             parse(name, value)

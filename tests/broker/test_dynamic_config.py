@@ -141,6 +141,17 @@ def test_refusals_name_the_settings(props: Mapping[str, str], said: str) -> None
     assert said in str(refused.value)
 
 
+def test_kafkas_dynamic_settings_annal_has_no_use_for_are_kept_and_change_nothing() -> None:
+    """librdkafka's 0081 sets sasl.kerberos.min.time.before.relogin on a broker: Kafka
+    takes it at run time; annal (no Kerberos) keeps it and uses nothing of it."""
+    check_changes({"sasl.kerberos.min.time.before.relogin": "58000"})
+    dynamic = DynamicBrokerConfig(static())
+    before = dynamic.current()
+    dynamic.update(DEFAULT, {"sasl.kerberos.min.time.before.relogin": "58000"}, 0)
+    assert dynamic.level(DEFAULT) == {"sasl.kerberos.min.time.before.relogin": "58000"}
+    assert dynamic.current().log_config() == before.log_config()
+
+
 def test_passwords_are_refused_without_showing_them() -> None:
     for name in ("sasl.jaas.config", "listener.name.sasl_ssl.ssl.keystore.password"):
         with pytest.raises(DynamicConfigError) as refused:
