@@ -11,7 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from annal.admin.client import AdminClient
+from annal.admin.client import AdminClient, AdminError
 from annal.consumer.simple import SimpleConsumer
 from annal.deploy.runner import BrokerProcess, wait_until
 from annal.producer.producer import Producer
@@ -21,6 +21,8 @@ from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 from annal.zk.client import ZkClient
 from annal.zk.layout import PartitionState
+
+from annal import errors
 
 
 def segment_bytes(broker: BrokerProcess, topic: str, partition: int) -> bytes:
@@ -210,8 +212,16 @@ def test_acknowledged_records_survive_leader_kills(
         assert not refused, refused[:3]
 
     def partition_0() -> tuple[int, list[int]]:
-        with AdminClient(bootstrap) as admin:
-            found = admin.describe_topics(["drill"])[0].partitions[0]
+        """Partition 0's leader and ISR; (-1, []) while the broker asked does not
+        know the topic yet (a broker just restarted, before the controller's
+        metadata reached it)."""
+        try:
+            with AdminClient(bootstrap) as admin:
+                found = admin.describe_topics(["drill"])[0].partitions[0]
+        except AdminError as exc:
+            if exc.code is not errors.UNKNOWN_TOPIC_OR_PARTITION:
+                raise
+            return -1, []
         return found.leader, sorted(found.isr)
 
     def led_by_another(gone: int) -> bool:
