@@ -186,6 +186,10 @@ class DataApi:
                     log_append_time_ms=result.log_append_time_ms,
                     log_start_offset=result.log_start_offset,
                     error_message=result.message,
+                    record_errors=[
+                        pb.ProduceRecordError(batch_index=e.batch_index, message=e.message)
+                        for e in result.record_errors
+                    ],
                 )
         if waiting:
             await self._await_replication(response, waiting, wait_ms(request.timeout_ms, context))

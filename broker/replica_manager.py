@@ -54,7 +54,7 @@ from annal.broker.partition import (
 from annal.broker.replica_fetcher import FollowOrder, ReplicaFetcherManager
 from annal.broker.replica_selector import ClientMetadata, ReplicaSelector, ReplicaView
 from annal.storage.config import LogConfig
-from annal.storage.errors import StorageError
+from annal.storage.errors import InvalidRecordError, RecordError, StorageError
 from annal.storage.files import TopicPartition
 from annal.storage.log import Log
 from annal.storage.manager import LogManager
@@ -78,6 +78,8 @@ class AppendResult:
     log_start_offset: int = -1
     message: str = ""
     records: int = 0  # how many were stored (0 for an idempotent producer's retry)
+    # KIP-467: the records that got the batch refused, by index (storage's RecordError)
+    record_errors: tuple[RecordError, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,6 +414,8 @@ class ReplicaManager:
             info = partition.append_as_leader(records, acks)
         except PartitionStateError as exc:
             return AppendResult(exc.code, message=str(exc))
+        except InvalidRecordError as exc:
+            return AppendResult(exc.code, message=str(exc), record_errors=exc.record_errors)
         except StorageError as exc:
             return AppendResult(exc.code, message=str(exc))
         self._on_change(tp)  # followers and consumers waiting for data, acks=all

@@ -25,6 +25,11 @@ serves them (their layouts: ``legacy_versions.py``):
 * KAFKA_STORAGE_ERROR is answered NOT_LEADER_OR_FOLLOWER to Produce v0-v3
   and Fetch v0-v5, whose clients do not know it and would not retry it.
 
+Produce v8+ names the records that got a batch refused (KIP-467:
+``record_errors``, each record's index in its batch and why, beside the
+partition's ``error_message``); older versions answer the error code and
+nothing more.
+
 Fetch v7+ carries a fetch session's fields (KIP-227), which only Kafka's
 protocol has: ``DataApi.fetch_in_session`` keeps the sessions
 (``broker/fetch_sessions.py``) and answers an incremental fetch with the
@@ -153,6 +158,13 @@ class DataApis:
                             "log_append_time": p.log_append_time_ms,
                             "log_start_offset": p.log_start_offset,
                             "error_message": p.error_message or None,
+                            "record_errors": [  # v8+ (KIP-467); older versions drop it
+                                {
+                                    "batch_index": e.batch_index,
+                                    "batch_index_error_message": e.message or None,
+                                }
+                                for e in p.record_errors
+                            ],
                         }
                         for p in t.partitions
                     ],

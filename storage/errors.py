@@ -24,13 +24,29 @@ so callers (the broker, the CLI, tests) catch exactly what they mean::
         └── MalformedCheckpointError read, but does not parse
 
 Each class carries ``code``, one of Kafka's error codes (``annal.errors``).
-Errors about a batch name the file or buffer position they refer to.
+Errors about a batch name the file or buffer position they refer to.  A
+batch refused for what some of its records hold (a null key on a compacted
+topic, a timestamp out of range) also names each of those records in
+``record_errors`` (``RecordError``: its index in the batch and why), for the
+broker to hand back to the producer (KIP-467); the batch's other records are
+refused with them, since a batch is stored whole or not at all.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import NamedTuple
+
 from annal import errors
 from annal.errors import AnnalError
+
+
+class RecordError(NamedTuple):
+    """One record that got its batch refused (KIP-467): its index in the batch
+    (0 for the first record) and why it was refused."""
+
+    batch_index: int
+    message: str
 
 
 class StorageError(AnnalError):
@@ -42,11 +58,18 @@ class InvalidRecordError(StorageError):
 
     code = errors.INVALID_RECORD
 
-    def __init__(self, reason: str, position: int | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        position: int | None = None,
+        record_errors: Iterable[RecordError] = (),
+    ) -> None:
         where = f" at position {position}" if position is not None else ""
         super().__init__(f"{reason}{where}")
         self.reason = reason
         self.position = position
+        # the records refused for themselves, by index; empty for a batch-wide fault
+        self.record_errors: tuple[RecordError, ...] = tuple(record_errors)
 
 
 class CorruptRecordError(InvalidRecordError):

@@ -22,6 +22,15 @@ stores a producer's batch ``RecordValidator.validate`` also checks, per batch:
 
 A failure raises the InvalidRecordError subclass of its kind, naming the
 record's index and the byte where it starts, and the log stays unchanged.
+Refusals about particular records, which Kafka's LogValidator reports record
+by record (KIP-467), name every such record of the batch in the error's
+``record_errors`` (index in the batch, and why): null keys on a compacted
+topic and timestamps out of range (KeylessRecordError, or
+InvalidTimestampError when any timestamp is among them), and a client batch
+that claims LogAppendTime (all its records).  A batch refused for its records
+must be sound otherwise: a fault in its framing anywhere wins, as in Kafka.
+The walk stops at its first fault, so the batch is walked once more, and its
+records listed, only when it is refused.
 On success the batch is stored as it came, except that a CreateTime batch
 whose maxTimestamp is not the largest record timestamp gets that field (and
 so its CRC) corrected, as Kafka does, and that a topic whose
@@ -64,9 +73,11 @@ from .errors import (
     InvalidRecordError,
     InvalidTimestampError,
     KeylessRecordError,
+    RecordError,
     RecordTooLargeError,
     TransactionalRecordError,
 )
+from .varint import decode_varint
 from .walker import NULL_KEY, OK, REASONS, TIMESTAMP_RANGE, Walk, walk_records
 
 __all__ = ["RecordValidator"]
@@ -84,6 +95,9 @@ _TARGETS = {
     "lz4": Compression.LZ4,
     "zstd": Compression.ZSTD,
 }
+SHOWN_RECORD_ERRORS = 3  # records an error's own message names; record_errors has all
+NULL_KEY_MESSAGE = "null key: a compacted topic needs a key on every record"
+LOG_APPEND_TIME_MESSAGE = "the batch claims LogAppendTime; producers must send CreateTime"
 
 
 def leader_walk() -> Walk | None:
@@ -225,8 +239,11 @@ class RecordValidator:
                 position,
             )
         if attributes & TIMESTAMP_TYPE_MASK:
+            # Kafka names every record of such a batch (KIP-467)
             raise InvalidTimestampError(
-                "the batch claims LogAppendTime; producers must send CreateTime", position
+                LOG_APPEND_TIME_MESSAGE,
+                position,
+                (RecordError(i, LOG_APPEND_TIME_MESSAGE) for i in range(count)),
             )
 
     def _walk(
@@ -268,22 +285,82 @@ class RecordValidator:
                 high,
                 self._compact,
             )
+            refused: list[RecordError] = []
+            if reason in (NULL_KEY, TIMESTAMP_RANGE):
+                # refused for its records: sound otherwise?  Then name them all.
+                reason, a, b, value, extra = walk(
+                    section,
+                    header.record_count,
+                    header.first_timestamp,
+                    _INT64_MIN,
+                    _INT64_MAX,
+                    False,
+                )
+                if reason == OK:
+                    refused = self._refused_records(section, header, low, high)
             del section
+        if refused:
+            raise self._records_error(refused, header, "" if codec == 0 else f"inflated {name} ")
         if reason == OK:
             return a
         message = REASONS[reason].format(index=a, value=value, extra=extra)
         if codec == 0:
             b += RECORD_BATCH_OVERHEAD
-        text = f"{message} ({where.format(position=b)})"
-        if reason == NULL_KEY:
-            raise KeylessRecordError(text, header.position)
-        if reason == TIMESTAMP_RANGE:
-            raise InvalidTimestampError(
-                f"{text}: it must lie within message.timestamp.difference.max.ms "
-                f"{self._difference_max_ms} of the broker's clock [{low}, {high}]",
-                header.position,
-            )
-        raise CorruptRecordError(text, header.position)
+        raise CorruptRecordError(f"{message} ({where.format(position=b)})", header.position)
+
+    def _refused_records(
+        self,
+        section: bytes | memoryview,
+        header: BatchHeader,
+        low: int,
+        high: int,
+    ) -> list[RecordError]:
+        """Every record of a sound records section refused for itself, in
+        order: a null key on a compacted topic, else a timestamp (other than
+        -1) outside ``[low, high]``.  One record, one error, as in Kafka."""
+        refused = []
+        first_timestamp = header.first_timestamp
+        position = 0
+        for index in range(header.record_count):
+            length, body = decode_varint(section, position)
+            position = body + length
+            timestamp_delta, field = decode_varint(section, body + 1)  # after the attributes
+            _, field = decode_varint(section, field)  # the offset delta
+            key_length, _ = decode_varint(section, field)
+            timestamp = first_timestamp + timestamp_delta
+            if key_length < 0 and self._compact:
+                refused.append(RecordError(index, NULL_KEY_MESSAGE))
+            elif timestamp != -1 and not low <= timestamp <= high:
+                refused.append(
+                    RecordError(
+                        index,
+                        f"timestamp {timestamp} is out of range [{low}, {high}] "
+                        f"(message.timestamp.difference.max.ms {self._difference_max_ms} "
+                        "of the broker's clock)",
+                    )
+                )
+        return refused
+
+    def _records_error(
+        self, refused: list[RecordError], header: BatchHeader, inflated: str
+    ) -> InvalidRecordError:
+        """One error for a batch refused for ``refused`` (KIP-467): INVALID_TIMESTAMP
+        when a timestamp is among them, as in Kafka, else INVALID_RECORD; its
+        message names the first few, its ``record_errors`` all of them.
+        ``inflated``: "inflated <codec> " for a compressed batch, else ""."""
+        shown = "; ".join(
+            f"record {e.batch_index}: {e.message}" for e in refused[:SHOWN_RECORD_ERRORS]
+        )
+        more = len(refused) - SHOWN_RECORD_ERRORS
+        if more > 0:
+            shown += f"; and {more} more"
+        text = (
+            f"{len(refused)} of the batch's {header.record_count} {inflated}records refused, "
+            f"and the batch with them: {shown}"
+        )
+        keyless = all(e.message == NULL_KEY_MESSAGE for e in refused)
+        kind = KeylessRecordError if keyless else InvalidTimestampError
+        return kind(text, header.position, refused)
 
 
 def _headers_of(buf: bytearray, count: int) -> list[BatchHeader]:

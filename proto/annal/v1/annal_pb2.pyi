@@ -768,6 +768,7 @@ class PartitionProduceResponse(_message.Message):
     LOG_APPEND_TIME_MS_FIELD_NUMBER: _builtins.int
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    RECORD_ERRORS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     """Partition index."""
     error: Global___ErrorCode.ValueType
@@ -780,6 +781,14 @@ class PartitionProduceResponse(_message.Message):
     """The partition's log start offset after the append."""
     error_message: _builtins.str
     """Human-readable detail for an error."""
+    @_builtins.property
+    def record_errors(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceRecordError]:
+        """The records that got the batch refused (KIP-467), by index in the batch;
+        its other records were refused with them.  Empty unless error is
+        INVALID_RECORD or INVALID_TIMESTAMP for what particular records hold (a
+        null key on a compacted topic, a timestamp out of range).
+        """
+
     def __init__(
         self,
         *,
@@ -789,14 +798,41 @@ class PartitionProduceResponse(_message.Message):
         log_append_time_ms: _builtins.int = ...,
         log_start_offset: _builtins.int = ...,
         error_message: _builtins.str = ...,
+        record_errors: _abc.Iterable[Global___ProduceRecordError] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "error", b"error", "error_message", b"error_message", "log_append_time_ms", b"log_append_time_ms", "log_start_offset", b"log_start_offset", "partition", b"partition"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "error", b"error", "error_message", b"error_message", "log_append_time_ms", b"log_append_time_ms", "log_start_offset", b"log_start_offset", "partition", b"partition", "record_errors", b"record_errors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartitionProduceResponse: _TypeAlias = PartitionProduceResponse  # noqa: Y015
+
+@_typing.final
+class ProduceRecordError(_message.Message):
+    """One record that got its batch refused (KIP-467)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BATCH_INDEX_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    batch_index: _builtins.int
+    """The record's index in its batch (0 for the first)."""
+    message: _builtins.str
+    """Why it was refused."""
+    def __init__(
+        self,
+        *,
+        batch_index: _builtins.int = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_index", b"batch_index", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProduceRecordError: _TypeAlias = ProduceRecordError  # noqa: Y015
 
 @_typing.final
 class FetchRequest(_message.Message):
