@@ -15,15 +15,14 @@ broker ignores the znodes of other brokers' ids.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
+from annal.zk.entity_config import decode_entity_config, encode_entity_config
 from annal.zk.layout import LayoutError
 
 CONFIG_BROKERS = "/config/brokers"
 ENTITY_TYPE = "brokers"
 DEFAULT_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default
-CONFIG_VERSION = 1
 
 
 class BrokerConfigLayoutError(LayoutError):
@@ -72,26 +71,9 @@ def entity_of_change(entity_path: str) -> str | None:
 
 def encode_broker_config(config: Mapping[str, str]) -> bytes:
     """The znode's data: Kafka's ``{"version":1,"config":{...}}``, keys sorted."""
-    body = {"version": CONFIG_VERSION, "config": dict(sorted(config.items()))}
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return encode_entity_config(config)
 
 
 def decode_broker_config(entity: str, raw: bytes | None) -> dict[str, str]:
-    """The ``config`` object of the entity's znode; empty for no data or ``null``."""
-    where = f"znode {CONFIG_BROKERS}/{entity}"
-    try:
-        text = (raw or b"").decode("utf-8")
-        obj = json.loads(text) if text.strip() else None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BrokerConfigLayoutError(f"{where} does not hold JSON: {exc}") from None
-    if obj is None:
-        return {}
-    if not isinstance(obj, dict):
-        raise BrokerConfigLayoutError(f"{where} holds {type(obj).__name__}, not a JSON object")
-    config = obj.get("config")
-    if config is None:
-        return {}
-    if not isinstance(config, dict):
-        raise BrokerConfigLayoutError(f"{where} field 'config' is not a JSON object")
-    # Kafka writes every value as a string; anything else is kept as its text
-    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
+    """The ``config`` object of the znode; empty for no data or ``null``."""
+    return decode_entity_config(f"znode {CONFIG_BROKERS}/{entity}", raw, BrokerConfigLayoutError)

@@ -29,16 +29,15 @@ topic (``zk/layout.py``); brokers re-read the named user's znode.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from urllib.parse import quote, unquote
 
 from annal.security.scram import MECHANISMS, ScramCredential, format_credential
+from annal.zk.entity_config import decode_entity_config, encode_entity_config
 from annal.zk.layout import LayoutError
 
 CONFIG_USERS = "/config/users"
 ENTITY_TYPE = "users"
-CONFIG_VERSION = 1
 
 
 class UserLayoutError(LayoutError):
@@ -86,29 +85,12 @@ def user_of_entity(entity_path: str) -> str | None:
 
 def encode_user_config(config: Mapping[str, str]) -> bytes:
     """The znode's data: Kafka's ``{"version":1,"config":{...}}``, keys sorted."""
-    body = {"version": CONFIG_VERSION, "config": dict(sorted(config.items()))}
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return encode_entity_config(config)
 
 
 def decode_user_config(user: str, raw: bytes | None) -> dict[str, str]:
-    """The ``config`` object of ``user``'s znode; empty for no data or ``null``."""
-    where = f"znode {CONFIG_USERS}/{sanitize(user)}"
-    try:
-        text = (raw or b"").decode("utf-8")
-        obj = json.loads(text) if text.strip() else None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserLayoutError(f"{where} does not hold JSON: {exc}") from None
-    if obj is None:
-        return {}
-    if not isinstance(obj, dict):
-        raise UserLayoutError(f"{where} holds {type(obj).__name__}, not a JSON object")
-    config = obj.get("config")
-    if config is None:
-        return {}
-    if not isinstance(config, dict):
-        raise UserLayoutError(f"{where} field 'config' is not a JSON object")
-    # Kafka writes every value as a string; anything else is kept as its text.
-    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
+    """The ``config`` object of the znode; empty for no data or ``null``."""
+    return decode_entity_config(f"znode {CONFIG_USERS}/{sanitize(user)}", raw, UserLayoutError)
 
 
 def has_scram_credential(config: Mapping[str, str]) -> bool:
