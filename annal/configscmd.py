@@ -133,13 +133,7 @@ def run(args: argparse.Namespace) -> int:
     if args.entity_type == "users":
         return run_users(args)
     try:
-        if args.alter:
-            settings = parse_assignments(args.add_config)
-            deletions = [k.strip() for k in args.delete_config.split(",") if k.strip()]
-            if not settings and not deletions:
-                raise ValueError("--alter needs --add-config or --delete-config")
-        elif args.add_config or args.delete_config:
-            raise ValueError("--add-config and --delete-config go with --alter")
+        settings, deletions = _changes(args)
         if args.json and args.alter:
             raise ValueError("--json goes with --describe")
         client = AdminClient(args.bootstrap_server)
@@ -164,6 +158,20 @@ def run(args: argparse.Namespace) -> int:
     for name, value, is_default in entries:
         print(f"  {name}={value}" + ("  (default)" if is_default else ""))
     return 0
+
+
+def _changes(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
+    """An ``--alter``'s ``--add-config`` settings and ``--delete-config`` names;
+    ValueError when it has neither, or when they come without ``--alter``."""
+    if not args.alter:
+        if args.add_config or args.delete_config:
+            raise ValueError("--add-config and --delete-config go with --alter")
+        return {}, []
+    settings = parse_assignments(args.add_config)
+    deletions = [k.strip() for k in args.delete_config.split(",") if k.strip()]
+    if not settings and not deletions:
+        raise ValueError("--alter needs --add-config or --delete-config")
+    return settings, deletions
 
 
 def run_users(args: argparse.Namespace) -> int:
@@ -232,17 +240,11 @@ def run_brokers(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"the entity name for brokers must be a valid integer broker id, but it is: {name}"
             )
-        if args.alter:
-            if name is None:
-                raise ValueError("--alter needs --entity-name ID or --entity-default")
-            settings = parse_assignments(args.add_config)
-            deletions = [k.strip() for k in args.delete_config.split(",") if k.strip()]
-            if not settings and not deletions:
-                raise ValueError("--alter needs --add-config or --delete-config")
-            if args.json or args.all:
-                raise ValueError("--json and --all go with --describe")
-        elif args.add_config or args.delete_config:
-            raise ValueError("--add-config and --delete-config go with --alter")
+        if args.alter and name is None:
+            raise ValueError("--alter needs --entity-name ID or --entity-default")
+        settings, deletions = _changes(args)
+        if args.alter and (args.json or args.all):
+            raise ValueError("--json and --all go with --describe")
         if args.entity_default and args.all:
             raise ValueError("--all goes with --entity-name: the default has dynamic ones only")
         client = AdminClient(args.bootstrap_server)

@@ -178,14 +178,15 @@ class Security:
                 "a client certificate needs both ssl_certfile and ssl_keyfile "
                 "(the same file when it holds both)"
             )
-        self.credentials()  # the files are read now, so what is wrong shows before a request
+        self._pem_files()  # read now, so that what is wrong shows before a request
 
     @property
     def tls(self) -> bool:
         return self.protocol in (SSL, SASL_SSL)
 
-    def credentials(self) -> grpc.ChannelCredentials:
-        """The files read now (so a renewed certificate is picked up by new channels)."""
+    def _pem_files(self) -> tuple[bytes | None, bytes | None, bytes | None]:
+        """(CA certificates, private key, certificate chain) as PEM, read from the
+        files now; None for those not given."""
         ca = None
         if self.cafile:
             ca = pem_certificates(read_pem(self.cafile, "ssl CA file"), self.cafile)
@@ -195,7 +196,11 @@ class Security:
             key = pem_private_key(
                 read_pem(self.keyfile, "ssl key"), self.keyfile, self.key_password
             )
-        channel = grpc.ssl_channel_credentials(ca, key, chain)
+        return ca, key, chain
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """The files read now (so a renewed certificate is picked up by new channels)."""
+        channel = grpc.ssl_channel_credentials(*self._pem_files())
         if self.sasl_username is None:
             return channel
         user_password = (

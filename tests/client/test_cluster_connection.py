@@ -41,6 +41,22 @@ class StartingBroker(annal_pb2_grpc.AnnalServicer):
         )
 
 
+class NamesLeader(StartingBroker):
+    """Knows topic ``t``, led by broker 1 at ``leader_address``."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.leader_address = ""
+
+    def Metadata(
+        self, request: pb.MetadataRequest, context: grpc.ServicerContext
+    ) -> pb.MetadataResponse:
+        answer = super().Metadata(request, context)
+        host, port = self.leader_address.rsplit(":", 1)
+        answer.brokers[0].host, answer.brokers[0].port = host, int(port)
+        return answer
+
+
 @pytest.mark.timeout(30)
 def test_an_empty_cache_is_asked_again(serve: Callable[[StartingBroker], str]) -> None:
     broker = StartingBroker(empty_answers=2)

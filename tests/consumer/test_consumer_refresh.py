@@ -16,23 +16,7 @@ from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
-from test_cluster_connection import StartingBroker
-
-
-class NamesLeader(StartingBroker):
-    """Knows topic ``t``, led by broker 1 at ``leader_address``."""
-
-    def __init__(self) -> None:
-        super().__init__(0)
-        self.leader_address = ""
-
-    def Metadata(
-        self, request: pb.MetadataRequest, context: grpc.ServicerContext
-    ) -> pb.MetadataResponse:
-        answer = super().Metadata(request, context)
-        host, port = self.leader_address.rsplit(":", 1)
-        answer.brokers[0].host, answer.brokers[0].port = host, int(port)
-        return answer
+from test_cluster_connection import NamesLeader
 
 
 class DeposedLeader(NamesLeader):

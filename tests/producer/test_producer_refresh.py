@@ -15,25 +15,16 @@ from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
-from test_cluster_connection import StartingBroker
+from test_cluster_connection import NamesLeader, StartingBroker
 
 
-class TimingOutLeader(StartingBroker):
+class TimingOutLeader(NamesLeader):
     """Knows topic ``t`` (led by broker 1, at this stand-in's address); its first
     Produce answers REQUEST_TIMED_OUT, the others are stored at offset 7."""
 
     def __init__(self) -> None:
-        super().__init__(0)
+        super().__init__()
         self.produced = 0
-        self.address = ""
-
-    def Metadata(
-        self, request: pb.MetadataRequest, context: grpc.ServicerContext
-    ) -> pb.MetadataResponse:
-        answer = super().Metadata(request, context)
-        host, port = self.address.rsplit(":", 1)
-        answer.brokers[0].host, answer.brokers[0].port = host, int(port)
-        return answer
 
     def Produce(
         self, request: pb.ProduceRequest, context: grpc.ServicerContext
@@ -62,8 +53,8 @@ def test_a_timed_out_produce_refreshes_metadata_from_the_next_server(
     serve: Callable[[annal_pb2_grpc.AnnalServicer], str],
 ) -> None:
     leader, other = TimingOutLeader(), StartingBroker(0)
-    leader.address = serve(leader)
-    bootstrap = f"{leader.address},{serve(other)}"
+    leader.leader_address = serve(leader)
+    bootstrap = f"{leader.leader_address},{serve(other)}"
     with Producer(bootstrap, acks=1, enable_idempotence=False, retry_backoff_ms=10) as producer:
         asked_before = (leader.calls, other.calls)
         metadata = producer.send("t", b"v", partition=0).result(20)
