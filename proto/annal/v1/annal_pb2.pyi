@@ -108,9 +108,21 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     the transaction it has open).
     """
     INVALID_PRODUCER_ID_MAPPING: _ErrorCode.ValueType  # 49
-    """A transactional batch whose producer id belongs to no transaction (annal has none)."""
+    """The producer id is not the one the transaction coordinator holds for the
+    transactional id (or the transactional id is unknown to it).
+    """
+    INVALID_TRANSACTION_TIMEOUT: _ErrorCode.ValueType  # 50
+    """A transaction timeout above transaction.max.timeout.ms (or not positive)."""
+    CONCURRENT_TRANSACTIONS: _ErrorCode.ValueType  # 51
+    """The transactional id's previous transaction is still being completed; retry."""
     TRANSACTION_COORDINATOR_FENCED: _ErrorCode.ValueType  # 52
     """A transaction marker from a coordinator older than the last one the partition saw."""
+    PRODUCER_FENCED: _ErrorCode.ValueType  # 90
+    """A newer producer with the same transactional id has started (KIP-588): this
+    one is a zombie and must close.
+    """
+    TRANSACTIONAL_ID_NOT_FOUND: _ErrorCode.ValueType  # 105
+    """DescribeTransactions: the coordinator has no such transactional id (KIP-664)."""
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     """A log directory failed."""
     UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
@@ -268,9 +280,21 @@ INVALID_TXN_STATE: ErrorCode.ValueType  # 48
 the transaction it has open).
 """
 INVALID_PRODUCER_ID_MAPPING: ErrorCode.ValueType  # 49
-"""A transactional batch whose producer id belongs to no transaction (annal has none)."""
+"""The producer id is not the one the transaction coordinator holds for the
+transactional id (or the transactional id is unknown to it).
+"""
+INVALID_TRANSACTION_TIMEOUT: ErrorCode.ValueType  # 50
+"""A transaction timeout above transaction.max.timeout.ms (or not positive)."""
+CONCURRENT_TRANSACTIONS: ErrorCode.ValueType  # 51
+"""The transactional id's previous transaction is still being completed; retry."""
 TRANSACTION_COORDINATOR_FENCED: ErrorCode.ValueType  # 52
 """A transaction marker from a coordinator older than the last one the partition saw."""
+PRODUCER_FENCED: ErrorCode.ValueType  # 90
+"""A newer producer with the same transactional id has started (KIP-588): this
+one is a zombie and must close.
+"""
+TRANSACTIONAL_ID_NOT_FOUND: ErrorCode.ValueType  # 105
+"""DescribeTransactions: the coordinator has no such transactional id (KIP-664)."""
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 """A log directory failed."""
 UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
@@ -637,10 +661,15 @@ class ProduceRequest(_message.Message):
     ACKS_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
     acks: _builtins.int
     """0: no response wanted; 1: leader wrote it; -1 (all): the whole ISR has it."""
     timeout_ms: _builtins.int
     """How long to wait for acks=-1 replication, in milliseconds."""
+    transactional_id: _builtins.str
+    """The producer's transactional id when its batches are transactional (needs
+    Write on it), else empty.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicProduceData]:
         """Data per topic."""
@@ -651,10 +680,11 @@ class ProduceRequest(_message.Message):
         acks: _builtins.int = ...,
         timeout_ms: _builtins.int = ...,
         topics: _abc.Iterable[Global___TopicProduceData] | None = ...,
+        transactional_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "timeout_ms", b"timeout_ms", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "timeout_ms", b"timeout_ms", "topics", b"topics", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -845,6 +875,7 @@ class FetchRequest(_message.Message):
     MIN_BYTES_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     """The fetching follower's broker id; -1 for consumers."""
     max_wait_ms: _builtins.int
@@ -853,6 +884,10 @@ class FetchRequest(_message.Message):
     """Answer as soon as this many bytes are available."""
     max_bytes: _builtins.int
     """Cap on the whole response (the first batch is returned whole even if larger)."""
+    isolation_level: _builtins.int
+    """0 read_uncommitted (up to the high watermark); 1 read_committed (up to the
+    last stable offset, with the aborted transactions of what is returned).
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicFetchData]:
         """Partitions to read."""
@@ -865,10 +900,11 @@ class FetchRequest(_message.Message):
         min_bytes: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
         topics: _abc.Iterable[Global___TopicFetchData] | None = ...,
+        isolation_level: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["isolation_level", b"isolation_level", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -997,6 +1033,8 @@ class PartitionFetchResponse(_message.Message):
     RECORDS_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    LAST_STABLE_OFFSET_FIELD_NUMBER: _builtins.int
+    ABORTED_TRANSACTIONS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     """Partition index."""
     error: Global___ErrorCode.ValueType
@@ -1011,6 +1049,16 @@ class PartitionFetchResponse(_message.Message):
     """Human-readable detail for an error."""
     log_end_offset: _builtins.int
     """The partition's log end offset (for followers and lag)."""
+    last_stable_offset: _builtins.int
+    """Offsets below this belong to decided transactions (or none): a
+    read_committed consumer reads up to here.
+    """
+    @_builtins.property
+    def aborted_transactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___AbortedTransaction]:
+        """read_committed: the aborted transactions overlapping the records returned,
+        for the consumer to drop their batches.
+        """
+
     def __init__(
         self,
         *,
@@ -1021,14 +1069,40 @@ class PartitionFetchResponse(_message.Message):
         records: _builtins.bytes = ...,
         error_message: _builtins.str = ...,
         log_end_offset: _builtins.int = ...,
+        last_stable_offset: _builtins.int = ...,
+        aborted_transactions: _abc.Iterable[Global___AbortedTransaction] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "high_watermark", b"high_watermark", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_transactions", b"aborted_transactions", "error", b"error", "error_message", b"error_message", "high_watermark", b"high_watermark", "last_stable_offset", b"last_stable_offset", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartitionFetchResponse: _TypeAlias = PartitionFetchResponse  # noqa: Y015
+
+@_typing.final
+class AbortedTransaction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    """The producer whose transaction was aborted."""
+    first_offset: _builtins.int
+    """The first offset of the aborted transaction."""
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        first_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_offset", b"first_offset", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortedTransaction: _TypeAlias = AbortedTransaction  # noqa: Y015
 
 @_typing.final
 class ListOffsetsRequest(_message.Message):
@@ -1038,8 +1112,11 @@ class ListOffsetsRequest(_message.Message):
 
     REPLICA_ID_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     """-1 for consumers."""
+    isolation_level: _builtins.int
+    """1 (read_committed): latest (-1) is the last stable offset, not the high watermark."""
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicListOffsets]:
         """Partitions to look up."""
@@ -1049,10 +1126,11 @@ class ListOffsetsRequest(_message.Message):
         *,
         replica_id: _builtins.int = ...,
         topics: _abc.Iterable[Global___TopicListOffsets] | None = ...,
+        isolation_level: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["isolation_level", b"isolation_level", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2284,16 +2362,22 @@ class FindCoordinatorRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     GROUP_FIELD_NUMBER: _builtins.int
+    KEY_TYPE_FIELD_NUMBER: _builtins.int
     group: _builtins.str
-    """The group id."""
+    """The group id, or the transactional id with key_type 1."""
+    key_type: _builtins.int
+    """0: a consumer group's coordinator; 1: a transactional id's transaction
+    coordinator (the leader of its partition of __transaction_state).
+    """
     def __init__(
         self,
         *,
         group: _builtins.str = ...,
+        key_type: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "key_type", b"key_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2793,21 +2877,40 @@ class InitProducerIdRequest(_message.Message):
 
     TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
     TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
-    """Must be empty: annal has idempotent producers, not transactions."""
+    """Empty for an idempotent producer; a transactional producer's id is served by
+    its transaction coordinator (FindCoordinator with key_type 1).
+    """
     transaction_timeout_ms: _builtins.int
     """The transaction timeout, in milliseconds; unused without a transactional id."""
+    producer_id: _builtins.int
+    """The producer's current id and epoch when it asks for a new epoch (KIP-360);
+    unset when it has none.
+    """
+    producer_epoch: _builtins.int
+    """The producer's epoch."""
     def __init__(
         self,
         *,
         transactional_id: _builtins.str = ...,
         transaction_timeout_ms: _builtins.int = ...,
+        producer_id: _builtins.int | None = ...,
+        producer_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch", "_producer_id", b"_producer_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch", "_producer_id", b"_producer_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__producer_epoch: _TypeAlias = _typing.Literal["producer_epoch"]  # noqa: Y015
+    _WhichOneofArgType__producer_epoch: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch"]  # noqa: Y015
+    _WhichOneofReturnType__producer_id: _TypeAlias = _typing.Literal["producer_id"]  # noqa: Y015
+    _WhichOneofArgType__producer_id: _TypeAlias = _typing.Literal["_producer_id", b"_producer_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__producer_epoch) -> _WhichOneofReturnType__producer_epoch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__producer_id) -> _WhichOneofReturnType__producer_id | None: ...
 
 Global___InitProducerIdRequest: _TypeAlias = InitProducerIdRequest  # noqa: Y015
 
@@ -3582,6 +3685,510 @@ class AlterUserScramResult(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AlterUserScramResult: _TypeAlias = AlterUserScramResult  # noqa: Y015
+
+@_typing.final
+class AddPartitionsToTxnRequest(_message.Message):
+    """---------------------------------------------------------------------------
+    Transactions (KIP-98): what a transactional producer asks its transaction
+    coordinator, and what the coordinator asks partition leaders
+    ---------------------------------------------------------------------------
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    """The producer's transactional id."""
+    producer_id: _builtins.int
+    """The producer id and epoch InitProducerId gave it."""
+    producer_epoch: _builtins.int
+    """The producer's epoch."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
+        """The partitions it is about to write to."""
+
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        topics: _abc.Iterable[Global___TopicPartitions] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "topics", b"topics", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddPartitionsToTxnRequest: _TypeAlias = AddPartitionsToTxnRequest  # noqa: Y015
+
+@_typing.final
+class AddPartitionsToTxnResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error_message: _builtins.str
+    """Human-readable detail when a partition has an error."""
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionError]:
+        """One result per partition asked for."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___PartitionError] | None = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_message", b"error_message", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddPartitionsToTxnResponse: _TypeAlias = AddPartitionsToTxnResponse  # noqa: Y015
+
+@_typing.final
+class AddOffsetsToTxnRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    """The producer's transactional id."""
+    producer_id: _builtins.int
+    """The producer id."""
+    producer_epoch: _builtins.int
+    """The producer's epoch."""
+    group: _builtins.str
+    """The consumer group whose offsets the transaction will commit."""
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddOffsetsToTxnRequest: _TypeAlias = AddOffsetsToTxnRequest  # noqa: Y015
+
+@_typing.final
+class EndTxnRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    COMMIT_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    """The producer's transactional id."""
+    producer_id: _builtins.int
+    """The producer id."""
+    producer_epoch: _builtins.int
+    """The producer's epoch."""
+    commit: _builtins.bool
+    """true: commit; false: abort."""
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        commit: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit", b"commit", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndTxnRequest: _TypeAlias = EndTxnRequest  # noqa: Y015
+
+@_typing.final
+class TxnResponse(_message.Message):
+    """The answer to AddOffsetsToTxn and EndTxn."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """NONE, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS
+    (retry), INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, INVALID_TXN_STATE, ...
+    """
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    def __init__(
+        self,
+        *,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnResponse: _TypeAlias = TxnResponse  # noqa: Y015
+
+@_typing.final
+class TxnOffsetCommitRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_ID_FIELD_NUMBER: _builtins.int
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    """The producer's transactional id."""
+    group: _builtins.str
+    """The consumer group (its coordinator answers)."""
+    producer_id: _builtins.int
+    """The producer id."""
+    producer_epoch: _builtins.int
+    """The producer's epoch."""
+    member_id: _builtins.str
+    """The group member committing (KIP-447); empty and -1 when not checked."""
+    generation_id: _builtins.int
+    """The member's generation; -1 when not checked."""
+    group_instance_id: _builtins.str
+    """The member's group.instance.id (static membership), empty if none."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitTopic]:
+        """Positions per topic; visible to the group only when the transaction commits."""
+
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        group: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        topics: _abc.Iterable[Global___OffsetCommitTopic] | None = ...,
+        member_id: _builtins.str = ...,
+        generation_id: _builtins.int = ...,
+        group_instance_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation_id", b"generation_id", "group", b"group", "group_instance_id", b"group_instance_id", "member_id", b"member_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "topics", b"topics", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnOffsetCommitRequest: _TypeAlias = TxnOffsetCommitRequest  # noqa: Y015
+
+@_typing.final
+class DescribeTransactionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def transactional_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The transactional ids to describe."""
+
+    def __init__(
+        self,
+        *,
+        transactional_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transactional_ids", b"transactional_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeTransactionsRequest: _TypeAlias = DescribeTransactionsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeTransactionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def transactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TransactionDescription]:
+        """The transactions."""
+
+    def __init__(
+        self,
+        *,
+        transactions: _abc.Iterable[Global___TransactionDescription] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transactions", b"transactions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeTransactionsResponse: _TypeAlias = DescribeTransactionsResponse  # noqa: Y015
+
+@_typing.final
+class TransactionDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    TRANSACTION_START_TIME_MS_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """NONE, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, TRANSACTIONAL_ID_NOT_FOUND
+    or TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    """
+    transactional_id: _builtins.str
+    """The producer's transactional id."""
+    state: _builtins.str
+    """Kafka's state names: Empty, Ongoing, PrepareCommit, PrepareAbort,
+    CompleteCommit, CompleteAbort, Dead, PrepareEpochFence.
+    """
+    transaction_timeout_ms: _builtins.int
+    """The producer's transaction.timeout.ms."""
+    transaction_start_time_ms: _builtins.int
+    """When the ongoing transaction began (milliseconds since the epoch), -1 if none."""
+    producer_id: _builtins.int
+    """The producer id."""
+    producer_epoch: _builtins.int
+    """The producer's epoch."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
+        """The partitions of the ongoing transaction."""
+
+    def __init__(
+        self,
+        *,
+        error: Global___ErrorCode.ValueType = ...,
+        transactional_id: _builtins.str = ...,
+        state: _builtins.str = ...,
+        transaction_timeout_ms: _builtins.int = ...,
+        transaction_start_time_ms: _builtins.int = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        topics: _abc.Iterable[Global___TopicPartitions] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "state", b"state", "topics", b"topics", "transaction_start_time_ms", b"transaction_start_time_ms", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransactionDescription: _TypeAlias = TransactionDescription  # noqa: Y015
+
+@_typing.final
+class ListTransactionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FILTERS_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FILTERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def state_filters(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only these states (none: every state)."""
+
+    @_builtins.property
+    def producer_id_filters(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Only these producer ids (none: every producer)."""
+
+    def __init__(
+        self,
+        *,
+        state_filters: _abc.Iterable[_builtins.str] | None = ...,
+        producer_id_filters: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_id_filters", b"producer_id_filters", "state_filters", b"state_filters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTransactionsRequest: _TypeAlias = ListTransactionsRequest  # noqa: Y015
+
+@_typing.final
+class ListTransactionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    UNKNOWN_STATE_FILTERS_FIELD_NUMBER: _builtins.int
+    TRANSACTIONS_FIELD_NUMBER: _builtins.int
+    error: Global___ErrorCode.ValueType
+    """NONE or COORDINATOR_LOAD_IN_PROGRESS."""
+    @_builtins.property
+    def unknown_state_filters(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """States asked for that do not exist."""
+
+    @_builtins.property
+    def transactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TransactionListing]:
+        """The transactions."""
+
+    def __init__(
+        self,
+        *,
+        error: Global___ErrorCode.ValueType = ...,
+        unknown_state_filters: _abc.Iterable[_builtins.str] | None = ...,
+        transactions: _abc.Iterable[Global___TransactionListing] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "transactions", b"transactions", "unknown_state_filters", b"unknown_state_filters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTransactionsResponse: _TypeAlias = ListTransactionsResponse  # noqa: Y015
+
+@_typing.final
+class TransactionListing(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    """The producer's transactional id."""
+    producer_id: _builtins.int
+    """The producer id."""
+    state: _builtins.str
+    """Its state (Kafka's names, as in TransactionDescription)."""
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        state: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_id", b"producer_id", "state", b"state", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransactionListing: _TypeAlias = TransactionListing  # noqa: Y015
+
+@_typing.final
+class WriteTxnMarkersRequest(_message.Message):
+    """The markers a transaction coordinator asks a partition leader to write."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MARKERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def markers(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnMarker]:
+        """The markers, one per producer."""
+
+    def __init__(
+        self,
+        *,
+        markers: _abc.Iterable[Global___TxnMarker] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["markers", b"markers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteTxnMarkersRequest: _TypeAlias = WriteTxnMarkersRequest  # noqa: Y015
+
+@_typing.final
+class TxnMarker(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    COMMIT_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    COORDINATOR_EPOCH_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    """The producer id."""
+    producer_epoch: _builtins.int
+    """The producer's epoch."""
+    commit: _builtins.bool
+    """true: COMMIT; false: ABORT."""
+    coordinator_epoch: _builtins.int
+    """The coordinator's epoch (the leader epoch of its __transaction_state partition)."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
+        """The partitions to write the marker to."""
+
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        commit: _builtins.bool = ...,
+        topics: _abc.Iterable[Global___TopicPartitions] | None = ...,
+        coordinator_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit", b"commit", "coordinator_epoch", b"coordinator_epoch", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnMarker: _TypeAlias = TxnMarker  # noqa: Y015
+
+@_typing.final
+class WriteTxnMarkersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MARKERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def markers(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnMarkerResult]:
+        """One per marker, in request order."""
+
+    def __init__(
+        self,
+        *,
+        markers: _abc.Iterable[Global___TxnMarkerResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["markers", b"markers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteTxnMarkersResponse: _TypeAlias = WriteTxnMarkersResponse  # noqa: Y015
+
+@_typing.final
+class TxnMarkerResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    """The producer id."""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionError]:
+        """One result per partition."""
+
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        partitions: _abc.Iterable[Global___PartitionError] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnMarkerResult: _TypeAlias = TxnMarkerResult  # noqa: Y015
 
 @_typing.final
 class PartitionState(_message.Message):

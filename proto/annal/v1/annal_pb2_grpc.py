@@ -170,6 +170,36 @@ class AnnalStub:
                 request_serializer=annal_dot_v1_dot_annal__pb2.AlterUserScramCredentialsRequest.SerializeToString,
                 response_deserializer=annal_dot_v1_dot_annal__pb2.AlterUserScramCredentialsResponse.FromString,
                 _registered_method=True)
+        self.AddPartitionsToTxn = channel.unary_unary(
+                '/annal.v1.Annal/AddPartitionsToTxn',
+                request_serializer=annal_dot_v1_dot_annal__pb2.AddPartitionsToTxnRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.AddPartitionsToTxnResponse.FromString,
+                _registered_method=True)
+        self.AddOffsetsToTxn = channel.unary_unary(
+                '/annal.v1.Annal/AddOffsetsToTxn',
+                request_serializer=annal_dot_v1_dot_annal__pb2.AddOffsetsToTxnRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.TxnResponse.FromString,
+                _registered_method=True)
+        self.EndTxn = channel.unary_unary(
+                '/annal.v1.Annal/EndTxn',
+                request_serializer=annal_dot_v1_dot_annal__pb2.EndTxnRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.TxnResponse.FromString,
+                _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/annal.v1.Annal/TxnOffsetCommit',
+                request_serializer=annal_dot_v1_dot_annal__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.DescribeTransactions = channel.unary_unary(
+                '/annal.v1.Annal/DescribeTransactions',
+                request_serializer=annal_dot_v1_dot_annal__pb2.DescribeTransactionsRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.DescribeTransactionsResponse.FromString,
+                _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/annal.v1.Annal/ListTransactions',
+                request_serializer=annal_dot_v1_dot_annal__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
 
 
 class AnnalServicer:
@@ -364,6 +394,49 @@ class AnnalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddPartitionsToTxn(self, request, context):
+        """Transactions (needs Write on the transactional id; TxnOffsetCommit also Read
+        on the group and the topics).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddOffsetsToTxn(self, request, context):
+        """Add a group's offsets partition to the transaction.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTxn(self, request, context):
+        """Commit or abort the ongoing transaction.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TxnOffsetCommit(self, request, context):
+        """Commit a group's offsets inside a transaction (to the group's coordinator).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeTransactions(self, request, context):
+        """Transactions this broker coordinates (Describe on each transactional id).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTransactions(self, request, context):
+        """The transactions this broker coordinates (KIP-664).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnnalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -496,6 +569,36 @@ def add_AnnalServicer_to_server(servicer, server):
                     servicer.AlterUserScramCredentials,
                     request_deserializer=annal_dot_v1_dot_annal__pb2.AlterUserScramCredentialsRequest.FromString,
                     response_serializer=annal_dot_v1_dot_annal__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'AddPartitionsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPartitionsToTxn,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.AddPartitionsToTxnRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.AddPartitionsToTxnResponse.SerializeToString,
+            ),
+            'AddOffsetsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddOffsetsToTxn,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.AddOffsetsToTxnRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.TxnResponse.SerializeToString,
+            ),
+            'EndTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTxn,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.EndTxnRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.TxnResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'DescribeTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTransactions,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.DescribeTransactionsRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.DescribeTransactionsResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.ListTransactionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1216,6 +1319,168 @@ class Annal:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def AddPartitionsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/AddPartitionsToTxn',
+            annal_dot_v1_dot_annal__pb2.AddPartitionsToTxnRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.AddPartitionsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddOffsetsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/AddOffsetsToTxn',
+            annal_dot_v1_dot_annal__pb2.AddOffsetsToTxnRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.TxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/EndTxn',
+            annal_dot_v1_dot_annal__pb2.EndTxnRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.TxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/TxnOffsetCommit',
+            annal_dot_v1_dot_annal__pb2.TxnOffsetCommitRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/DescribeTransactions',
+            annal_dot_v1_dot_annal__pb2.DescribeTransactionsRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.DescribeTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/ListTransactions',
+            annal_dot_v1_dot_annal__pb2.ListTransactionsRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class BrokerControlStub:
     """What the controller calls on brokers, and brokers on the controller.
@@ -1246,6 +1511,11 @@ class BrokerControlStub:
                 '/annal.v1.BrokerControl/ControlledShutdown',
                 request_serializer=annal_dot_v1_dot_annal__pb2.ControlledShutdownRequest.SerializeToString,
                 response_deserializer=annal_dot_v1_dot_annal__pb2.ControlledShutdownResponse.FromString,
+                _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/annal.v1.BrokerControl/WriteTxnMarkers',
+                request_serializer=annal_dot_v1_dot_annal__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.WriteTxnMarkersResponse.FromString,
                 _registered_method=True)
 
 
@@ -1281,6 +1551,13 @@ class BrokerControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteTxnMarkers(self, request, context):
+        """Transaction markers, from a transaction coordinator to partition leaders.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1303,6 +1580,11 @@ def add_BrokerControlServicer_to_server(servicer, server):
                     servicer.ControlledShutdown,
                     request_deserializer=annal_dot_v1_dot_annal__pb2.ControlledShutdownRequest.FromString,
                     response_serializer=annal_dot_v1_dot_annal__pb2.ControlledShutdownResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.WriteTxnMarkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1414,6 +1696,33 @@ class BrokerControl:
             '/annal.v1.BrokerControl/ControlledShutdown',
             annal_dot_v1_dot_annal__pb2.ControlledShutdownRequest.SerializeToString,
             annal_dot_v1_dot_annal__pb2.ControlledShutdownResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.BrokerControl/WriteTxnMarkers',
+            annal_dot_v1_dot_annal__pb2.WriteTxnMarkersRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.WriteTxnMarkersResponse.FromString,
             options,
             channel_credentials,
             insecure,

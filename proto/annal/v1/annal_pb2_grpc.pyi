@@ -105,6 +105,20 @@ class AnnalStub:
     """Users' SCRAM mechanisms and iteration counts."""
     AlterUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_annal_pb2.AlterUserScramCredentialsRequest, _annal_pb2.AlterUserScramCredentialsResponse]
     """Set or remove users' SCRAM credentials."""
+    AddPartitionsToTxn: _grpc.UnaryUnaryMultiCallable[_annal_pb2.AddPartitionsToTxnRequest, _annal_pb2.AddPartitionsToTxnResponse]
+    """Transactions (needs Write on the transactional id; TxnOffsetCommit also Read
+    on the group and the topics).
+    """
+    AddOffsetsToTxn: _grpc.UnaryUnaryMultiCallable[_annal_pb2.AddOffsetsToTxnRequest, _annal_pb2.TxnResponse]
+    """Add a group's offsets partition to the transaction."""
+    EndTxn: _grpc.UnaryUnaryMultiCallable[_annal_pb2.EndTxnRequest, _annal_pb2.TxnResponse]
+    """Commit or abort the ongoing transaction."""
+    TxnOffsetCommit: _grpc.UnaryUnaryMultiCallable[_annal_pb2.TxnOffsetCommitRequest, _annal_pb2.OffsetCommitResponse]
+    """Commit a group's offsets inside a transaction (to the group's coordinator)."""
+    DescribeTransactions: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DescribeTransactionsRequest, _annal_pb2.DescribeTransactionsResponse]
+    """Transactions this broker coordinates (Describe on each transactional id)."""
+    ListTransactions: _grpc.UnaryUnaryMultiCallable[_annal_pb2.ListTransactionsRequest, _annal_pb2.ListTransactionsResponse]
+    """The transactions this broker coordinates (KIP-664)."""
 
 @_typing.type_check_only
 class AnnalAsyncStub(AnnalStub):
@@ -171,6 +185,20 @@ class AnnalAsyncStub(AnnalStub):
     """Users' SCRAM mechanisms and iteration counts."""
     AlterUserScramCredentials: _aio.UnaryUnaryMultiCallable[_annal_pb2.AlterUserScramCredentialsRequest, _annal_pb2.AlterUserScramCredentialsResponse]  # type: ignore[assignment]
     """Set or remove users' SCRAM credentials."""
+    AddPartitionsToTxn: _aio.UnaryUnaryMultiCallable[_annal_pb2.AddPartitionsToTxnRequest, _annal_pb2.AddPartitionsToTxnResponse]  # type: ignore[assignment]
+    """Transactions (needs Write on the transactional id; TxnOffsetCommit also Read
+    on the group and the topics).
+    """
+    AddOffsetsToTxn: _aio.UnaryUnaryMultiCallable[_annal_pb2.AddOffsetsToTxnRequest, _annal_pb2.TxnResponse]  # type: ignore[assignment]
+    """Add a group's offsets partition to the transaction."""
+    EndTxn: _aio.UnaryUnaryMultiCallable[_annal_pb2.EndTxnRequest, _annal_pb2.TxnResponse]  # type: ignore[assignment]
+    """Commit or abort the ongoing transaction."""
+    TxnOffsetCommit: _aio.UnaryUnaryMultiCallable[_annal_pb2.TxnOffsetCommitRequest, _annal_pb2.OffsetCommitResponse]  # type: ignore[assignment]
+    """Commit a group's offsets inside a transaction (to the group's coordinator)."""
+    DescribeTransactions: _aio.UnaryUnaryMultiCallable[_annal_pb2.DescribeTransactionsRequest, _annal_pb2.DescribeTransactionsResponse]  # type: ignore[assignment]
+    """Transactions this broker coordinates (Describe on each transactional id)."""
+    ListTransactions: _aio.UnaryUnaryMultiCallable[_annal_pb2.ListTransactionsRequest, _annal_pb2.ListTransactionsResponse]  # type: ignore[assignment]
+    """The transactions this broker coordinates (KIP-664)."""
 
 class AnnalServicer(metaclass=_abc_1.ABCMeta):
     """What clients call.
@@ -391,6 +419,56 @@ class AnnalServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_annal_pb2.AlterUserScramCredentialsResponse, _abc.Awaitable[_annal_pb2.AlterUserScramCredentialsResponse]]:
         """Set or remove users' SCRAM credentials."""
 
+    @_abc_1.abstractmethod
+    def AddPartitionsToTxn(
+        self,
+        request: _annal_pb2.AddPartitionsToTxnRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.AddPartitionsToTxnResponse, _abc.Awaitable[_annal_pb2.AddPartitionsToTxnResponse]]:
+        """Transactions (needs Write on the transactional id; TxnOffsetCommit also Read
+        on the group and the topics).
+        """
+
+    @_abc_1.abstractmethod
+    def AddOffsetsToTxn(
+        self,
+        request: _annal_pb2.AddOffsetsToTxnRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.TxnResponse, _abc.Awaitable[_annal_pb2.TxnResponse]]:
+        """Add a group's offsets partition to the transaction."""
+
+    @_abc_1.abstractmethod
+    def EndTxn(
+        self,
+        request: _annal_pb2.EndTxnRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.TxnResponse, _abc.Awaitable[_annal_pb2.TxnResponse]]:
+        """Commit or abort the ongoing transaction."""
+
+    @_abc_1.abstractmethod
+    def TxnOffsetCommit(
+        self,
+        request: _annal_pb2.TxnOffsetCommitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.OffsetCommitResponse, _abc.Awaitable[_annal_pb2.OffsetCommitResponse]]:
+        """Commit a group's offsets inside a transaction (to the group's coordinator)."""
+
+    @_abc_1.abstractmethod
+    def DescribeTransactions(
+        self,
+        request: _annal_pb2.DescribeTransactionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.DescribeTransactionsResponse, _abc.Awaitable[_annal_pb2.DescribeTransactionsResponse]]:
+        """Transactions this broker coordinates (Describe on each transactional id)."""
+
+    @_abc_1.abstractmethod
+    def ListTransactions(
+        self,
+        request: _annal_pb2.ListTransactionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.ListTransactionsResponse, _abc.Awaitable[_annal_pb2.ListTransactionsResponse]]:
+        """The transactions this broker coordinates (KIP-664)."""
+
 def add_AnnalServicer_to_server(servicer: AnnalServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class BrokerControlStub:
@@ -408,6 +486,8 @@ class BrokerControlStub:
     """Stop (and maybe delete) replicas."""
     ControlledShutdown: _grpc.UnaryUnaryMultiCallable[_annal_pb2.ControlledShutdownRequest, _annal_pb2.ControlledShutdownResponse]
     """Move leaderships off a stopping broker."""
+    WriteTxnMarkers: _grpc.UnaryUnaryMultiCallable[_annal_pb2.WriteTxnMarkersRequest, _annal_pb2.WriteTxnMarkersResponse]
+    """Transaction markers, from a transaction coordinator to partition leaders."""
 
 @_typing.type_check_only
 class BrokerControlAsyncStub(BrokerControlStub):
@@ -422,6 +502,8 @@ class BrokerControlAsyncStub(BrokerControlStub):
     """Stop (and maybe delete) replicas."""
     ControlledShutdown: _aio.UnaryUnaryMultiCallable[_annal_pb2.ControlledShutdownRequest, _annal_pb2.ControlledShutdownResponse]  # type: ignore[assignment]
     """Move leaderships off a stopping broker."""
+    WriteTxnMarkers: _aio.UnaryUnaryMultiCallable[_annal_pb2.WriteTxnMarkersRequest, _annal_pb2.WriteTxnMarkersResponse]  # type: ignore[assignment]
+    """Transaction markers, from a transaction coordinator to partition leaders."""
 
 class BrokerControlServicer(metaclass=_abc_1.ABCMeta):
     """What the controller calls on brokers, and brokers on the controller."""
@@ -457,5 +539,13 @@ class BrokerControlServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_annal_pb2.ControlledShutdownResponse, _abc.Awaitable[_annal_pb2.ControlledShutdownResponse]]:
         """Move leaderships off a stopping broker."""
+
+    @_abc_1.abstractmethod
+    def WriteTxnMarkers(
+        self,
+        request: _annal_pb2.WriteTxnMarkersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.WriteTxnMarkersResponse, _abc.Awaitable[_annal_pb2.WriteTxnMarkersResponse]]:
+        """Transaction markers, from a transaction coordinator to partition leaders."""
 
 def add_BrokerControlServicer_to_server(servicer: BrokerControlServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
