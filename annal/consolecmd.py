@@ -253,7 +253,8 @@ def add_parsers(commands: Any) -> None:
     )  # fmt: skip
     consumer.add_argument(
         "--isolation-level", choices=["read_uncommitted", "read_committed"],
-        help="read_uncommitted only (the default): annal has no transactions",
+        help="read_uncommitted (the default: everything up to the high watermark) or "
+        "read_committed (only committed transactions' records, docs/transactions.md)",
     )  # fmt: skip
     consumer.set_defaults(run=run_consumer)
 
@@ -344,12 +345,11 @@ def _consumer_setup(args: argparse.Namespace) -> tuple[dict[str, Any], str | Non
         )
     args.group = args.group or group
     isolation = args.isolation_level or settings.pop("isolation_level", "read_uncommitted")
-    settings.pop("isolation_level", None)
-    if isolation != "read_uncommitted":
+    if isolation not in ("read_uncommitted", "read_committed"):
         raise ValueError(
-            f"isolation level {isolation!r}: only read_uncommitted (annal has no transactions, "
-            "so there is nothing to leave out)"
+            f"isolation.level={isolation!r}: read_uncommitted or read_committed"
         )
+    settings["isolation_level"] = isolation
     reset = settings.pop("auto_offset_reset", None)
     if reset is not None:
         if reset not in ("earliest", "latest"):
@@ -573,6 +573,7 @@ def _consume_in_group(
         "auto_commit": settings.get("auto_commit", True),
         "auto_commit_interval_ms": settings.get("auto_commit_interval_ms", 5000),
         "fetch_wait_max_ms": settings.get("max_wait_ms", 100),
+        "isolation_level": settings.get("isolation_level", "read_uncommitted"),
     }
     printed = 0
     try:

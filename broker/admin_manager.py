@@ -56,6 +56,7 @@ from annal.broker.dynamic_config_admin import BrokerConfigAdmin, Operation
 from annal.broker.leadership_fence import LeadershipFence
 from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot, broker_message
 from annal.broker.request_checks import Refusal
+from annal.broker.transactions.log_schema import TRANSACTION_STATE_TOPIC
 from annal.security.acl import AclOperation, Resource, ResourceType
 from annal.security.session import Session
 from annal.storage.config import LogConfig
@@ -325,6 +326,29 @@ class AdminManager:
         error, message = self._create_topic_now(topic)
         if error not in (pb.NONE, pb.TOPIC_ALREADY_EXISTS):
             logger.warning("cannot create %s: %s", OFFSETS_TOPIC, message)
+
+    def create_transaction_state_topic_now(self, live_brokers: int) -> None:
+        """``__transaction_state`` on first use (FindCoordinator for a transactional
+        id), with Kafka's settings: compacted, min.insync.replicas from
+        transaction.state.log.min.isr (never above the replicas), no unclean
+        election."""
+        config = self._config
+        replicas = max(1, min(config.transaction_state_log_replication_factor, live_brokers))
+        topic = pb.CreatableTopic(
+            name=TRANSACTION_STATE_TOPIC,
+            num_partitions=config.transaction_state_log_num_partitions,
+            replication_factor=replicas,
+            configs={
+                "cleanup.policy": "compact",
+                "compression.type": "uncompressed",
+                "min.insync.replicas": str(min(config.transaction_state_log_min_isr, replicas)),
+                "segment.bytes": str(config.transaction_state_log_segment_bytes),
+                "unclean.leader.election.enable": "false",
+            },
+        )
+        error, message = self._create_topic_now(topic)
+        if error not in (pb.NONE, pb.TOPIC_ALREADY_EXISTS):
+            logger.warning("cannot create %s: %s", TRANSACTION_STATE_TOPIC, message)
 
     def _topic_refusal_now(self, name: str) -> Refusal | None:
         """Why an existing topic named ``name`` cannot be acted on: an illegal name,

@@ -292,6 +292,15 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "offsets.topic.replication.factor": (_int(1), "3"),
     "offsets.retention.minutes": (_int(1), "10080"),
     "group.initial.rebalance.delay.ms": (_int(0), "3000"),
+    # the transaction coordinator (broker/transactions/, docs/transactions.md)
+    "transaction.state.log.num.partitions": (_int(1), "50"),
+    "transaction.state.log.replication.factor": (_int(1), "3"),
+    "transaction.state.log.min.isr": (_int(1), "2"),
+    "transaction.state.log.segment.bytes": (_int(1), "104857600"),
+    "transaction.max.timeout.ms": (_int(1), "900000"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (_int(1), "10000"),
+    "transactional.id.expiration.ms": (_int(1), "604800000"),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (_int(1), "3600000"),
     # idempotent producers' state in each partition (storage/producer_state.py)
     "producer.id.expiration.ms": (_int(1), "86400000"),
     "producer.id.expiration.check.interval.ms": (_int(1), "600000"),
@@ -360,6 +369,14 @@ class BrokerConfig:
     offsets_topic_replication_factor: int
     offsets_retention_minutes: int
     group_initial_rebalance_delay_ms: int
+    transaction_state_log_num_partitions: int
+    transaction_state_log_replication_factor: int
+    transaction_state_log_min_isr: int
+    transaction_state_log_segment_bytes: int
+    transaction_max_timeout_ms: int
+    transaction_abort_interval_ms: int
+    transactional_id_expiration_ms: int
+    transaction_expiration_interval_ms: int
     log_retention_check_interval_ms: int
     log_flush_scheduler_interval_ms: int
     log_cleaner_enable: bool
@@ -495,6 +512,20 @@ class BrokerConfig:
             offsets_topic_replication_factor=values["offsets.topic.replication.factor"],
             offsets_retention_minutes=values["offsets.retention.minutes"],
             group_initial_rebalance_delay_ms=values["group.initial.rebalance.delay.ms"],
+            transaction_state_log_num_partitions=values["transaction.state.log.num.partitions"],
+            transaction_state_log_replication_factor=values[
+                "transaction.state.log.replication.factor"
+            ],
+            transaction_state_log_min_isr=values["transaction.state.log.min.isr"],
+            transaction_state_log_segment_bytes=values["transaction.state.log.segment.bytes"],
+            transaction_max_timeout_ms=values["transaction.max.timeout.ms"],
+            transaction_abort_interval_ms=values[
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+            ],
+            transactional_id_expiration_ms=values["transactional.id.expiration.ms"],
+            transaction_expiration_interval_ms=values[
+                "transaction.remove.expired.transaction.cleanup.interval.ms"
+            ],
             log_retention_check_interval_ms=values["log.retention.check.interval.ms"],
             log_flush_scheduler_interval_ms=values["log.flush.scheduler.interval.ms"],
             log_cleaner_enable=values["log.cleaner.enable"],
@@ -628,7 +659,7 @@ class BrokerConfig:
 
 
 # Kafka broker settings (of the 2.x ZooKeeper-mode broker) that annal has no use
-# for: threads and buffers of Kafka's own network layer, the transaction log,
+# for: threads and buffers of Kafka's own network layer, the transaction log's load buffer,
 # listeners' security mapping, and the like.  A stock server.properties names
 # several; they are accepted with one warning rather than refused as unknown.
 _KAFKA_ONLY = (
@@ -645,9 +676,7 @@ _KAFKA_ONLY = (
     "num.replica.alter.log.dirs.threads", "replica.socket.receive.buffer.bytes",
     "replica.socket.timeout.ms", "request.timeout.ms", "security.inter.broker.protocol",
     "socket.receive.buffer.bytes", "socket.send.buffer.bytes",
-    "transaction.max.timeout.ms", "transaction.state.log.load.buffer.size",
-    "transaction.state.log.min.isr", "transaction.state.log.num.partitions",
-    "transaction.state.log.replication.factor", "transaction.state.log.segment.bytes",
+    "transaction.state.log.load.buffer.size",
     *(  # Kerberos (SASL/GSSAPI) and SASL login refresh, which annal does not offer
         "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin",
         "sasl.kerberos.principal.to.local.rules", "sasl.kerberos.service.name",

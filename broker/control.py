@@ -18,6 +18,13 @@ a log is opened for it.
 Protobuf stays at this edge: the replica manager and the controller see
 plain value types.
 
+WriteTxnMarkers is the transaction coordinators' (KIP-98): the markers that end
+a transaction, written by each partition's leader (``txn_markers.py``; Kafka's
+API 27 on the Kafka listener answers from the same code).  It runs on the
+event loop, as a produce does, and answers once the ISR holds the markers; a
+caller without ClusterAction has every partition answered
+CLUSTER_AUTHORIZATION_FAILED.
+
 The service runs on the broker's event loop, but applying a controller
 request can open logs and read topic configs from ZooKeeper, so each one is
 applied on the broker's single control thread (``run``), in the order the
@@ -46,10 +53,19 @@ from annal.broker.metadata_cache import (
 from annal.broker.partition import LeaderAndIsrState
 from annal.broker.replica_manager import ReplicaManager
 from annal.broker.service import grpc_session
+from annal.broker.txn_markers import (
+    DEFAULT_TIMEOUT_MS,
+    AwaitReplication,
+    MarkerWritten,
+    TxnMarkerWriter,
+    refused_markers,
+)
+from annal.security.session import Session
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 
+from annal import errors
 from annal.errors import ErrorCode
 
 logger = logging.getLogger(__name__)
@@ -80,8 +96,15 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
         authorizer: RequestAuthorizer = ALLOW_ALL,
         broker_epoch: Callable[[], int] = lambda: -1,
         replica_listener: str = PLAINTEXT,
+        *,
+        await_replication: AwaitReplication | None = None,
+        txn_marker_written: MarkerWritten | None = None,
     ) -> None:
+        """``await_replication`` waits for the ISR to hold appends (the data path's,
+        for WriteTxnMarkers); ``txn_marker_written(partition index, producer id,
+        commit)`` is told of each marker durably written to __consumer_offsets."""
         self._replica_listener = replica_listener  # the leaders' listener followers fetch over
+        self._markers = TxnMarkerWriter(replicas, await_replication, txn_marker_written)
         self._replicas = replicas
         self._metadata = metadata
         self._controlled_shutdown = controlled_shutdown
@@ -153,6 +176,30 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
             functools.partial(self._controlled_shutdown_now, request)
         )
         return response
+
+    async def WriteTxnMarkers(
+        self, request: pb.WriteTxnMarkersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.WriteTxnMarkersResponse:
+        timeout_ms = checks.bounded_wait_ms(0, DEFAULT_TIMEOUT_MS, context.time_remaining())
+        return await self.write_txn_markers(request, grpc_session(context), timeout_ms)
+
+    async def write_txn_markers(
+        self,
+        request: pb.WriteTxnMarkersRequest,
+        session: Session,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    ) -> pb.WriteTxnMarkersResponse:
+        """WriteTxnMarkers from ``session`` (either listener): ClusterAction on the
+        cluster, then each marker written by this leader (``txn_markers.py``)."""
+        if not self._authorizer.cluster_action(session):
+            logger.warning(
+                "refused WriteTxnMarkers from %s at %s: ClusterAction on the cluster is not "
+                "allowed",
+                session.principal,
+                session.client_host,
+            )
+            return refused_markers(request, errors.CLUSTER_AUTHORIZATION_FAILED)
+        return await self._markers.write(request, timeout_ms)
 
     def _leader_and_isr_now(self, request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
         checks.require_at_least("controller_id", request.controller_id, 0)

@@ -17,9 +17,20 @@ answer a partition with the replica to read it from instead of records; those
 partitions come back in ``preferred`` (broker id by partition), as the
 answer's protobuf has no field for it.
 
+Transactions (KIP-98, ``transactional_data.py``): a Produce of transactional
+batches needs Write on its transactional id; a consumer's Fetch with
+isolation_level 1 (read_committed) reads up to each partition's last stable
+offset, not its high watermark, and is answered the aborted transactions
+overlapping what it read (read_uncommitted: none); its long poll counts bytes
+below the last stable offset only, and a fetch session answers a partition
+whose last stable offset moved.  Every answer carries the last stable
+offset.  A read_committed ListOffsets answers LATEST with the last stable
+offset.  Followers (``replica_id`` >= 0) always read up to the log end.
+
 Authorization (docs/security.md): each handler takes the caller's ``Session``
 and asks what Kafka 2.x asks, answering a refused topic's partitions
-TOPIC_AUTHORIZATION_FAILED: Produce needs Write on the topic, Fetch Read
+TOPIC_AUTHORIZATION_FAILED: Produce needs Write on the topic (and, with
+transactional batches, Write on the transactional id), Fetch Read
 (a follower's fetch ClusterAction on the cluster), ListOffsets Describe,
 DeleteRecords Delete; OffsetsForLeaderEpoch needs ClusterAction on the
 cluster or Describe on the topic, and from a replica (``replica_id`` >= 0)
@@ -64,6 +75,13 @@ from annal.broker.fetch_sessions import (
 from annal.broker.metrics import BrokerMetrics
 from annal.broker.replica_manager import AppendResult, ReadResult, ReplicaManager
 from annal.broker.replica_selector import ClientMetadata
+from annal.broker.transactional_data import (
+    READ_COMMITTED,
+    aborted_transactions,
+    check_isolation_level,
+    has_transactional_batches,
+    transactional_refusal,
+)
 from annal.security.acl import AclOperation
 from annal.security.session import Session
 from annal.storage.batch import count_records
@@ -141,6 +159,14 @@ class DataApi:
     ) -> pb.ProduceResponse:
         """Append each partition's records (Write on the topic: Kafka's Produce)."""
         checks.check_timeout_ms(request.timeout_ms)
+        # each read of a bytes field copies it: every partition's records, once
+        payloads = [[data.records for data in topic.partitions] for topic in request.topics]
+        if request.transactional_id or has_transactional_batches(
+            records for topic in payloads for records in topic
+        ):
+            txn_refusal = transactional_refusal(self._authorizer, session, request.transactional_id)
+            if txn_refusal is not None:
+                return _produce_refused(request, txn_refusal)
         refused_acks = checks.acks(request.acks)
         replicas = self._replicas
         response = pb.ProduceResponse()
@@ -148,9 +174,9 @@ class DataApi:
         refused = self._authorizer.refused_topics(
             session, AclOperation.WRITE, [t.name for t in request.topics]
         )
-        for topic in request.topics:
+        for topic, topic_payloads in zip(request.topics, payloads, strict=True):
             out = response.topics.add(name=topic.name)
-            for data in topic.partitions:
+            for data, records in zip(topic.partitions, topic_payloads, strict=True):
                 refusal = (
                     refused.get(topic.name)
                     or refused_acks
@@ -167,12 +193,12 @@ class DataApi:
                     )
                     continue
                 tp = TopicPartition(topic.name, data.partition)
-                if tp in self._off_loop or replicas.roll_due(tp, len(data.records)):
-                    result = await self._append_off_loop(tp, data.records, request.acks)
+                if tp in self._off_loop or replicas.roll_due(tp, len(records)):
+                    result = await self._append_off_loop(tp, records, request.acks)
                 else:
-                    result = replicas.append(tp, data.records, request.acks)
+                    result = replicas.append(tp, records, request.acks)
                 if self._metrics is not None:
-                    self._count_in(topic.name, len(data.records), result)
+                    self._count_in(topic.name, len(records), result)
                 if request.acks == -1 and result.error == errors.NONE:
                     waiting.append(
                         _Awaited(
@@ -281,6 +307,7 @@ class DataApi:
         have partitions answered a preferred read replica, put in ``preferred``."""
         checks.check_replica_id(request.replica_id)
         checks.check_fetch_limits(request.max_wait_ms, request.min_bytes, request.max_bytes)
+        check_isolation_level(request.isolation_level)
         if request.replica_id >= 0 and not self._authorizer.cluster_action(session):
             return _fetch_refused(request, _refused_replica(session, request.replica_id))
         if request.replica_id >= 0:
@@ -301,14 +328,18 @@ class DataApi:
             if preferred is not None:
                 preferred.update(chosen)
             return response
+        follower = request.replica_id >= 0
+        committed = _read_committed(request)
         starts = [
             self._replicas.fetch_start(
-                TopicPartition(topic.name, p.partition), p.fetch_offset, p.log_start_offset
+                TopicPartition(topic.name, p.partition),
+                p.fetch_offset,
+                p.log_start_offset,
+                committed,
             )
             for topic in request.topics
             for p in topic.partitions
         ]
-        follower = request.replica_id >= 0
         readiness = self._replicas if client is None else self._replicas.any_replica
         operation = DelayedFetch(readiness, starts, wanted, follower)
         timeout_ms = wait_ms(request.max_wait_ms, context)
@@ -333,6 +364,7 @@ class DataApi:
             chosen.clear()
         replicas = self._replicas
         budget = request.max_bytes or DEFAULT_FETCH_MAX_BYTES
+        committed = _read_committed(request)
         response = pb.FetchResponse()
         for topic in request.topics:
             out = response.topics.add(name=topic.name)
@@ -354,6 +386,7 @@ class DataApi:
                         log_start_offset=-1,
                         log_end_offset=-1,
                         error_message=refusal.message,
+                        last_stable_offset=-1,
                     )
                     continue
                 limit = min(p.partition_max_bytes or budget, budget)
@@ -366,6 +399,7 @@ class DataApi:
                     request.replica_id,
                     p.log_start_offset,
                     client,
+                    committed,
                 )
                 if result.preferred_read_replica >= 0 and chosen is not None:
                     chosen[tp] = result.preferred_read_replica
@@ -380,6 +414,8 @@ class DataApi:
                     log_end_offset=result.log_end_offset,
                     records=result.records,
                     error_message=result.message,
+                    last_stable_offset=result.last_stable_offset,
+                    aborted_transactions=aborted_transactions(result.aborted),
                 )
         return response
 
@@ -405,6 +441,7 @@ class DataApi:
         and ``preferred`` are ``fetch``'s (KIP-392)."""
         checks.check_replica_id(request.replica_id)
         checks.check_fetch_limits(request.max_wait_ms, request.min_bytes, request.max_bytes)
+        check_isolation_level(request.isolation_level)
         if request.replica_id >= 0:
             client = None  # a follower copies from the leader only
         sessions = self.fetch_sessions
@@ -446,6 +483,7 @@ class DataApi:
         wait for the session's partitions to be touched, up to max_wait_ms.  A
         partition sent to another replica (``chosen``, KIP-392) is answered at once."""
         any_replica = client is not None
+        committed = _read_committed(request)
         wanted = max(request.min_bytes, 1)
         loop = asyncio.get_running_loop()
         timeout_ms = wait_ms(request.max_wait_ms, context) if request.max_wait_ms > 0 else 0
@@ -454,7 +492,7 @@ class DataApi:
         now = time.monotonic()
         if now - fetch.swept >= self._sweep_s:
             fetch.swept = now
-            self._sweep(fetch, to_read, any_replica)
+            self._sweep(fetch, to_read, any_replica, committed)
         before = -1  # bytes found by the previous read: a wake-up that finds no more answers
         while True:
             to_read.update(dict.fromkeys(fetch.take_dirty()))
@@ -465,7 +503,8 @@ class DataApi:
             before = size
             to_read = dict.fromkeys(news)  # read again after the wait
             operation = DelayedSessionFetch(
-                fetch, lambda tp, cached: self._probe(tp, cached, fetch.follower, any_replica)
+                fetch,
+                lambda tp, cached: self._probe(tp, cached, fetch.follower, any_replica, committed),
             )
             remaining_ms = max(int((deadline - loop.time()) * 1000), 0)
             await self._purgatories.fetch.wait(operation, [fetch], remaining_ms)
@@ -476,7 +515,11 @@ class DataApi:
         return min(SESSION_SWEEP_S, self._replicas.replica_lag_time_max_ms / 4000)
 
     def _sweep(
-        self, fetch: FetchSession, to_read: dict[TopicPartition, None], any_replica: bool
+        self,
+        fetch: FetchSession,
+        to_read: dict[TopicPartition, None],
+        any_replica: bool,
+        committed: bool,
     ) -> None:
         """Look at every partition of a session (what no event reports: retention
         moving a log start), and have a follower count as fetching those it is
@@ -485,7 +528,7 @@ class DataApi:
         leave their ISRs after replica.lag.time.max.ms."""
         follower = fetch.follower
         for tp, cached in fetch.partitions.items():
-            if self._probe(tp, cached, follower, any_replica) is not Probe.NOTHING:
+            if self._probe(tp, cached, follower, any_replica, committed) is not Probe.NOTHING:
                 to_read[tp] = None
                 continue
             partition = self._replicas.partition(tp) if follower else None
@@ -505,7 +548,10 @@ class DataApi:
     ) -> pb.FetchResponse:
         """``_fetch_once`` of some of a session's partitions, at their cached positions."""
         ask = pb.FetchRequest(
-            replica_id=fetch.replica_id, min_bytes=request.min_bytes, max_bytes=request.max_bytes
+            replica_id=fetch.replica_id,
+            min_bytes=request.min_bytes,
+            max_bytes=request.max_bytes,
+            isolation_level=request.isolation_level,
         )
         topics: dict[str, pb.TopicFetchData] = {}
         for tp in tps:
@@ -530,11 +576,17 @@ class DataApi:
         return self._fetch_once(ask, refused, client, chosen)
 
     def _probe(
-        self, tp: TopicPartition, cached: CachedPartition, follower: bool, any_replica: bool
+        self,
+        tp: TopicPartition,
+        cached: CachedPartition,
+        follower: bool,
+        any_replica: bool,
+        committed: bool = False,
     ) -> Probe:
         """What a session's touched partition has to say, from attributes alone.  A
         consumer with client metadata (``any_replica``, KIP-392) reads a copy this
-        broker follows as well as one it leads."""
+        broker follows as well as one it leads; a read_committed one (``committed``)
+        reads up to the last stable offset."""
         partition = self._replicas.partition(tp)
         if partition is None:
             return Probe.NOW
@@ -556,9 +608,13 @@ class DataApi:
         end = log.log_end_offset
         if wanted.fetch_offset > end:
             return Probe.NOW  # out of range: the log was cut back
-        if (end if follower else log.high_watermark) > wanted.fetch_offset:
+        stable = log.last_stable_offset
+        readable = end if follower else stable if committed else log.high_watermark
+        if readable > wanted.fetch_offset:
             return Probe.DATA
-        return Probe.NOTHING if log.high_watermark == cached.high_watermark else Probe.METADATA
+        if log.high_watermark == cached.high_watermark and stable == cached.last_stable_offset:
+            return Probe.NOTHING
+        return Probe.METADATA
 
     def _touched(self, tp: TopicPartition) -> None:
         """An event on ``tp`` (``Purgatories.touch``, on the loop): the sessions
@@ -612,8 +668,11 @@ class DataApi:
     def list_offsets(
         self, request: pb.ListOffsetsRequest, session: Session = INTERNAL
     ) -> pb.ListOffsetsResponse:
-        """Each partition's offset for its timestamp (Describe on the topic)."""
+        """Each partition's offset for its timestamp (Describe on the topic); LATEST
+        is the last stable offset for a read_committed caller (KIP-98)."""
         checks.check_replica_id(request.replica_id)
+        check_isolation_level(request.isolation_level)
+        committed = request.isolation_level == READ_COMMITTED
         refused = self._authorizer.refused_topics(
             session, AclOperation.DESCRIBE, [t.name for t in request.topics]
         )
@@ -628,7 +687,7 @@ class DataApi:
                     error, timestamp, offset, epoch = refusal.error, -1, -1, -1
                 else:
                     error, timestamp, offset, epoch = self._replicas.list_offset(
-                        TopicPartition(topic.name, p.partition), p.timestamp
+                        TopicPartition(topic.name, p.partition), p.timestamp, committed
                     )
                 out.partitions.add(
                     partition=p.partition,
@@ -755,7 +814,7 @@ def _cached(
         for p in t.partitions:
             found = cached.get(TopicPartition(t.name, p.partition))
             if found is not None:
-                found.answered(p.error, p.high_watermark, p.log_start_offset)
+                found.answered(p.error, p.high_watermark, p.log_start_offset, p.last_stable_offset)
     return cached
 
 
@@ -776,7 +835,7 @@ def _news(
             records = len(p.records)
             redirected = tp in chosen
             if redirected or cached.has_news(
-                p.error, p.high_watermark, p.log_start_offset, records
+                p.error, p.high_watermark, p.log_start_offset, records, p.last_stable_offset
             ):
                 news.append(tp)
                 size += records
@@ -807,12 +866,36 @@ def _answered(
                 del t.partitions[i]
         for p in t.partitions:
             tp = TopicPartition(t.name, p.partition)
-            fetch.partitions[tp].answered(p.error, p.high_watermark, p.log_start_offset)
+            fetch.partitions[tp].answered(
+                p.error, p.high_watermark, p.log_start_offset, p.last_stable_offset
+            )
             if p.error != pb.NONE or p.records or tp in chosen:
                 fetch.dirty.add(tp)
     for i in reversed(range(len(response.topics))):
         if not response.topics[i].partitions:
             del response.topics[i]
+    return response
+
+
+def _read_committed(request: pb.FetchRequest) -> bool:
+    """A consumer's read_committed fetch (a follower's reads to the log end)."""
+    return request.isolation_level == READ_COMMITTED and request.replica_id < 0
+
+
+def _produce_refused(request: pb.ProduceRequest, refusal: checks.Refusal) -> pb.ProduceResponse:
+    """Every partition of ``request`` answered ``refusal``."""
+    response = pb.ProduceResponse()
+    for topic in request.topics:
+        out = response.topics.add(name=topic.name)
+        for data in topic.partitions:
+            out.partitions.add(
+                partition=data.partition,
+                error=code(refusal.error),
+                base_offset=-1,
+                log_append_time_ms=-1,
+                log_start_offset=-1,
+                error_message=refusal.message,
+            )
     return response
 
 
@@ -847,5 +930,6 @@ def _fetch_refused(request: pb.FetchRequest, refusal: checks.Refusal) -> pb.Fetc
                 log_start_offset=-1,
                 log_end_offset=-1,
                 error_message=refusal.message,
+                last_stable_offset=-1,
             )
     return response

@@ -12,8 +12,9 @@ Which events touch which partition, all through ``Purgatories.touch``:
 =================================  =======================================
 event                              who may be done
 =================================  =======================================
-an append on the leader            fetches (followers; consumers when the
-                                   high watermark moved), acks=all produces
+an append on the leader (a         fetches (followers; consumers when the
+transaction marker too)            high watermark or the last stable
+                                   offset moved), acks=all produces
 a follower's fetch                 acks=all produces and consumers' fetches
                                    (high watermark), DeleteRecords (the
                                    follower's log start)
@@ -56,13 +57,16 @@ METADATA_KEY = "metadata"
 @dataclass(frozen=True, slots=True)
 class FetchStart:
     """One partition of a waiting fetch: where it reads from, and where the log
-    ended (segment base offset, byte size) when the fetch began."""
+    ended (segment base offset, byte size) when the fetch began.  A
+    read_committed consumer's (KIP-98) counts bytes below the last stable
+    offset only."""
 
     tp: TopicPartition
     fetch_offset: int
     follower_log_start: int
     end_segment: int
     end_position: int
+    read_committed: bool = False
 
 
 class FetchReadiness(Protocol):

@@ -6,8 +6,8 @@ with nothing new.  With a fetch session the broker keeps the partitions and
 their fetch positions; each later request (an incremental fetch) names only
 the partitions whose position changed, added or dropped
 (``forgotten_topics_data``), and each answer carries only the partitions
-with something new to say: records, a new high watermark or log start
-offset, an error.
+with something new to say: records, a new high watermark, last stable
+offset (KIP-98) or log start offset, an error.
 
 A request says what it wants with (``session_id``, ``session_epoch``):
 
@@ -101,7 +101,9 @@ class Probe(enum.IntEnum):
     """What a session's partition has to tell its fetcher, by a cheap look."""
 
     NOTHING = 0  # nothing since its last answer
-    METADATA = 1  # a new high watermark: goes with the next answer, no reason to answer now
+    # a new high watermark or last stable offset: goes with the next answer, no
+    # reason to answer now
+    METADATA = 1
     DATA = 2  # records past the fetch offset
     NOW = 3  # answer now: leadership or leader epoch changed, the log start moved
 
@@ -122,17 +124,29 @@ class CachedPartition:
     fetch: PartitionFetch
     high_watermark: int = -1  # -1: not answered yet, or its last answer was an error
     log_start_offset: int = -1  # the leader's, as last answered
+    last_stable_offset: int = -1  # as last answered (KIP-98)
 
-    def has_news(self, error: int, high_watermark: int, log_start_offset: int, size: int) -> bool:
-        """Whether an answer (its error, offsets and bytes of records) must be sent."""
+    def has_news(
+        self,
+        error: int,
+        high_watermark: int,
+        log_start_offset: int,
+        size: int,
+        last_stable_offset: int = -1,
+    ) -> bool:
+        """Whether an answer (its error, offsets and bytes of records) must be sent:
+        a moved last stable offset is news too, as in Kafka's CachedPartition."""
         return (
             size > 0
             or error != 0
             or high_watermark != self.high_watermark
             or log_start_offset != self.log_start_offset
+            or last_stable_offset != self.last_stable_offset
         )
 
-    def answered(self, error: int, high_watermark: int, log_start_offset: int) -> None:
+    def answered(
+        self, error: int, high_watermark: int, log_start_offset: int, last_stable_offset: int = -1
+    ) -> None:
         """Remember what was sent.  After an error the partition is sent again once
         the error is gone, whatever its offsets."""
         if error != 0:
@@ -140,6 +154,7 @@ class CachedPartition:
         else:
             self.high_watermark = high_watermark
             self.log_start_offset = log_start_offset
+            self.last_stable_offset = last_stable_offset
 
 
 @dataclass(eq=False, slots=True)

@@ -1,5 +1,5 @@
-"""Group rpcs: FindCoordinator, OffsetCommit, OffsetFetch, answered through the
-group coordinator (``coordinator.py``); ListGroups and DescribeGroup from the
+"""Group rpcs: FindCoordinator, OffsetCommit, TxnOffsetCommit, OffsetFetch, answered
+through the group coordinator (``coordinator.py``); ListGroups and DescribeGroup from the
 membership of Kafka's clients' groups (``group_membership.py``).  Both
 protocols come here: the gRPC service and the Kafka listener
 (``kafkaproto/groups.py``), whose JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
@@ -9,13 +9,14 @@ this class too, so that every group request is authorized in one place.
 Authorization (docs/security.md), for the caller's ``Session``, as Kafka 2.x:
 
 * FindCoordinator needs Describe on the group (on the transactional id for a
-  transaction coordinator, which annal does not have: an authorized caller is
-  told so with CLUSTER_AUTHORIZATION_FAILED, see
-  ``find_transaction_coordinator``); DescribeGroups Describe on each group;
+  transaction coordinator, ``broker/transactions/api.py``); DescribeGroups
+  Describe on each group;
   DeleteGroups Delete on each group;
 * JoinGroup, SyncGroup, Heartbeat and LeaveGroup need Read on the group;
 * OffsetCommit needs Read on the group, then Read on each topic (its
-  partitions are TOPIC_AUTHORIZATION_FAILED otherwise); OffsetFetch Describe
+  partitions are TOPIC_AUTHORIZATION_FAILED otherwise); TxnOffsetCommit
+  (KIP-98) Write on the transactional id first (else every partition is
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then the same; OffsetFetch Describe
   on the group, then Describe on each topic (named partitions of other topics
   are TOPIC_AUTHORIZATION_FAILED, the others left out); OffsetDelete Delete on
   the group, then Read on each topic;
@@ -31,9 +32,9 @@ the admin pool.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from annal.broker import request_checks as checks
 from annal.broker.admin_manager import AdminManager
@@ -71,12 +72,15 @@ from annal import errors
 from annal.errors import ErrorCode
 from annal.topic_partition import TopicPartition
 
+if TYPE_CHECKING:
+    from annal.broker.transactions.api import TransactionApi
+
+TRANSACTION_KEY = 1  # FindCoordinator's key type of a transactional id
+
 _ASSIGNMENTS: list[Any] = [AssignmentV0, AssignmentV1, AssignmentV2, AssignmentV3]
 DELETE_TIMEOUT_MS = 30_000  # OffsetDelete's wait for its tombstones to be replicated
-NO_TRANSACTIONS = (
-    "transactions are not supported by this broker: annal has no transaction coordinator "
-    "(idempotent producers work without a transactional id)"
-)
+TXN_COMMIT_TIMEOUT_MS = 30_000  # TxnOffsetCommit's wait for its replicas (no field for it)
+MAX_PRODUCER_EPOCH = 32_767  # an int16 in the batch header
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,7 @@ class GroupApi:
         self._metadata = metadata
         self._admin = admin
         self._authorizer = authorizer
+        self.transactions: TransactionApi | None = None  # FindCoordinator key type 1
 
     # -- authorization -----------------------------------------------------------------
 
@@ -126,7 +131,15 @@ class GroupApi:
     ) -> pb.FindCoordinatorResponse:
         """The leader of the group's offsets partition; the offsets topic is
         created on first use (COORDINATOR_NOT_AVAILABLE until it has leaders).
-        Needs Describe on the group."""
+        Needs Describe on the group.  Key type 1 asks for a transactional id's
+        transaction coordinator (``broker/transactions/api.py``)."""
+        if request.key_type == TRANSACTION_KEY:
+            if self.transactions is None:
+                return pb.FindCoordinatorResponse(
+                    error=pb.COORDINATOR_NOT_AVAILABLE,
+                    error_message="the transaction coordinator is starting",
+                )
+            return await self.transactions.find_coordinator(request.group, session)
         refusal = self._group_refusal(session, AclOperation.DESCRIBE, request.group)
         if refusal := refusal or checks.group_id(request.group):
             return pb.FindCoordinatorResponse(
@@ -149,26 +162,6 @@ class GroupApi:
         broker = cache.brokers[leader]
         return pb.FindCoordinatorResponse(
             coordinator=pb.Broker(id=broker.broker_id, host=broker.host, port=broker.port)
-        )
-
-    def find_transaction_coordinator(
-        self, transactional_id: str, session: Session = INTERNAL
-    ) -> pb.FindCoordinatorResponse:
-        """A transaction coordinator (Kafka's listener only): annal has none.  A
-        caller that may not Describe the transactional id is told
-        TRANSACTIONAL_ID_AUTHORIZATION_FAILED; any other is told that transactions
-        are not supported, as CLUSTER_AUTHORIZATION_FAILED: of FindCoordinator's
-        errors it is one every Kafka client gives up on at once (librdkafka
-        retries anything but it and TRANSACTIONAL_ID_AUTHORIZATION_FAILED until
-        ``init_transactions`` times out), and its message says why."""
-        resource = Resource(TRANSACTIONAL_ID, transactional_id)
-        if not self._authorizer.allowed(session, AclOperation.DESCRIBE, resource):
-            return pb.FindCoordinatorResponse(
-                error=pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                error_message=denial(session, AclOperation.DESCRIBE, resource),
-            )
-        return pb.FindCoordinatorResponse(
-            error=pb.CLUSTER_AUTHORIZATION_FAILED, error_message=NO_TRANSACTIONS
         )
 
     # -- membership (Kafka's clients) ------------------------------------------------------
@@ -288,23 +281,90 @@ class GroupApi:
                     request.group, entries, wait_ms(request.timeout_ms, context)
                 )
             )
-        response = pb.OffsetCommitResponse()
+        return _commit_response(request.topics, outcome)
+
+    async def txn_offset_commit(
+        self,
+        request: pb.TxnOffsetCommitRequest,
+        context: Deadline,
+        session: Session = INTERNAL,
+    ) -> pb.OffsetCommitResponse:
+        """Commit offsets inside the producer's transaction (Kafka's
+        handleTxnOffsetCommitRequest): Write on the transactional id (else every
+        partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED), Read on the group
+        (GROUP_AUTHORIZATION_FAILED), then Read on each topic; a partition the
+        metadata does not know is UNKNOWN_TOPIC_OR_PARTITION.  A member id or
+        generation given (v3, KIP-447) is checked against the group
+        (``GroupMembership.check_txn_commit``).  The offsets stay pending until
+        the transaction's marker (``OffsetsCoordinator.txn_commit``)."""
+        resource = Resource(TRANSACTIONAL_ID, request.transactional_id)
+        refusal = None
+        if not self._authorizer.allowed(session, AclOperation.WRITE, resource):
+            refusal = checks.Refusal(
+                errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                denial(session, AclOperation.WRITE, resource),
+            )
+        refusal = refusal or self._group_refusal(session, AclOperation.READ, request.group)
+        refused = (
+            {}
+            if refusal
+            else self._authorizer.refused_topics(
+                session, AclOperation.READ, [t.name for t in request.topics]
+            )
+        )
+        refusal = refusal or checks.group_id(request.group) or _producer(request)
+        known = self._metadata.snapshot().topics
+        outcome: dict[TopicPartition, tuple[ErrorCode, str]] = {}
+        entries = []
         for t in request.topics:
-            out = response.topics.add(name=t.name)
             for p in t.partitions:
-                error, message = outcome[TopicPartition(t.name, p.partition)]
-                out.partitions.add(partition=p.partition, error=code(error), error_message=message)
-        return response
+                found = (
+                    refusal
+                    or refused.get(t.name)
+                    or checks.commit_partition(t.name, p.partition, p.offset, p.leader_epoch)
+                    or _unknown_partition(known, t.name, p.partition)
+                )
+                if found is not None:
+                    outcome[TopicPartition(t.name, p.partition)] = (found.error, found.message)
+                else:
+                    entries.append(
+                        CommitEntry(t.name, p.partition, p.offset, p.leader_epoch, p.metadata)
+                    )
+        if entries:
+            error = self._membership.check_txn_commit(
+                request.group,
+                request.generation_id,
+                request.member_id,
+                request.group_instance_id or None,
+            )
+            if error != errors.NONE:
+                outcome.update((TopicPartition(e.topic, e.partition), (error, "")) for e in entries)
+            else:
+                outcome.update(
+                    await self._coordinator.txn_commit(
+                        request.group,
+                        request.producer_id,
+                        request.producer_epoch,
+                        entries,
+                        wait_ms(TXN_COMMIT_TIMEOUT_MS, context),
+                    )
+                )
+        return _commit_response(request.topics, outcome)
 
     def offset_fetch(
-        self, request: pb.OffsetFetchRequest, session: Session = INTERNAL
+        self,
+        request: pb.OffsetFetchRequest,
+        session: Session = INTERNAL,
+        require_stable: bool = False,
     ) -> pb.OffsetFetchResponse:
         """The group's committed offsets; the response has one error field, so a
         refused group id, topic name or partition answers the whole request.
         Needs Describe on the group (else GROUP_AUTHORIZATION_FAILED), then
         Describe on each topic: a partition asked for by name of a topic the
         caller may not describe is answered TOPIC_AUTHORIZATION_FAILED, and such
-        topics are left out of an answer about every partition."""
+        topics are left out of an answer about every partition.  With
+        ``require_stable`` (Kafka's OffsetFetch v7, KIP-447) a partition with
+        transactional offsets pending is UNSTABLE_OFFSET_COMMIT, offset -1."""
         refusal = self._group_refusal(session, AclOperation.DESCRIBE, request.group)
         refusal = refusal or checks.group_id(request.group)
         for t in request.topics:
@@ -329,17 +389,23 @@ class GroupApi:
             )
             found = {tp: value for tp, value in found.items() if tp.topic not in hidden}
         response = pb.OffsetFetchResponse(error=code(error))
+        unstable: set[TopicPartition] = set()
+        if require_stable and error == errors.NONE:
+            shown = [tp for tp in found if tp.topic not in hidden]
+            unstable = self._coordinator.unstable(request.group, shown)
         by_topic: dict[str, pb.OffsetFetchTopic] = {}
         for (topic, partition), value in sorted(found.items()):
             out = by_topic.get(topic)
             if out is None:
                 out = by_topic[topic] = response.topics.add(name=topic)
-            if topic in hidden:
+            if topic in hidden or (topic, partition) in unstable:
                 out.partitions.add(
                     partition=partition,
                     offset=-1,
                     leader_epoch=-1,
-                    error=pb.TOPIC_AUTHORIZATION_FAILED,
+                    error=pb.TOPIC_AUTHORIZATION_FAILED
+                    if topic in hidden
+                    else pb.UNSTABLE_OFFSET_COMMIT,
                 )
             elif value is None:
                 out.partitions.add(partition=partition, offset=-1, leader_epoch=-1)
@@ -464,6 +530,34 @@ class GroupApi:
                 for m in group.members.values()
             ],
         )
+
+
+def _commit_response(
+    topics: Iterable[pb.OffsetCommitTopic],
+    outcome: Mapping[TopicPartition, tuple[ErrorCode, str]],
+) -> pb.OffsetCommitResponse:
+    response = pb.OffsetCommitResponse()
+    for t in topics:
+        out = response.topics.add(name=t.name)
+        for p in t.partitions:
+            error, message = outcome[TopicPartition(t.name, p.partition)]
+            out.partitions.add(partition=p.partition, error=code(error), error_message=message)
+    return response
+
+
+def _producer(request: pb.TxnOffsetCommitRequest) -> checks.Refusal | None:
+    """INVALID_REQUEST unless the request names a producer id and an epoch (int16)."""
+    if request.producer_id < 0:
+        return checks.Refusal(
+            errors.INVALID_REQUEST,
+            f"producer_id must be >= 0 in a transactional commit, not {request.producer_id}",
+        )
+    if not 0 <= request.producer_epoch <= MAX_PRODUCER_EPOCH:
+        return checks.Refusal(
+            errors.INVALID_REQUEST,
+            f"producer_epoch must be in [0, {MAX_PRODUCER_EPOCH}], not {request.producer_epoch}",
+        )
+    return None
 
 
 def _unknown_partition(

@@ -606,6 +606,29 @@ class GroupMembership:
         self._touch(group, member)
         return errors.NONE
 
+    def check_txn_commit(
+        self, name: str, generation: int, member_id: str, instance_id: str | None
+    ) -> ErrorCode:
+        """Whether a transactional commit (TxnOffsetCommit v3, KIP-447) may go ahead,
+        as Kafka's GroupCoordinator.doTxnCommitOffsets checks it: a static member's
+        instance id held by another member id is FENCED_INSTANCE_ID; a member id,
+        when given, must be the group's (UNKNOWN_MEMBER_ID); a generation, when
+        not -1, must be the group's (ILLEGAL_GENERATION: a group never stored is
+        at generation 0).  The group's state does not matter."""
+        error, group = self._group(name, create=False)
+        if error != errors.NONE:
+            return error
+        if group is not None and instance_id:
+            holder = group.instances.get(instance_id)
+            if holder is not None and holder != member_id:
+                return errors.FENCED_INSTANCE_ID
+        if member_id and (group is None or member_id not in group.members):
+            return errors.UNKNOWN_MEMBER_ID
+        current = 0 if group is None else group.generation
+        if generation >= 0 and generation != current:
+            return errors.ILLEGAL_GENERATION
+        return errors.NONE
+
     def describe(self, name: str) -> tuple[ErrorCode, Group | None]:
         return self._group(name, create=False)
 

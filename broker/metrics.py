@@ -175,6 +175,10 @@ class BrokerMetrics:
             self._thread.join(5)
             self._thread = None
 
+    def add_transactions(self, coordinator: TransactionStats) -> None:
+        """Serve the transaction coordinator's gauges (docs/transactions.md)."""
+        self.registry.register(TransactionCollector(coordinator))
+
     def add_fetch_sessions(self, sessions: FetchSessionStats) -> None:
         """Serve the fetch session cache's gauges (Kafka's FetchSessionCache metrics)."""
         self.registry.register(FetchSessionCollector(sessions))
@@ -341,4 +345,50 @@ class FetchSessionCollector(Collector):
             "annal_server_fetchsessioncache_incrementalfetchsessionevictions",
             "Fetch sessions evicted to make room for new ones",
             value=sessions.evictions,
+        )
+
+
+class TransactionStats(Protocol):
+    """What the transaction coordinator (``broker/transactions/``) tells of itself."""
+
+    timed_out: int
+
+    def open_transactions(self) -> int: ...
+
+    def known_ids(self) -> int: ...
+
+    def led_partitions(self) -> int: ...
+
+
+class TransactionCollector(Collector):
+    """The transaction coordinator's metrics, read at each scrape."""
+
+    def __init__(self, coordinator: TransactionStats) -> None:
+        self._coordinator = coordinator
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        c = self._coordinator
+        yield GaugeMetricFamily(
+            "annal_coordinator_transaction_open",
+            "Transactions this broker coordinates that are not decided and complete "
+            "(Ongoing, PrepareCommit, PrepareAbort)",
+            value=c.open_transactions(),
+        )
+        yield GaugeMetricFamily(
+            "annal_coordinator_transaction_ids",
+            "Transactional ids this broker coordinates",
+            value=c.known_ids(),
+        )
+        yield GaugeMetricFamily(
+            "annal_coordinator_transaction_partitions",
+            "Partitions of __transaction_state this broker leads",
+            value=c.led_partitions(),
+        )
+        yield CounterMetricFamily(
+            "annal_coordinator_transaction_timed_out",
+            "Transactions aborted by the coordinator because they outlived their timeout",
+            value=c.timed_out,
         )

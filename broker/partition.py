@@ -28,8 +28,10 @@ Leader-side appends happen under the partition's lock
 (``append_as_leader``, Kafka's ``Partition.appendRecordsToLeader``), so a
 LeaderAndIsr that makes this broker a follower cannot land in the middle of
 one; which offsets a reader may see (the high watermark for consumers, the
-log end for followers, nothing for a broker that is not a replica) is
-decided in one place, ``fetch_bound``.
+last stable offset for read_committed ones, the log end for followers,
+nothing for a broker that is not a replica) is decided in one place,
+``fetch_bound``.  The transaction coordinator's markers (KIP-98) are leader
+appends too (``append_control_as_leader``).
 
 Thread safety: ``self._lock`` guards leadership, ISR, the pending change,
 follower states and the high watermark's moves, and is held across a
@@ -47,6 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from annal.broker.leadership_fence import LeadershipFence
+from annal.storage.control import AppendOrigin, ControlRecordType
 from annal.storage.files import TopicPartition
 from annal.storage.log import Log, LogAppendInfo
 from annal.zk.layout import PartitionState
@@ -218,48 +221,86 @@ class Partition:
 
     # -- the leader's requests -----------------------------------------------------
 
-    def append_as_leader(self, records: bytes, acks: int) -> LogAppendInfo:
+    def append_as_leader(
+        self, records: bytes, acks: int, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> LogAppendInfo:
         """Append a producer's batches as this partition's leader, under the lock.
         With ``acks`` -1 the ISR must hold at least ``min.insync.replicas``
         first.  Raises PartitionStateError (NOT_LEADER_OR_FOLLOWER,
-        NOT_ENOUGH_REPLICAS; nothing stored) or the log's InvalidRecordError."""
+        NOT_ENOUGH_REPLICAS; nothing stored) or the log's InvalidRecordError.
+        ``origin``: the broker's coordinators append as ``COORDINATOR``."""
         with self._lock:
             self._check_leads()
             if acks == -1:
-                needed = self.log.config.min_insync_replicas
-                if len(self.isr) < needed:
-                    raise PartitionStateError(
-                        errors.NOT_ENOUGH_REPLICAS,
-                        f"the ISR of {self.tp} is {list(self.isr)}, fewer than "
-                        f"min.insync.replicas {needed}",
-                    )
-            info = self.log.append_as_leader(records, self.leader_epoch)
+                self._check_min_isr()
+            info = self.log.append_as_leader(records, self.leader_epoch, origin=origin)
             self._maybe_increment_high_watermark()
             if not self._watched:
                 self._keep_watch()  # the followers are behind now
             return info
 
+    def append_control_as_leader(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        control_type: ControlRecordType,
+        coordinator_epoch: int,
+    ) -> LogAppendInfo:
+        """Write a transaction marker (COMMIT or ABORT, KIP-98) as this partition's
+        leader, under the lock, as the transaction coordinator asks with
+        WriteTxnMarkers: as an acks=-1 append, so the ISR must hold at least
+        ``min.insync.replicas`` first.  Raises PartitionStateError
+        (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS; nothing stored) or the
+        log's InvalidRecordError (a stale producer or coordinator epoch)."""
+        with self._lock:
+            self._check_leads()
+            self._check_min_isr()
+            info = self.log.append_control(
+                producer_id, producer_epoch, control_type, coordinator_epoch, self.leader_epoch
+            )
+            self._maybe_increment_high_watermark()
+            if not self._watched:
+                self._keep_watch()  # the followers are behind now
+            return info
+
+    def _check_min_isr(self) -> None:
+        """PartitionStateError (NOT_ENOUGH_REPLICAS) when the ISR is smaller than
+        ``min.insync.replicas`` (caller holds the lock)."""
+        needed = self.log.config.min_insync_replicas
+        if len(self.isr) < needed:
+            raise PartitionStateError(
+                errors.NOT_ENOUGH_REPLICAS,
+                f"the ISR of {self.tp} is {list(self.isr)}, fewer than "
+                f"min.insync.replicas {needed}",
+            )
+
     def fetch_bound(
-        self, replica_id: int, leader_epoch: int, only_leader: bool = True
+        self,
+        replica_id: int,
+        leader_epoch: int,
+        only_leader: bool = True,
+        read_committed: bool = False,
     ) -> int | None:
-        """Where a fetch must stop: the high watermark for a consumer, None (the log
-        end) for one of this partition's followers.  Raises PartitionStateError when
-        this broker does not lead, the fetch's epoch is not the current one
+        """Where a fetch must stop: the high watermark for a consumer (its last
+        stable offset when ``read_committed``, KIP-98), None (the log end) for
+        one of this partition's followers.  Raises PartitionStateError when this
+        broker does not lead, the fetch's epoch is not the current one
         (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), or a broker that is not a
         follower asks to read as one.
 
         A consumer's fetch that carries client metadata (Fetch v11+, KIP-392:
         ``only_leader`` False) may read this broker's copy when it follows the
-        partition, up to its own high watermark; on the leader it is read as any
-        consumer's, fence included."""
+        partition, up to its own high watermark (last stable offset); on the
+        leader it is read as any consumer's, fence included."""
         with self._lock:
+            log = self.log
             if not only_leader and replica_id < 0 and self.leader != self.broker_id:
                 self._check_epoch(leader_epoch)
-                return self.log.high_watermark
+                return log.last_stable_offset if read_committed else log.high_watermark
             self._check_leads(fenced_too=replica_id < 0)  # followers may still copy
             self._check_epoch(leader_epoch)
             if replica_id < 0:
-                return self.log.high_watermark
+                return log.last_stable_offset if read_committed else log.high_watermark
             if replica_id == self.broker_id or replica_id not in self.replicas:
                 # Kafka's rule: only an assigned follower reads past the high watermark.
                 # With a matching epoch the follower may be newer than this leader's

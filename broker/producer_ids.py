@@ -8,15 +8,15 @@ one.  Reservations are conditional writes on the znode's version, so two
 brokers never hand out the same id, and a restarted broker starts a new
 block rather than reuse its last one.
 
-Annal has no transactions: a request with a transactional id is answered
-INVALID_REQUEST.  A reservation that fails (ZooKeeper unreachable) is
-answered COORDINATOR_NOT_AVAILABLE, which clients retry.
+A request with a transactional id is the transaction coordinator's
+(``broker/transactions/``): it keeps one producer id per transactional id and
+bumps its epoch on each InitProducerId.  A reservation that fails (ZooKeeper
+unreachable) is answered COORDINATOR_NOT_AVAILABLE, which clients retry.
 
 Authorization (docs/security.md), as Kafka 2.x: an idempotent producer (no
 transactional id) needs IdempotentWrite on the cluster or Write on some topic
 (else CLUSTER_AUTHORIZATION_FAILED); a transactional id needs Write on it
-(else TRANSACTIONAL_ID_AUTHORIZATION_FAILED), checked before the refusal
-above.
+(else TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 
 Thread safety: ``ProducerIdManager`` is thread-safe.  ``_lock`` guards the
 current block and the next id; ``_reserve_lock`` lets one thread at a time
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from annal.broker.authorization import (
     ALLOW_ALL,
@@ -47,6 +47,9 @@ from annal.zk.layout import ProducerIdBlock
 
 from annal import errors
 from annal.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from annal.broker.transactions.api import TransactionApi
 
 
 class ProducerIdManager:
@@ -95,6 +98,16 @@ class InitProducerIdApi:
         self._ids = ids
         self._run_admin = run_admin
         self._authorizer = authorizer
+        # a transactional id's InitProducerId goes to the transaction coordinator
+        self.transactions: TransactionApi | None = None
+
+    async def new_producer_id(self) -> int:
+        """A fresh producer id (the transaction coordinator's); raises ZkError when
+        no block can be reserved."""
+        producer_id = self._ids.next_from_block()
+        if producer_id is None:
+            producer_id = cast(int, await self._run_admin(self._ids.generate))
+        return producer_id
 
     async def init_producer_id(
         self, request: pb.InitProducerIdRequest, session: Session = INTERNAL
@@ -108,11 +121,11 @@ class InitProducerIdApi:
                     errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     denial(session, AclOperation.WRITE, resource),
                 )
-            return _refused(
-                errors.INVALID_REQUEST,
-                f"transactional id {request.transactional_id!r}: annal has no transactions; "
-                "idempotent producers send an empty transactional id",
-            )
+            if self.transactions is None:
+                return _refused(
+                    errors.COORDINATOR_NOT_AVAILABLE, "the transaction coordinator is starting"
+                )
+            return await self.transactions.init_producer_id(request, session)
         idempotent = AclOperation.IDEMPOTENT_WRITE
         if not authorizer.cluster(
             session, idempotent, log_denied=False

@@ -5,7 +5,10 @@ applies those decisions, fenced by controller epoch and leader epoch, opens
 the logs, serves produce, fetch and list-offsets for the partitions this
 broker leads, and hands the partitions it follows to the replica fetchers
 (``replica_fetcher.py``).  Consumers see only records below the high
-watermark, followers read up to the log end.  A consumer's fetch with client
+watermark (read_committed ones below the last stable offset, with the
+aborted transactions of what they read: KIP-98), followers read up to the
+log end.  The transaction coordinator's markers are leader appends
+(``append_control``) that wait for the ISR like an acks=all produce.  A consumer's fetch with client
 metadata (Kafka's Fetch v11+) may also read a partition this broker follows,
 up to its own high watermark, and the leader may send it to a replica in its
 rack instead (KIP-392: ``replica.selector.class``, ``replica_selector.py``).
@@ -53,11 +56,14 @@ from annal.broker.partition import (
 )
 from annal.broker.replica_fetcher import FollowOrder, ReplicaFetcherManager
 from annal.broker.replica_selector import ClientMetadata, ReplicaSelector, ReplicaView
+from annal.storage.batch import last_header
 from annal.storage.config import LogConfig
+from annal.storage.control import AppendOrigin, ControlRecordType
 from annal.storage.errors import InvalidRecordError, RecordError, StorageError
 from annal.storage.files import TopicPartition
-from annal.storage.log import Log
+from annal.storage.log import Log, LogAppendInfo
 from annal.storage.manager import LogManager
+from annal.storage.txn_index import AbortedTxn
 
 from annal import errors
 from annal.errors import ErrorCode
@@ -93,6 +99,9 @@ class ReadResult:
     # KIP-392: the broker the consumer should read from instead (nothing was read)
     preferred_read_replica: int = -1
     from_follower: bool = False  # read from this broker's copy as a follower (KIP-392)
+    last_stable_offset: int = -1  # KIP-98: below it every transaction is decided
+    # read_committed: the aborted transactions overlapping what was read (None otherwise)
+    aborted: tuple[AbortedTxn, ...] | None = None
 
 
 class ReplicaManager:
@@ -403,15 +412,59 @@ class ReplicaManager:
         partition = self.partition(tp)
         return partition is not None and partition.log.roll_due(size)
 
-    def append(self, tp: TopicPartition, records: bytes, acks: int = 1) -> AppendResult:
-        """Append as leader (``Partition.append_as_leader``); with ``acks`` -1 the
-        request then waits for ``replication_outcome``."""
+    def append(
+        self,
+        tp: TopicPartition,
+        records: bytes,
+        acks: int = 1,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendResult:
+        """Append as leader (``Partition.append_as_leader``, as ``origin``); with
+        ``acks`` -1 the request then waits for ``replication_outcome``."""
         partition = self.partition(tp)
         if partition is None:
             error = self._not_leader_error(tp, partition)
             return AppendResult(error, message=f"broker {self.broker_id} does not lead {tp}")
+        return self._leader_append(
+            tp, partition, lambda: partition.append_as_leader(records, acks, origin)
+        )
+
+    def append_control(
+        self,
+        tp: TopicPartition,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> AppendResult:
+        """Write a transaction marker as leader (WriteTxnMarkers, KIP-98): COMMIT or
+        ABORT for the producer's transaction, as an acks=-1 append that then waits
+        for ``replication_outcome``.  UNKNOWN_TOPIC_OR_PARTITION when this broker
+        does not host ``tp``, NOT_LEADER_OR_FOLLOWER when it does not lead it (or
+        is fenced); the log answers INVALID_PRODUCER_EPOCH for an older producer
+        epoch and TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch."""
+        partition = self.partition(tp)
+        if partition is None:
+            return AppendResult(
+                errors.UNKNOWN_TOPIC_OR_PARTITION,
+                message=f"broker {self.broker_id} does not host {tp}",
+            )
+        control_type = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        return self._leader_append(
+            tp,
+            partition,
+            lambda: partition.append_control_as_leader(
+                producer_id, producer_epoch, control_type, coordinator_epoch
+            ),
+        )
+
+    def _leader_append(
+        self, tp: TopicPartition, partition: Partition, append: Callable[[], LogAppendInfo]
+    ) -> AppendResult:
+        """Run a leader append of ``partition``; its outcome, storage's and the
+        partition's refusals as Kafka's error codes."""
         try:
-            info = partition.append_as_leader(records, acks)
+            info = append()
         except PartitionStateError as exc:
             return AppendResult(exc.code, message=str(exc))
         except InvalidRecordError as exc:
@@ -542,9 +595,12 @@ class ReplicaManager:
         replica_id: int = -1,
         follower_log_start: int = -1,
         client: ClientMetadata | None = None,
+        read_committed: bool = False,
     ) -> ReadResult:
-        """Batches from ``offset``: below the high watermark for consumers, up to the
-        log end for a follower (``replica_id`` >= 0) copying the log.
+        """Batches from ``offset``: below the high watermark for consumers (below the
+        last stable offset for ``read_committed`` ones, with the aborted
+        transactions overlapping what was read, KIP-98), up to the log end for a
+        follower (``replica_id`` >= 0) copying the log.
 
         A consumer's fetch with ``client`` metadata (Fetch v11+, KIP-392) reads
         a copy this broker follows too, up to its high watermark; on the leader,
@@ -555,9 +611,13 @@ class ReplicaManager:
             error = self._not_leader_error(tp, partition)
             return ReadResult(error, message=f"broker {self.broker_id} does not lead {tp}")
         consumer = replica_id < 0
+        committed = read_committed and consumer
         try:
             bound = partition.fetch_bound(
-                replica_id, leader_epoch, only_leader=not consumer or client is None
+                replica_id,
+                leader_epoch,
+                only_leader=not consumer or client is None,
+                read_committed=committed,
             )
         except PartitionStateError as exc:
             return ReadResult(exc.code, message=str(exc))
@@ -574,9 +634,12 @@ class ReplicaManager:
                     log_start_offset=log.log_start_offset,
                     log_end_offset=log_end,
                     preferred_read_replica=preferred,
+                    last_stable_offset=log.last_stable_offset,
+                    aborted=() if committed else None,
                 )
         try:
             records = log.read(offset, max_bytes, max_offset=bound)
+            aborted = self._aborted_in(log, offset, records) if committed else None
         except StorageError as exc:
             return ReadResult(
                 exc.code,
@@ -598,7 +661,20 @@ class ReplicaManager:
             log.log_start_offset,
             log_end,
             from_follower=consumer and not leads,
+            last_stable_offset=log.last_stable_offset,
+            aborted=aborted,
         )
+
+    @staticmethod
+    def _aborted_in(log: Log, offset: int, records: bytes) -> tuple[AbortedTxn, ...]:
+        """The aborted transactions a read_committed consumer needs to drop records
+        of what was read from ``offset``: those overlapping ``offset`` up to the end
+        of the last batch read (Kafka's collectAbortedTransactions with its upper
+        bound offset); none when nothing was read."""
+        last = last_header(records)
+        if last is None:
+            return ()
+        return tuple(log.collect_aborted_transactions(offset, last.next_offset))
 
     def preferred_read_replica(
         self, partition: Partition, client: ClientMetadata, fetch_offset: int
@@ -635,14 +711,18 @@ class ReplicaManager:
         return chosen.broker_id
 
     def fetch_start(
-        self, tp: TopicPartition, fetch_offset: int, follower_log_start: int
+        self,
+        tp: TopicPartition,
+        fetch_offset: int,
+        follower_log_start: int,
+        read_committed: bool = False,
     ) -> FetchStart:
         """Where a fetch that has to wait begins: for ``bytes_available`` later."""
         partition = self.partition(tp)
         segment = position = -1
         if partition is not None:
             segment, position = partition.log.end_position()
-        return FetchStart(tp, fetch_offset, follower_log_start, segment, position)
+        return FetchStart(tp, fetch_offset, follower_log_start, segment, position, read_committed)
 
     def bytes_available(
         self, start: FetchStart, follower: bool, any_replica: bool = False
@@ -652,7 +732,9 @@ class ReplicaManager:
         answer at once: the partition is no longer led here, the active segment
         rolled, or a follower's log start is behind the leader's.  A consumer's
         fetch with client metadata (``any_replica``, KIP-392) also waits on a
-        copy this broker follows, for its high watermark to pass the fetch offset."""
+        copy this broker follows, for its high watermark to pass the fetch offset.
+        A read_committed consumer's fetch (``start.read_committed``, KIP-98)
+        counts only the bytes below the last stable offset."""
         partition = self.partition(start.tp)
         if partition is None:
             return None
@@ -660,24 +742,42 @@ class ReplicaManager:
             if follower or not any_replica:
                 return None
             log = partition.log
-            return self._bytes_past(log, log.high_watermark, start)
+            return self._bytes_past(log, self._consumer_end(log, start), start)
         if not follower and self.fence.fenced:
             return None  # a consumer's fetch answers NOT_LEADER_OR_FOLLOWER now
         log = partition.log
         if follower and 0 <= start.follower_log_start < log.log_start_offset:
             return None  # the follower must delete records too
-        end = log.log_end_offset if follower else log.high_watermark
+        end = log.log_end_offset if follower else self._consumer_end(log, start)
         return self._bytes_past(log, end, start)
+
+    @staticmethod
+    def _consumer_end(log: Log, start: FetchStart) -> int:
+        return log.last_stable_offset if start.read_committed else log.high_watermark
 
     @staticmethod
     def _bytes_past(log: Log, end: int, start: FetchStart) -> int | None:
         """Bytes readable past ``start`` when the readable part of ``log`` ends at
-        ``end``; None when the active segment rolled since ``start``."""
+        ``end``; None when the active segment rolled since ``start``.  An ``end``
+        below the log end (a last stable offset) is found in the active segment,
+        so the bytes after it do not count."""
         if end <= start.fetch_offset:
             return 0
         segment, position = log.end_position()
         if segment != start.end_segment:
             return None
+        if end < log.log_end_offset:
+            if end <= segment:
+                return 1  # the readable part ends before the active segment: no new bytes
+            active = log.active_segment
+            try:
+                hit = active.translate_offset(end, active.offset_index.lookup(end).position)
+            except (OSError, StorageError):
+                return None  # answer now: the read says what is wrong
+            if active.base_offset != segment:
+                return None  # rolled meanwhile
+            if hit is not None:
+                position = hit.position
         return max(position - start.end_position, 1)
 
     def end_offset_for_epoch(
@@ -696,20 +796,28 @@ class ReplicaManager:
         found_epoch, end_offset = log.leader_epoch_cache.end_offset_for(epoch, log.log_end_offset)
         return errors.NONE, found_epoch, end_offset
 
-    def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[ErrorCode, int, int, int]:
-        """(error, timestamp, offset, leader epoch) for ListOffsets."""
+    def list_offset(
+        self, tp: TopicPartition, timestamp: int, read_committed: bool = False
+    ) -> tuple[ErrorCode, int, int, int]:
+        """(error, timestamp, offset, leader epoch) for ListOffsets.  With
+        ``read_committed`` (KIP-98) the latest offset (-1) is the last stable
+        offset, and a record found by its timestamp counts only below it, as
+        Kafka's fetchOffsetForTimestamp answers a read_committed consumer."""
         partition = self.partition(tp)
         if partition is None or not partition.leads_now:
             error = self._not_leader_error(tp, partition)
             return error, -1, -1, -1
         log = partition.log
         if timestamp == -1:
-            return errors.NONE, -1, log.high_watermark, partition.leader_epoch
+            latest = log.last_stable_offset if read_committed else log.high_watermark
+            return errors.NONE, -1, latest, partition.leader_epoch
         try:
             found = log.offset_for_timestamp(timestamp)
         except ValueError:
             return errors.INVALID_REQUEST, -1, -1, -1
-        if found is None:
+        if found is None or (
+            read_committed and timestamp != -2 and found.offset >= log.last_stable_offset
+        ):
             return errors.NONE, -1, -1, partition.leader_epoch
         return errors.NONE, found.timestamp, found.offset, partition.leader_epoch
 

@@ -32,6 +32,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from annal.broker.coordinator import OFFSETS_TOPIC
+from annal.broker.transactions.log_schema import TRANSACTION_STATE_TOPIC
 from annal.controller.election import assign_replicas
 from annal.storage.config import LogConfig
 from annal.zk.layout import LayoutError, check_topic_name
@@ -53,7 +54,7 @@ MAX_PARTITIONS = 10_000
 # Group ids travel as Kafka strings (int16 length) in __consumer_offsets keys.
 MAX_GROUP_ID_BYTES = 32_767
 # Clients may not write to these (Kafka: "Cannot append to internal topic").
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 # Kafka's types and lower bounds for the numeric topic configs; storage's
 # LogConfig parses the values, these add the ranges Kafka declares.

@@ -28,6 +28,8 @@ session thread only re-registers.  Each loop has ``initiate_shutdown`` /
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import queue
 import threading
@@ -63,6 +65,10 @@ from annal.broker.rpc_guard import RequestLimits
 from annal.broker.security_admin import SecurityAdmin
 from annal.broker.security_store import SecurityStore
 from annal.broker.service import AnnalService
+from annal.broker.transactions.api import TransactionApi, settings_of
+from annal.broker.transactions.coordinator import TransactionCoordinator, spawn_on
+from annal.broker.transactions.log_schema import TRANSACTION_STATE_TOPIC
+from annal.broker.transactions.markers import MarkerWriter
 from annal.client.security import SecurityConfigError
 from annal.controller.channel import ControllerChannel
 from annal.controller.controller import Controller
@@ -75,7 +81,10 @@ from annal.kafkaproto.data import DataApis
 from annal.kafkaproto.groups import GroupApis
 from annal.kafkaproto.listener import KafkaListener
 from annal.kafkaproto.security_admin import SecurityAdminApis
+from annal.kafkaproto.transactions import TransactionApis
+from annal.kafkaproto.txn_markers import TxnMarkerApis
 from annal.security.scram import ScramCredential
+from annal.storage.control import AppendOrigin
 from annal.storage.errors import LogDirError
 from annal.storage.files import TopicPartition
 from annal.storage.log import Log
@@ -121,6 +130,8 @@ class BrokerServer:
         self.broker_epoch = -1  # the zxid of this broker's registration (KIP-380)
         self.network: NetworkLayer | None = None
         self.replicas: ReplicaManager
+        self.transactions: TransactionCoordinator  # broker/transactions/
+        self._txn_timers: concurrent.futures.Future[None] | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         self._config_changes: ConfigChangeListener | None = None
         # dynamic broker configs (KIP-226): server.properties under ZooKeeper's levels
@@ -283,6 +294,21 @@ class BrokerServer:
         membership = GroupMembership(self.coordinator, config.group_initial_rebalance_delay_ms)
         groups = GroupApi(self.coordinator, self.metadata, admin, membership, self.authorizer)
         init_producer_id = InitProducerIdApi(producer_ids, network.run_admin, self.authorizer)
+        self.transactions = TransactionCoordinator(
+            settings_of(config),
+            self._append_offsets,
+            lambda appended, timeout_ms: data.await_replication(appended, timeout_ms),
+            init_producer_id.new_producer_id,
+            MarkerWriter(self.metadata.snapshot, config.inter_broker_security()),
+            spawn_on(network.loop),
+        )
+        transactions = TransactionApi(
+            self.transactions,
+            self.metadata,
+            lambda live: admin.blocking(admin.create_transaction_state_topic_now, live),
+            self.authorizer,
+        )
+        init_producer_id.transactions = groups.transactions = transactions
         security_admin = SecurityAdmin(
             self.zk,
             self.security,
@@ -290,7 +316,9 @@ class BrokerServer:
             acls_enabled=self.authorizer.enabled,
             authorizer=self.authorizer,
         )
-        service = AnnalService(data, admin, groups, init_producer_id, security_admin)
+        service = AnnalService(
+            data, admin, groups, init_producer_id, security_admin, transactions
+        )
         control = ControlService(
             self.replicas,
             self.metadata,
@@ -300,6 +328,11 @@ class BrokerServer:
             self.authorizer,
             lambda: self.broker_epoch,
             config.inter_broker_listener_name,
+            await_replication=data.await_replication,
+            # the group coordinator's transactional offset commits (KIP-98)
+            txn_marker_written=lambda index, pid, commit: self.coordinator.complete_txn(
+                index, pid, commit
+            ),
         )
 
         def add_services(server: grpc.aio.Server) -> None:
@@ -330,6 +363,8 @@ class BrokerServer:
             AdminApis(admin, data, self.metadata, config.broker_id).register(kafka_apis)
             GroupApis(groups, membership, self.coordinator, self.metadata).register(kafka_apis)
             SecurityAdminApis(security_admin).register(kafka_apis)
+            TransactionApis(transactions).register(kafka_apis)
+            TxnMarkerApis(control).register(kafka_apis)
             register_sasl_apis(kafka_apis)
             for kafka_config in config.kafka_listeners:
                 self._start_kafka_listener(kafka_config, kafka_apis, limits)
@@ -360,6 +395,9 @@ class BrokerServer:
             self.dynamic.current().unclean_leader_election_enable
         )
         self.controller.start()
+        self._txn_timers = asyncio.run_coroutine_threadsafe(
+            self.transactions.run_timers(), network.loop
+        )
         self.replicas.start_isr_expiration()
         # one follower of /config/changes: topic configs, users for the security store,
         # and the dynamic broker configs (this broker's and the cluster default)
@@ -491,6 +529,7 @@ class BrokerServer:
                 fetcher_lags=lambda: {} if self.fetchers is None else self.fetchers.lags(),
             )
         )
+        self.metrics.add_transactions(self.transactions)
         host = self.config.metrics_host or self.config.listener.host
         try:
             self.metrics_port = self.metrics.serve(host, self.config.metrics_port)
@@ -525,9 +564,17 @@ class BrokerServer:
                 self.coordinator.on_follower(tp.partition)
             else:
                 self.coordinator.on_leader(tp.partition, log)
+        elif tp.topic == TRANSACTION_STATE_TOPIC:
+            partition = self.replicas.partition(tp)
+            if log is None or partition is None:
+                self.transactions.on_follower(tp.partition)
+            else:  # the coordinator's epoch is the partition's leader epoch
+                self.transactions.on_leader(tp.partition, log, partition.leader_epoch)
 
     def _append_offsets(self, tp: TopicPartition, records: bytes) -> tuple[ErrorCode, int]:
-        result = self.replicas.append(tp, records, acks=-1)
+        # the group coordinator's appends, as Kafka's (transactional offset commits
+        # carry a producer id without a sequence of the client's)
+        result = self.replicas.append(tp, records, acks=-1, origin=AppendOrigin.COORDINATOR)
         return result.error, result.last_offset
 
     def _write_partition_state(
@@ -709,6 +756,8 @@ class BrokerServer:
         step.done("the replica manager")
         self._stop_kafka()
         step.done("the Kafka listeners")
+        if self._txn_timers is not None:
+            self._txn_timers.cancel()
         if self.network is not None:
             self.network.stop(grace_s)
         step.done("the gRPC server")

@@ -33,6 +33,7 @@ from annal.broker.group_api import GroupApi
 from annal.broker.grpc_auth import metadata_value
 from annal.broker.producer_ids import InitProducerIdApi
 from annal.broker.security_admin import SecurityAdmin
+from annal.broker.transactions.api import TransactionApi
 from annal.client.security import USER_HEADER
 from annal.security.acl import USER_TYPE, KafkaPrincipal
 from annal.security.session import Session, principal_from_common_name
@@ -52,12 +53,14 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         groups: GroupApi,
         producer_ids: InitProducerIdApi,
         security: SecurityAdmin | None = None,
+        transactions: TransactionApi | None = None,
     ) -> None:
         self._data = data
         self._admin = admin
         self._groups = groups
         self._producer_ids = producer_ids
         self._security = security
+        self._transactions = transactions
 
     async def _security_admin(self, context: Context) -> SecurityAdmin:
         if self._security is None:
@@ -147,6 +150,11 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     ) -> pb.OffsetFetchResponse:
         return self._groups.offset_fetch(request, grpc_session(context))
 
+    async def TxnOffsetCommit(
+        self, request: pb.TxnOffsetCommitRequest, context: Context
+    ) -> pb.OffsetCommitResponse:
+        return await self._groups.txn_offset_commit(request, context, grpc_session(context))
+
     async def ListGroups(
         self, request: pb.ListGroupsRequest, context: Context
     ) -> pb.ListGroupsResponse:
@@ -166,6 +174,45 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         self, request: pb.InitProducerIdRequest, context: Context
     ) -> pb.InitProducerIdResponse:
         return await self._producer_ids.init_producer_id(request, grpc_session(context))
+
+    # Transactions (broker/transactions/api.py)
+
+    async def _txn(self, context: Context) -> TransactionApi:
+        if self._transactions is None:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED, "this broker has no transaction coordinator"
+            )
+        assert self._transactions is not None
+        return self._transactions
+
+    async def AddPartitionsToTxn(
+        self, request: pb.AddPartitionsToTxnRequest, context: Context
+    ) -> pb.AddPartitionsToTxnResponse:
+        return await (await self._txn(context)).add_partitions(request, grpc_session(context))
+
+    async def AddOffsetsToTxn(
+        self, request: pb.AddOffsetsToTxnRequest, context: Context
+    ) -> pb.TxnResponse:
+        return await (await self._txn(context)).add_offsets(request, grpc_session(context))
+
+    async def EndTxn(self, request: pb.EndTxnRequest, context: Context) -> pb.TxnResponse:
+        return await (await self._txn(context)).end_txn(request, grpc_session(context))
+
+    async def DescribeTransactions(
+        self, request: pb.DescribeTransactionsRequest, context: Context
+    ) -> pb.DescribeTransactionsResponse:
+        return (await self._txn(context)).describe(request, grpc_session(context))
+
+    async def ListTransactions(
+        self, request: pb.ListTransactionsRequest, context: Context
+    ) -> pb.ListTransactionsResponse:
+        return (await self._txn(context)).listing(request, grpc_session(context))
+
+    async def DescribeProducers(
+        self, request: pb.DescribeProducersRequest, context: Context
+    ) -> pb.DescribeProducersResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "DescribeProducers is not served yet")
+        raise AssertionError("unreachable")
 
     # ACLs and SCRAM credentials; what a caller needs: security_admin.REQUIRED_ACCESS
 

@@ -54,7 +54,9 @@ They apply to every broker call: fetches, offset lookups, and the offset
 commits and fetches at the group coordinator.  None given means the
 process's default (a tool's ``--command-config``).  A SASL_SSL user needs
 Read on the topics and on the group.  ZooKeeper is reached without
-authentication.
+authentication.  ``isolation_level`` is the simple consumer's too:
+``read_committed`` hands out no record of an aborted transaction and reads
+up to the last stable offset (KIP-98).
 
 Threads: a ``group-fetcher`` fills the streams' queues; a ``group-rebalance``
 thread handles watch and session events; an auto-commit thread.
@@ -85,6 +87,7 @@ from annal.consumer.simple import (
     OffsetOutOfRangeError,
     SimpleConsumer,
 )
+from annal.consumer.transactions import READ_UNCOMMITTED, isolation_number
 from annal.zk import layout
 from annal.zk.client import SessionEvent, ZkClient, ZkError
 
@@ -198,9 +201,11 @@ class GroupConsumer:
         sasl_mechanism: str | None = None,
         sasl_plain_username: str | None = None,
         sasl_plain_password: str | None = None,
+        isolation_level: str = READ_UNCOMMITTED,
     ) -> None:
         if not group:
             raise ValueError("a group id is needed")
+        isolation_number(isolation_level)  # checked before anything connects
         if auto_offset_reset not in ("smallest", "largest"):
             raise ValueError(
                 f"auto_offset_reset must be smallest or largest, not {auto_offset_reset!r}"
@@ -230,7 +235,11 @@ class GroupConsumer:
         self.zk.add_session_listener(self._on_session)
         bootstrap = resolve_bootstrap(None, zookeeper_connect, timeout_s)
         self._fetch = SimpleConsumer(
-            bootstrap, max_wait_ms=fetch_wait_max_ms, timeout_s=timeout_s, **security.client_args()
+            bootstrap,
+            max_wait_ms=fetch_wait_max_ms,
+            timeout_s=timeout_s,
+            isolation_level=isolation_level,
+            **security.client_args(),
         )
         self._offsets = GroupOffsets(bootstrap, group, timeout_s, security)
         self._lock = threading.Lock()

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from annal.client.security import Security
+from annal.consumer.transactions import AbortedTransaction
 from annal.kafkaproto.client import (
     CONNECT_TIMEOUT_S,
     FETCH_KEY,
@@ -57,13 +58,17 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class PartitionAnswer:
     """One partition's part of a Fetch answer: Kafka's error number, the high
-    watermark and log start offset, the batches, and what went wrong in words."""
+    watermark and log start offset, the batches, what went wrong in words, and
+    (KIP-98) the aborted transactions a read_committed fetch is answered and
+    the last stable offset."""
 
     error: int
     high_watermark: int
     log_start_offset: int
     records: bytes
     message: str = ""
+    aborted_transactions: tuple[AbortedTransaction, ...] = ()
+    last_stable_offset: int = -1
 
 
 def connection_security(security: Security) -> ConnectionSecurity:
@@ -100,9 +105,11 @@ class KafkaFetchConnection:
         max_bytes: int,
         max_wait_ms: int,
         min_bytes: int,
+        isolation_level: int = 0,
     ) -> PartitionAnswer:
         """One Fetch of ``topic``-``partition`` from ``offset``, as a consumer
-        (replica id -1, read uncommitted)."""
+        (replica id -1) of ``isolation_level`` (0 read_uncommitted, 1
+        read_committed)."""
         values = fetch_request(
             -1,
             max_wait_ms,
@@ -110,6 +117,7 @@ class KafkaFetchConnection:
             max_bytes,
             {topic: [FetchPartition(partition, offset, max_bytes)]},
         )
+        values["isolation_level"] = isolation_level
         body = self._connection.exchange(FETCH_KEY, FETCH_VERSION, values)
         if body.error_code.value != 0:
             # a session error; this client never opens sessions
@@ -118,7 +126,15 @@ class KafkaFetchConnection:
             for p in t.partitions:
                 if t.topic == topic and p.partition_index == partition:
                     return PartitionAnswer(
-                        p.error_code.value, p.high_watermark, p.log_start_offset, p.records or b""
+                        p.error_code.value,
+                        p.high_watermark,
+                        p.log_start_offset,
+                        p.records or b"",
+                        aborted_transactions=tuple(
+                            AbortedTransaction(a.producer_id, a.first_offset)
+                            for a in p.aborted_transactions or ()
+                        ),
+                        last_stable_offset=p.last_stable_offset,
                     )
         self._connection.close()
         raise FetchConnectionError(

@@ -13,6 +13,14 @@ Fetched data is whole v2 batches; records below the requested offset (the
 front of the first batch) are skipped.  An offset outside the partition is
 ``OffsetOutOfRangeError`` naming the valid range.
 
+``isolation_level`` is Kafka's consumer setting (KIP-98, ``transactions.py``):
+``read_uncommitted`` (the default) reads up to the high watermark;
+``read_committed`` reads up to the last stable offset, its ListOffsets
+LATEST is the last stable offset, and the records of aborted transactions
+are dropped, batch by batch, from what is decoded.  Control records (the
+transaction markers) are never handed out.  ``fetch_raw`` hands the batches
+as fetched, with the aborted transactions the broker named.
+
 Thread safety: not thread-safe; use one consumer per thread.
 """
 
@@ -37,6 +45,13 @@ from annal.consumer.kafka_fetch import (
     KafkaFetchConnection,
     ListenerUnreachable,
     PartitionAnswer,
+)
+from annal.consumer.transactions import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    AbortedTransaction,
+    committed_batches,
+    isolation_number,
 )
 from annal.storage.batch import last_header
 from annal.storage.records import Header, decode_located
@@ -128,6 +143,10 @@ class RawFetch:
     records: bytes
     high_watermark: int
     log_start_offset: int
+    # read_committed (KIP-98): the aborted transactions the broker named, for
+    # ``consumer.transactions.committed_batches``; None for read_uncommitted
+    aborted_transactions: tuple[AbortedTransaction, ...] | None = None
+    last_stable_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +154,7 @@ class FetchResult:
     records: list[ConsumerRecord]
     high_watermark: int
     next_offset: int  # where the next fetch should start
+    last_stable_offset: int = -1  # KIP-98; read_committed reads stop here
 
 
 class RawFetchAhead:
@@ -177,7 +197,10 @@ class SimpleConsumer:
         sasl_plain_username: str | None = None,
         sasl_plain_password: str | None = None,
         kafka_listener_fetch: bool = False,
+        isolation_level: str = READ_UNCOMMITTED,
     ) -> None:
+        self._isolation = isolation_number(isolation_level)  # checked before connecting
+        self.isolation_level = isolation_level
         bootstrap = resolve_bootstrap(bootstrap_servers, zookeeper_connect, timeout_s)
         security = client_security(
             security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile,
@@ -311,8 +334,13 @@ class SimpleConsumer:
             min_bytes=self.min_bytes,
             max_bytes=max_bytes * len(wanted),
             topics=[pb.TopicFetchData(name=t, partitions=ps) for t, ps in topics.items()],
+            isolation_level=self._isolation,
         )
         return request
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == READ_COMMITTED
 
     def _read_response(
         self,
@@ -339,17 +367,33 @@ class SimpleConsumer:
                     if error is not errors.NONE:
                         raise ConsumerError(error, p.error_message)
                     data = p.records  # each read of the field copies it
-                    records = decode_located(data, ConsumerRecord, topic.name, p.partition, offset)
+                    aborted = (
+                        [AbortedTransaction(a.producer_id, a.first_offset)
+                         for a in p.aborted_transactions]
+                        if self.read_committed
+                        else None
+                    )  # fmt: skip
+                    records = decode_located(
+                        committed_batches(data, aborted),
+                        ConsumerRecord,
+                        topic.name,
+                        p.partition,
+                        offset,
+                    )
                     header = last_header(data)
                     next_offset = header.next_offset if header is not None else offset
-                    results[key] = FetchResult(records, p.high_watermark, next_offset)
+                    results[key] = FetchResult(
+                        records, p.high_watermark, next_offset, p.last_stable_offset
+                    )
         return retry
 
     def fetch_raw(
         self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20
     ) -> RawFetch:
         """One partition's batches from ``offset``, undecoded, for readers that
-        decode them their own way; retries as ``multi_fetch``.  With
+        decode them their own way (control batches included; read_committed
+        answers name the aborted transactions, for ``committed_batches``);
+        retries as ``multi_fetch``.  With
         ``kafka_listener_fetch`` the request goes to the leader's Kafka
         listener of this client's security protocol where it has one
         (consumer/kafka_fetch.py: about half gRPC's CPU per megabyte at both
@@ -365,7 +409,13 @@ class SimpleConsumer:
             else:
                 error = errors.from_wire(answer.error)
                 if error is errors.NONE:
-                    return RawFetch(answer.records, answer.high_watermark, answer.log_start_offset)
+                    return RawFetch(
+                        answer.records,
+                        answer.high_watermark,
+                        answer.log_start_offset,
+                        answer.aborted_transactions if self.read_committed else None,
+                        answer.last_stable_offset,
+                    )
                 if error is errors.OFFSET_OUT_OF_RANGE:
                     raise _out_of_range(
                         topic, partition, offset, answer.log_start_offset, answer.high_watermark
@@ -392,8 +442,9 @@ class SimpleConsumer:
                 )
             try:
                 return connection.fetch(
-                    topic, partition, offset, max_bytes, self.max_wait_ms, self.min_bytes
-                )
+                    topic, partition, offset, max_bytes, self.max_wait_ms, self.min_bytes,
+                    self._isolation,
+                )  # fmt: skip
             except ListenerUnreachable as exc:
                 logger.warning("%s; fetching from %s over gRPC from now on", exc, leader)
                 self._unreachable.add(listener)
@@ -412,7 +463,15 @@ class SimpleConsumer:
             )
         p = response.topics[0].partitions[0]
         return PartitionAnswer(
-            p.error, p.high_watermark, p.log_start_offset, p.records, p.error_message
+            p.error,
+            p.high_watermark,
+            p.log_start_offset,
+            p.records,
+            p.error_message,
+            tuple(
+                AbortedTransaction(a.producer_id, a.first_offset) for a in p.aborted_transactions
+            ),
+            p.last_stable_offset,
         )
 
     def fetch_raw_ahead(
@@ -491,7 +550,8 @@ class SimpleConsumer:
         ]
 
     def offsets_before(self, topic: str, partition: int, timestamp: int) -> int:
-        """The first offset at or after ``timestamp`` (EARLIEST -2, LATEST -1); -1 if none."""
+        """The first offset at or after ``timestamp`` (EARLIEST -2, LATEST -1: the last
+        stable offset with read_committed); -1 if none."""
         return self.offset_for_time(topic, partition, timestamp)[0]
 
     def offset_for_time(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
@@ -501,6 +561,7 @@ class SimpleConsumer:
         while True:
             request = pb.ListOffsetsRequest(
                 replica_id=-1,
+                isolation_level=self._isolation,
                 topics=[
                     pb.TopicListOffsets(
                         name=topic,
@@ -537,11 +598,13 @@ class SimpleConsumer:
             retry.sleep()
 
     def iterate(self, topic: str, partition: int, offset: int) -> Iterator[ConsumerRecord]:
-        """Records from ``offset`` until the high watermark as it was when reached."""
+        """Records from ``offset`` until the high watermark (the last stable offset
+        with read_committed) as it was when reached."""
         while True:
             result = self.fetch(topic, partition, offset)
             yield from result.records
-            if result.next_offset >= result.high_watermark or result.next_offset == offset:
+            end = result.last_stable_offset if self.read_committed else result.high_watermark
+            if result.next_offset >= end or result.next_offset == offset:
                 return
             offset = result.next_offset
 

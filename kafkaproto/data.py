@@ -44,16 +44,25 @@ the consumer's rack answers that partition with ``preferred_read_replica`` and
 no records (``broker/replica_selector.py``).  Older versions read from leaders
 only, as in Kafka.
 
-What Kafka's protocol has and annal does not (transactions) is answered as
-Kafka allows:
+Transactions (KIP-98) on the data path:
 
-* a read_committed fetch or ListOffsets sees the high watermark as the last
-  stable offset (annal writes no transactional batches), with no aborted
-  transactions;
-* InitProducerId always hands out a new producer id at epoch 0, as Kafka does
-  for a producer without a transactional id (the id and epoch a v3+ request
-  carries are not needed to bump an epoch then); one with a transactional id
-  is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, authorized or not.
+* Produce v3+ carries the producer's ``transactional_id``: with transactional
+  batches it must be there and the caller may Write on it, else every
+  partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+  (``broker/transactional_data.py``);
+* Fetch v4+ carries ``isolation_level``: a read_committed consumer reads up
+  to the last stable offset and is answered the aborted transactions
+  overlapping what it read; a read_uncommitted one is answered null aborted
+  transactions, as Kafka's brokers answer it.  Every v4+ answer carries the
+  partition's ``last_stable_offset``;
+* ListOffsets v2+ carries ``isolation_level``: read_committed answers LATEST
+  with the last stable offset;
+* InitProducerId without a transactional id hands out a new producer id at
+  epoch 0, as Kafka does for an idempotent producer; with one, the
+  transaction coordinator answers (``broker/transactions/``: one producer id
+  per transactional id, its epoch bumped each time, KIP-360's id and epoch
+  of v3+ honoured), and clients before v4 are told INVALID_PRODUCER_EPOCH
+  where newer ones are told PRODUCER_FENCED (KIP-588).
 
 Each handler passes the connection's session along; the broker code decides
 what it may do (docs/security.md).
@@ -71,6 +80,7 @@ from annal.broker.data_api import DataApi
 from annal.broker.fetch_sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionError
 from annal.broker.producer_ids import InitProducerIdApi
 from annal.broker.replica_selector import ClientMetadata
+from annal.broker.transactional_data import READ_COMMITTED
 from annal.kafkaproto import legacy_versions
 from annal.kafkaproto.apis import KafkaApis, Values
 from annal.kafkaproto.wire import Request, millis
@@ -78,7 +88,6 @@ from annal.storage.downconvert import UnsupportedCompressionError, down_convert
 from annal.storage.errors import CorruptRecordError
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
-from kio.schema.errors import ErrorCode as KioErrorCode
 
 from annal import errors
 
@@ -132,12 +141,11 @@ class DataApis:
 
     async def produce(self, request: Request) -> Values | None:
         body = request.body
-        if getattr(body, "transactional_id", None) is not None:  # v3+
-            return _produce_refused(
-                body, KioErrorCode.transactional_id_authorization_failed.value,
-                "annal has no transactions",
-            )  # fmt: skip
-        ask = pb.ProduceRequest(acks=body.acks, timeout_ms=millis(body.timeout))
+        ask = pb.ProduceRequest(
+            acks=body.acks,
+            timeout_ms=millis(body.timeout),
+            transactional_id=getattr(body, "transactional_id", None) or "",  # v3+
+        )
         for topic in body.topic_data:
             out = ask.topics.add(name=topic.name)
             for p in topic.partition_data:
@@ -200,6 +208,7 @@ class DataApis:
             }
         version = request.head.api_version
         storage_error = NOT_LEADER if version <= 5 else STORAGE_ERROR
+        committed = getattr(body, "isolation_level", 0) == READ_COMMITTED  # v4+
         responses = [
             {
                 "topic": t.name,
@@ -208,9 +217,14 @@ class DataApis:
                         "partition_index": p.partition,
                         "error_code": storage_error if p.error == STORAGE_ERROR else p.error,
                         "high_watermark": p.high_watermark,
-                        "last_stable_offset": p.high_watermark,
+                        "last_stable_offset": p.last_stable_offset,
                         "log_start_offset": p.log_start_offset,
-                        "aborted_transactions": [],
+                        "aborted_transactions": [
+                            {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                            for a in p.aborted_transactions
+                        ]
+                        if committed
+                        else None,
                         "preferred_read_replica": preferred.get(
                             TopicPartition(t.name, p.partition), -1
                         ),
@@ -234,7 +248,10 @@ class DataApis:
 
     async def list_offsets(self, request: Request) -> Values:
         body = request.body
-        ask = pb.ListOffsetsRequest(replica_id=body.replica_id)
+        ask = pb.ListOffsetsRequest(
+            replica_id=body.replica_id,
+            isolation_level=getattr(body, "isolation_level", 0),  # v2+
+        )
         for topic in body.topics:
             out = ask.topics.add(name=topic.name)
             for p in topic.partitions:
@@ -297,41 +314,24 @@ class DataApis:
 
     async def init_producer_id(self, request: Request) -> Values:
         body = request.body
-        answer = await self._producer_ids.init_producer_id(
-            pb.InitProducerIdRequest(
-                transactional_id=body.transactional_id or "",
-                transaction_timeout_ms=millis(body.transaction_timeout),
-            ),
-            request.session,
+        ask = pb.InitProducerIdRequest(
+            transactional_id=body.transactional_id or "",
+            transaction_timeout_ms=millis(body.transaction_timeout),
         )
+        producer_id = getattr(body, "producer_id", -1)  # v3+ (KIP-360)
+        if producer_id >= 0:
+            ask.producer_id = producer_id
+            ask.producer_epoch = body.producer_epoch
+        answer = await self._producer_ids.init_producer_id(ask, request.session)
         error = int(answer.error)
-        if body.transactional_id is not None:
-            # authorized or not, a transactional producer cannot go on: Kafka's
-            # clients give up on this code (annal's own answer is INVALID_REQUEST)
-            error = int(KioErrorCode.transactional_id_authorization_failed.value)
+        if error == errors.PRODUCER_FENCED.number and request.head.api_version < 4:
+            error = errors.INVALID_PRODUCER_EPOCH.number  # older clients' word (KIP-588)
         return {
             "throttle_time": 0,
             "error_code": error,
             "producer_id": answer.producer_id,
             "producer_epoch": answer.producer_epoch,
         }
-
-
-def _produce_refused(body: Any, error: int, message: str) -> Values:
-    return {
-        "responses": [
-            {
-                "name": t.name,
-                "partition_responses": [
-                    {"index": p.index, "error_code": error, "base_offset": -1,
-                     "error_message": message}
-                    for p in t.partition_data
-                ],
-            }
-            for t in body.topic_data
-        ],
-        "throttle_time": 0,
-    }  # fmt: skip
 
 
 def _fetch_request(body: Any) -> pb.FetchRequest:
@@ -341,6 +341,7 @@ def _fetch_request(body: Any) -> pb.FetchRequest:
         max_wait_ms=millis(body.max_wait),
         min_bytes=body.min_bytes,
         max_bytes=getattr(body, "max_bytes", NO_RESPONSE_LIMIT),  # v3+
+        isolation_level=getattr(body, "isolation_level", 0),  # v4+
     )
     for topic in body.topics:
         out = ask.topics.add(name=topic.topic)

@@ -1,5 +1,6 @@
 """Kafka's group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups, ListGroups, DeleteGroups.
+OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups, ListGroups,
+DeleteGroups.
 
 Membership is the broker's ``GroupMembership`` (Kafka's classic protocol);
 offsets are the same ``GroupApi`` and ``OffsetsCoordinator`` that annal's
@@ -8,15 +9,20 @@ protocol wrote them.  An OffsetCommit of a group with members must carry a
 member id and the current generation (``GroupMembership.check_commit``);
 with generation -1 it is a standalone commit (assign-mode consumers).
 
+TxnOffsetCommit (versions 0-3, KIP-98; v3's member id, generation and
+instance id are KIP-447's) commits inside a producer's transaction
+(``GroupApi.txn_offset_commit``); before v2, COORDINATOR_LOAD_IN_PROGRESS is
+answered COORDINATOR_NOT_AVAILABLE, as Kafka does (KAFKA-7296: clients of
+those versions may fail on it).  OffsetFetch v7's ``require_stable`` answers
+UNSTABLE_OFFSET_COMMIT for a partition whose transactional offsets are not
+decided yet.
+
 JoinGroup v4+ of a new dynamic member is answered MEMBER_ID_REQUIRED with
 the id to join again with (KIP-394); older versions admit it at once.
 
-FindCoordinator answers with the coordinator's Kafka endpoint.  Transaction
-coordinators do not exist: one asked for is CLUSTER_AUTHORIZATION_FAILED with
-a message saying so (``GroupApi.find_transaction_coordinator``), which Kafka's
-clients take as final, so a transactional producer fails at once rather than
-retry.  OffsetDelete refuses (GROUP_SUBSCRIBED_TO_TOPIC) while the group has
-members.
+FindCoordinator answers with the coordinator's Kafka endpoint, a group's or
+(key type 1) a transactional id's.  OffsetDelete refuses
+(GROUP_SUBSCRIBED_TO_TOPIC) while the group has members.
 
 An OffsetCommit's partition that the broker's metadata does not know (no such
 topic, or a partition number past the topic's count) is
@@ -75,6 +81,7 @@ class GroupApis:
         apis.add(8, "OffsetCommit", (2, 8), self.offset_commit)
         apis.add(9, "OffsetFetch", (1, 7), self.offset_fetch)
         apis.add(10, "FindCoordinator", (0, 4), self.find_coordinator)
+        apis.add(28, "TxnOffsetCommit", (0, 3), self.txn_offset_commit)
         apis.add(11, "JoinGroup", (0, 7), self.join_group)
         apis.add(12, "Heartbeat", (0, 4), self.heartbeat)
         apis.add(13, "LeaveGroup", (0, 4), self.leave_group)
@@ -100,12 +107,9 @@ class GroupApis:
 
     async def _coordinator_of(self, key: str, key_type: int, session: Session) -> dict[str, Any]:
         listener = session.listener or "PLAINTEXT"
-        if key_type != GROUP_KEY:
-            answer = self._groups.find_transaction_coordinator(key, session)
-        else:
-            answer = await self._groups.find_coordinator(
-                pb.FindCoordinatorRequest(group=key), session
-            )
+        answer = await self._groups.find_coordinator(
+            pb.FindCoordinatorRequest(group=key, key_type=key_type), session
+        )
         broker = self._metadata.snapshot().brokers.get(answer.coordinator.id)
         endpoint = None if broker is None else broker.kafka_endpoint_for(listener)
         if answer.error == pb.NONE and endpoint is None:
@@ -232,12 +236,47 @@ class GroupApis:
             ],
         }  # fmt: skip
 
+    async def txn_offset_commit(self, request: Request) -> Values:
+        body = request.body
+        ask = pb.TxnOffsetCommitRequest(
+            transactional_id=body.transactional_id,
+            group=body.group_id,
+            producer_id=body.producer_id,
+            producer_epoch=body.producer_epoch,
+            member_id=getattr(body, "member_id", ""),
+            generation_id=getattr(body, "generation_id", -1),
+            group_instance_id=getattr(body, "group_instance_id", None) or "",
+        )
+        for t in body.topics:
+            out = ask.topics.add(name=t.name)
+            for p in t.partitions:
+                out.partitions.add(
+                    partition=p.partition_index,
+                    offset=p.committed_offset,
+                    leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                    metadata=p.committed_metadata or "",
+                )
+        answer = await self._groups.txn_offset_commit(ask, NO_DEADLINE, request.session)
+        old = request.head.api_version < 2  # its clients may not retry a loading one
+        loading, unavailable = pb.COORDINATOR_LOAD_IN_PROGRESS, pb.COORDINATOR_NOT_AVAILABLE
+        return {
+            "throttle_time": 0,
+            "topics": [
+                {"name": t.name, "partitions": [
+                    {"partition_index": p.partition,
+                     "error_code": unavailable if old and p.error == loading else p.error}
+                    for p in t.partitions]}
+                for t in answer.topics
+            ],
+        }  # fmt: skip
+
     async def offset_fetch(self, request: Request) -> Values:
         body = request.body
         ask = pb.OffsetFetchRequest(group=body.group_id)
         for t in body.topics or ():
             ask.topics.add(topic=t.name, partitions=list(t.partition_indexes))
-        answer = self._groups.offset_fetch(ask, request.session)
+        require_stable = bool(getattr(body, "require_stable", False))  # v7+ (KIP-447)
+        answer = self._groups.offset_fetch(ask, request.session, require_stable)
         if request.head.api_version < 2 and answer.error != pb.NONE:
             # no top-level code before v2: each partition asked about carries it
             return {"throttle_time": 0, "topics": [

@@ -25,6 +25,8 @@ so the handlers build every version's answer from one mapping
     Fetch response    v0      high watermark and records per partition
                       v1-v3   + throttle time
 
+and WriteTxnMarkers v0 (``txn_markers_v0.py``: v1's fields, not flexible).
+
 ``install`` adds them to ``kio``'s index of schemas, which is where
 ``wire.request_type`` and ``wire.response_type`` look a (key, version) up.
 It is idempotent; ``DataApis.register`` calls it before it advertises them.
@@ -40,6 +42,8 @@ from types import MappingProxyType
 from typing import ClassVar, NamedTuple
 
 import kio.index
+from annal.kafkaproto.txn_markers_v0 import WriteTxnMarkersRequest as WriteTxnMarkersRequestV0
+from annal.kafkaproto.txn_markers_v0 import WriteTxnMarkersResponse as WriteTxnMarkersResponseV0
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader
 from kio.schema.response_header.v0.header import ResponseHeader
@@ -288,6 +292,7 @@ LAYOUTS: dict[SchemaVersion, tuple[type, type]] = {
     SchemaVersion("fetch", 1): (FetchRequestV0, FetchResponseV1),
     SchemaVersion("fetch", 2): (FetchRequestV0, FetchResponseV1),
     SchemaVersion("fetch", 3): (FetchRequestV3, FetchResponseV1),
+    SchemaVersion("write_txn_markers", 0): (WriteTxnMarkersRequestV0, WriteTxnMarkersResponseV0),
 }
 
 _install_lock = threading.Lock()

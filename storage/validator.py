@@ -6,12 +6,14 @@ only says the bytes arrived as the client sent them, so before a leader
 stores a producer's batch ``RecordValidator.validate`` also checks, per batch:
 
 1. what clients may send: the record count equals ``lastOffsetDelta + 1``
-   and is at least 1; no control batch; no transactional batch (annal has no
-   transaction coordinator); a producer id comes with a sequence number; the
-   timestamp type is CreateTime (the broker alone sets LogAppendTime).  An
-   append from the broker's own coordinators (``AppendOrigin.COORDINATOR``:
-   transaction markers, offset commits) may hold control and transactional
-   batches, and a producer id without a sequence, as in Kafka;
+   and is at least 1; no control batch (only the transaction coordinator's
+   markers are control batches); a producer id comes with a sequence number;
+   the timestamp type is CreateTime (the broker alone sets LogAppendTime).
+   A transactional batch (KIP-98) is a client's to send: the producer state
+   (``producer_state.py``) decides whether it fits its producer's
+   transaction.  An append from the broker's own coordinators
+   (``AppendOrigin.COORDINATOR``: transaction markers, offset commits) may
+   hold control batches, and a producer id without a sequence, as in Kafka;
 2. the records: the batch is inflated when compressed, never past
    ``max.message.bytes`` (a decompression bomb is refused after that many
    bytes, not expanded); unknown codecs are refused; then every record is
@@ -58,7 +60,6 @@ from .batch import (
     MAX_TIMESTAMP_OFFSET,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_FLAG,
     BatchHeader,
     Compression,
     TimestampType,
@@ -75,7 +76,6 @@ from .errors import (
     KeylessRecordError,
     RecordError,
     RecordTooLargeError,
-    TransactionalRecordError,
 )
 from .varint import decode_varint
 from .walker import NULL_KEY, OK, REASONS, TIMESTAMP_RANGE, Walk, walk_records
@@ -222,15 +222,6 @@ class RecordValidator:
                 "Clients are not allowed to write control records (control batches come from "
                 "the transaction coordinator)",
                 position,
-            )
-        if attributes & TRANSACTIONAL_FLAG:
-            owner = (
-                "it has no producer id"
-                if header.producer_id < 0
-                else f"producer id {header.producer_id} belongs to no transaction"
-            )
-            raise TransactionalRecordError(
-                f"transactional batch refused: {owner} (annal has no transactions)", position
             )
         if header.producer_id >= 0 and header.base_sequence < 0:
             raise InvalidRecordError(

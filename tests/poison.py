@@ -66,8 +66,4 @@ def poison_batches(timestamp: int) -> dict[str, tuple[bytes, str]]:
             "MESSAGE_TOO_LARGE",
         ),
         "control batch": (resealed(one, attributes=0x20), "INVALID_RECORD"),
-        "transactional, producer id -1": (
-            resealed(one, attributes=0x10),
-            "INVALID_PRODUCER_ID_MAPPING",
-        ),
     }

@@ -130,13 +130,15 @@ def test_console_consumer_prints_as_the_default_message_formatter(
     config.write_text("auto.offset.reset=earliest\nfetch.max.wait.ms=100\n")
     assert consume("--consumer.config", str(config), "--isolation-level",
                    "read_uncommitted") == "v0\nnull\n"  # fmt: skip
+    assert consume("--consumer.config", str(config), "--consumer-property",
+                   "isolation.level=read_committed") == "v0\nnull\n"  # fmt: skip
 
     for argv, named in (
         (["--formatter", "kafka.tools.ChecksumMessageFormatter"],
          "--formatter kafka.tools.ChecksumMessageFormatter: not available"),
         (["--property", "print.keys=true"], "unknown --property print.keys"),
-        (["--isolation-level", "read_committed"], "only read_uncommitted"),
-        (["--consumer-property", "isolation.level=read_committed"], "only read_uncommitted"),
+        (["--consumer-property", "isolation.level=read_all"],
+         "isolation.level='read_all': read_uncommitted or read_committed"),
         (["--consumer-property", "max.poll.records=5"], "does not have: max.poll.records"),
         (["--from-beginning", "--consumer-property", "auto.offset.reset=latest"],
          "can't simultaneously specify --from-beginning and 'auto.offset.reset=latest'"),

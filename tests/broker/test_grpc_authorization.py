@@ -221,8 +221,10 @@ def served_once_granted(broker: BrokerProcess, stub: annal_pb2_grpc.AnnalStub, o
         assert admin.describe_acls()  # Alter on the cluster implies Describe
         admin.delete_topic(f"{opened}-topic")
         assert admin.list_topics() == []
-    transactional = stub.InitProducerId(pb.InitProducerIdRequest(transactional_id="tx-opened"))
-    assert transactional.error == pb.INVALID_REQUEST  # allowed, but annal has no transactions
+    transactional = stub.InitProducerId(
+        pb.InitProducerIdRequest(transactional_id="tx-opened", transaction_timeout_ms=0)
+    )
+    assert transactional.error == pb.INVALID_TRANSACTION_TIMEOUT  # allowed, then checked
     coordinator = stub.FindCoordinator(pb.FindCoordinatorRequest(group="opened-group"))
     assert coordinator.error in (pb.NONE, pb.COORDINATOR_NOT_AVAILABLE)
 

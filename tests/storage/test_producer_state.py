@@ -12,7 +12,6 @@ from annal.storage.errors import (
     CorruptSnapshotError,
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
-    TransactionalRecordError,
 )
 from annal.storage.log import Log
 from annal.storage.producer_state import (
@@ -134,10 +133,11 @@ def test_several_batches_of_one_producer_in_one_append(tmp_path: Path) -> None:
     assert log.log_end_offset == 9
 
 
-def test_transactional_batches_are_still_refused(tmp_path: Path) -> None:
+def test_clients_write_transactional_batches(tmp_path: Path) -> None:
     log = open_log(tmp_path)
-    with pytest.raises(TransactionalRecordError):
-        log.append_as_leader(idem(2, 0, 0, transactional=True), 0)
+    log.append_as_leader(idem(2, 0, 0, transactional=True), 0)
+    assert log.producer_state()[2].current_txn_first_offset == 0
+    assert log.first_unstable_offset == 0
 
 
 def test_followers_keep_the_state_so_a_new_leader_answers_a_retry(tmp_path: Path) -> None:

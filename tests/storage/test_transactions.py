@@ -105,18 +105,17 @@ def test_a_control_batch_is_one_marker_record_of_the_producer() -> None:
     assert marker_of_batch(data) == EndTransactionMarker(ABORT, 9)
 
 
-def test_clients_may_not_write_control_batches(tmp_path: Path) -> None:
+def test_clients_may_not_write_control_batches_but_transactional_ones(tmp_path: Path) -> None:
     log = Log.open(tmp_path / "t-0")
     control = build_control_batch(5, 0, EndTransactionMarker(COMMIT, 0), TIMESTAMP)
     with pytest.raises(InvalidRecordError, match="Clients are not allowed to write control") as e:
         log.append_as_leader(control, 0)
     assert e.value.code.name == "INVALID_RECORD"
-    with pytest.raises(InvalidRecordError) as e:  # nor transactional batches, for now
-        log.append_as_leader(txn_batch(5, [b"a"]), 0)
-    assert e.value.code.name == "INVALID_PRODUCER_ID_MAPPING"
     assert log.log_end_offset == 0
-    # the coordinator may write both
-    assert txn(log, 5) == 0 and end(log, 5, COMMIT) == 1
+    # a client's transactional batches are stored; the coordinator writes the marker
+    assert log.append_as_leader(txn_batch(5, [b"a"]), 0).first_offset == 0
+    assert log.first_unstable_offset == 0
+    assert end(log, 5, COMMIT) == 1
     log.close()
 
 

@@ -123,6 +123,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """
     TRANSACTIONAL_ID_NOT_FOUND: _ErrorCode.ValueType  # 105
     """DescribeTransactions: the coordinator has no such transactional id (KIP-664)."""
+    OPERATION_NOT_ATTEMPTED: _ErrorCode.ValueType  # 55
+    """AddPartitionsToTxn: this partition was not tried, because another of the
+    request's partitions was refused.
+    """
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     """A log directory failed."""
     UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
@@ -169,6 +173,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """Another member took this group.instance.id."""
     GROUP_SUBSCRIBED_TO_TOPIC: _ErrorCode.ValueType  # 86
     """OffsetDelete: the group has members consuming the topic; its offsets stay."""
+    UNSTABLE_OFFSET_COMMIT: _ErrorCode.ValueType  # 88
+    """OffsetFetch with require_stable (KIP-447): a transaction holds offsets of the
+    partition not yet committed or aborted; retry.
+    """
     TOPIC_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 29
     """The principal may not do the operation on the topic (ACLs, docs/security.md)."""
     GROUP_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 30
@@ -295,6 +303,10 @@ one is a zombie and must close.
 """
 TRANSACTIONAL_ID_NOT_FOUND: ErrorCode.ValueType  # 105
 """DescribeTransactions: the coordinator has no such transactional id (KIP-664)."""
+OPERATION_NOT_ATTEMPTED: ErrorCode.ValueType  # 55
+"""AddPartitionsToTxn: this partition was not tried, because another of the
+request's partitions was refused.
+"""
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 """A log directory failed."""
 UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
@@ -341,6 +353,10 @@ FENCED_INSTANCE_ID: ErrorCode.ValueType  # 82
 """Another member took this group.instance.id."""
 GROUP_SUBSCRIBED_TO_TOPIC: ErrorCode.ValueType  # 86
 """OffsetDelete: the group has members consuming the topic; its offsets stay."""
+UNSTABLE_OFFSET_COMMIT: ErrorCode.ValueType  # 88
+"""OffsetFetch with require_stable (KIP-447): a transaction holds offsets of the
+partition not yet committed or aborted; retry.
+"""
 TOPIC_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 29
 """The principal may not do the operation on the topic (ACLs, docs/security.md)."""
 GROUP_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 30
@@ -4079,6 +4095,130 @@ class TransactionListing(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TransactionListing: _TypeAlias = TransactionListing  # noqa: Y015
+
+@_typing.final
+class DescribeProducersRequest(_message.Message):
+    """KIP-664: the producers a partition leader knows, for finding hanging transactions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
+        """The partitions to describe (on their leader)."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___TopicPartitions] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeProducersRequest: _TypeAlias = DescribeProducersRequest  # noqa: Y015
+
+@_typing.final
+class DescribeProducersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionProducers]:
+        """One per partition asked for."""
+
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[Global___PartitionProducers] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeProducersResponse: _TypeAlias = DescribeProducersResponse  # noqa: Y015
+
+@_typing.final
+class PartitionProducers(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    PRODUCERS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """Topic name."""
+    partition: _builtins.int
+    """Partition index."""
+    error: Global___ErrorCode.ValueType
+    """NONE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION or TOPIC_AUTHORIZATION_FAILED."""
+    error_message: _builtins.str
+    """Human-readable detail for an error."""
+    @_builtins.property
+    def producers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProducerState]:
+        """The producers of the partition's producer state."""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        error: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        producers: _abc.Iterable[Global___ProducerState] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "partition", b"partition", "producers", b"producers", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionProducers: _TypeAlias = PartitionProducers  # noqa: Y015
+
+@_typing.final
+class ProducerState(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    LAST_SEQUENCE_FIELD_NUMBER: _builtins.int
+    LAST_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    COORDINATOR_EPOCH_FIELD_NUMBER: _builtins.int
+    CURRENT_TXN_START_OFFSET_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    """The producer id."""
+    producer_epoch: _builtins.int
+    """Its latest epoch."""
+    last_sequence: _builtins.int
+    """The sequence of its last record; -1 if none."""
+    last_timestamp_ms: _builtins.int
+    """The timestamp of its last batch (milliseconds since the epoch); -1 if none."""
+    coordinator_epoch: _builtins.int
+    """The epoch of the coordinator of its last marker; -1 if none."""
+    current_txn_start_offset: _builtins.int
+    """The first offset of its open transaction; -1 if none."""
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        last_sequence: _builtins.int = ...,
+        last_timestamp_ms: _builtins.int = ...,
+        coordinator_epoch: _builtins.int = ...,
+        current_txn_start_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_epoch", b"coordinator_epoch", "current_txn_start_offset", b"current_txn_start_offset", "last_sequence", b"last_sequence", "last_timestamp_ms", b"last_timestamp_ms", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProducerState: _TypeAlias = ProducerState  # noqa: Y015
 
 @_typing.final
 class WriteTxnMarkersRequest(_message.Message):

@@ -200,6 +200,11 @@ class AnnalStub:
                 request_serializer=annal_dot_v1_dot_annal__pb2.ListTransactionsRequest.SerializeToString,
                 response_deserializer=annal_dot_v1_dot_annal__pb2.ListTransactionsResponse.FromString,
                 _registered_method=True)
+        self.DescribeProducers = channel.unary_unary(
+                '/annal.v1.Annal/DescribeProducers',
+                request_serializer=annal_dot_v1_dot_annal__pb2.DescribeProducersRequest.SerializeToString,
+                response_deserializer=annal_dot_v1_dot_annal__pb2.DescribeProducersResponse.FromString,
+                _registered_method=True)
 
 
 class AnnalServicer:
@@ -437,6 +442,13 @@ class AnnalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeProducers(self, request, context):
+        """The producers of partitions (their leaders answer; Read on each topic, KIP-664).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnnalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -599,6 +611,11 @@ def add_AnnalServicer_to_server(servicer, server):
                     servicer.ListTransactions,
                     request_deserializer=annal_dot_v1_dot_annal__pb2.ListTransactionsRequest.FromString,
                     response_serializer=annal_dot_v1_dot_annal__pb2.ListTransactionsResponse.SerializeToString,
+            ),
+            'DescribeProducers': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeProducers,
+                    request_deserializer=annal_dot_v1_dot_annal__pb2.DescribeProducersRequest.FromString,
+                    response_serializer=annal_dot_v1_dot_annal__pb2.DescribeProducersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1471,6 +1488,33 @@ class Annal:
             '/annal.v1.Annal/ListTransactions',
             annal_dot_v1_dot_annal__pb2.ListTransactionsRequest.SerializeToString,
             annal_dot_v1_dot_annal__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeProducers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/annal.v1.Annal/DescribeProducers',
+            annal_dot_v1_dot_annal__pb2.DescribeProducersRequest.SerializeToString,
+            annal_dot_v1_dot_annal__pb2.DescribeProducersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -119,6 +119,8 @@ class AnnalStub:
     """Transactions this broker coordinates (Describe on each transactional id)."""
     ListTransactions: _grpc.UnaryUnaryMultiCallable[_annal_pb2.ListTransactionsRequest, _annal_pb2.ListTransactionsResponse]
     """The transactions this broker coordinates (KIP-664)."""
+    DescribeProducers: _grpc.UnaryUnaryMultiCallable[_annal_pb2.DescribeProducersRequest, _annal_pb2.DescribeProducersResponse]
+    """The producers of partitions (their leaders answer; Read on each topic, KIP-664)."""
 
 @_typing.type_check_only
 class AnnalAsyncStub(AnnalStub):
@@ -199,6 +201,8 @@ class AnnalAsyncStub(AnnalStub):
     """Transactions this broker coordinates (Describe on each transactional id)."""
     ListTransactions: _aio.UnaryUnaryMultiCallable[_annal_pb2.ListTransactionsRequest, _annal_pb2.ListTransactionsResponse]  # type: ignore[assignment]
     """The transactions this broker coordinates (KIP-664)."""
+    DescribeProducers: _aio.UnaryUnaryMultiCallable[_annal_pb2.DescribeProducersRequest, _annal_pb2.DescribeProducersResponse]  # type: ignore[assignment]
+    """The producers of partitions (their leaders answer; Read on each topic, KIP-664)."""
 
 class AnnalServicer(metaclass=_abc_1.ABCMeta):
     """What clients call.
@@ -468,6 +472,14 @@ class AnnalServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_annal_pb2.ListTransactionsResponse, _abc.Awaitable[_annal_pb2.ListTransactionsResponse]]:
         """The transactions this broker coordinates (KIP-664)."""
+
+    @_abc_1.abstractmethod
+    def DescribeProducers(
+        self,
+        request: _annal_pb2.DescribeProducersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_annal_pb2.DescribeProducersResponse, _abc.Awaitable[_annal_pb2.DescribeProducersResponse]]:
+        """The producers of partitions (their leaders answer; Read on each topic, KIP-664)."""
 
 def add_AnnalServicer_to_server(servicer: AnnalServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
