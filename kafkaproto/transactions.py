@@ -15,6 +15,8 @@ Thread safety: runs on the broker's event loop only.
 
 from __future__ import annotations
 
+import datetime
+
 from annal.broker.transactions.api import TransactionApi
 from annal.kafkaproto.apis import KafkaApis, Values
 from annal.kafkaproto.wire import Request
@@ -25,6 +27,15 @@ from annal import errors
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 24, 25, 26
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 FENCED_SINCE = 2  # the first version of the three that knows PRODUCER_FENCED
+
+
+# -1 (no transaction) as kio writes a non-nullable timestamp: the instant 1 ms
+# before the epoch, which it writes back as -1
+_NO_TIME = datetime.datetime.fromtimestamp(-0.001, datetime.UTC)
+
+
+def _time(ms: int) -> datetime.datetime | int:
+    return _NO_TIME if ms < 0 else ms
 
 
 def _fenced_word(error: int, version: int) -> int:
@@ -120,7 +131,9 @@ class TransactionApis:
                     "transactional_id": t.transactional_id,
                     "transaction_state": t.state,
                     "transaction_timeout": t.transaction_timeout_ms,
-                    "transaction_start_time": t.transaction_start_time_ms,
+                    # an error carries Java's default (0); Empty and Complete
+                    # states -1, as Kafka answers them
+                    "transaction_start_time": _time(t.transaction_start_time_ms if t.state else 0),
                     "producer_id": t.producer_id,
                     "producer_epoch": t.producer_epoch,
                     "topics": [

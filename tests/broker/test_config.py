@@ -142,9 +142,10 @@ def test_a_stock_kafka_server_properties_loads_with_its_unused_settings_named(
         "num.network.threads",
         "socket.receive.buffer.bytes",
         "socket.send.buffer.bytes",
-        "transaction.state.log.min.isr",
-        "transaction.state.log.replication.factor",
     )
+    # the transaction log's settings are taken (docs/transactions.md)
+    assert config.transaction_state_log_replication_factor == 1
+    assert config.transaction_state_log_min_isr == 1
     with pytest.raises(ConfigError, match="did you mean 'num.partitions'"):
         BrokerConfig.load(path, {"num.partition": "3"})  # unknown stays an error
 

@@ -317,6 +317,50 @@ def find_coordinator(key_type: int) -> Call:
     return call
 
 
+# Past authorization, a transaction API on a transactional id nobody initialized is
+# answered by the coordinator (or its absence): served, for these tests.
+_COORDINATOR_ANSWERS = {
+    errors.NOT_COORDINATOR.number, errors.COORDINATOR_NOT_AVAILABLE.number,
+    errors.COORDINATOR_LOAD_IN_PROGRESS.number, errors.INVALID_PRODUCER_ID_MAPPING.number,
+    errors.TRANSACTIONAL_ID_NOT_FOUND.number,
+}  # fmt: skip
+
+
+def _served(code: int) -> int:
+    return NONE if code in _COORDINATOR_ANSWERS else code
+
+
+def add_partitions_to_txn(c: KafkaConnection, n: Names) -> int:
+    answer = c.exchange(24, 1, {
+        "v3_and_below_transactional_id": n.case, "v3_and_below_producer_id": 0,
+        "v3_and_below_producer_epoch": 0,
+        "v3_and_below_topics": [{"name": n.topic, "partitions": [0]}],
+    })  # fmt: skip
+    (topic,) = answer.results_by_topic_v3_and_below
+    (partition,) = topic.results_by_partition
+    return _served(int(partition.partition_error_code))
+
+
+def add_offsets_to_txn(c: KafkaConnection, n: Names) -> int:
+    answer = c.exchange(25, 1, {
+        "transactional_id": n.case, "producer_id": 0, "producer_epoch": 0, "group_id": n.group,
+    })  # fmt: skip
+    return _served(int(answer.error_code))
+
+
+def end_txn(c: KafkaConnection, n: Names) -> int:
+    answer = c.exchange(26, 1, {
+        "transactional_id": n.case, "producer_id": 0, "producer_epoch": 0, "committed": False,
+    })  # fmt: skip
+    return _served(int(answer.error_code))
+
+
+def describe_transactions(c: KafkaConnection, n: Names) -> int:
+    answer = c.exchange(65, 0, {"transactional_ids": [n.case]})
+    (state,) = answer.transaction_states
+    return _served(int(state.error_code))
+
+
 def join_group(c: KafkaConnection, n: Names) -> int:
     answer = c.exchange(11, 5, {
         "group_id": n.group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
@@ -534,6 +578,31 @@ CASES: dict[str, Case] = {
         find_coordinator(1),
         TXN_DENIED,
         [(TXN, "find-txn-coordinator", Op.DESCRIBE)],
+        NONE,
+        topic=False,
+    ),
+    "add-partitions-to-txn": Case(
+        add_partitions_to_txn,
+        [
+            ([], TXN_DENIED),
+            ([(TXN, "add-partitions-to-txn", Op.WRITE)], TOPIC_DENIED),
+            ([(TOPIC, T, Op.WRITE)], NONE),
+        ],
+    ),
+    "add-offsets-to-txn": Case(
+        add_offsets_to_txn,
+        [
+            ([], TXN_DENIED),
+            ([(TXN, "add-offsets-to-txn", Op.WRITE)], GROUP_DENIED),
+            ([(GROUP, G, Op.READ)], NONE),
+        ],
+        topic=False,
+    ),
+    "end-txn": case(end_txn, TXN_DENIED, [(TXN, "end-txn", Op.WRITE)], NONE, topic=False),
+    "describe-transactions": case(
+        describe_transactions,
+        TXN_DENIED,
+        [(TXN, "describe-transactions", Op.DESCRIBE)],
         NONE,
         topic=False,
     ),

@@ -7,22 +7,27 @@ is aborted by the coordinator after its timeout."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import Callable, Iterator
 
+import aiokafka
 import confluent_kafka as ck
 import kafka
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, wait_until
 from annal.deploy.zookeeper import free_port
+from annal.kafkaproto.client import KafkaConnection
 from metrics_scrape import scrape, value
+
+from annal import errors
 
 pytestmark = pytest.mark.timeout(240)
 
 _names = itertools.count()
-PARTITIONS = 3
+PARTITIONS = 6
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +51,7 @@ def timed_out(cluster: list[BrokerProcess]) -> float:
 
 @pytest.fixture
 def topics(cluster: list[BrokerProcess]) -> Iterator[list[str]]:
-    names = [f"tx{next(_names)}" for _ in range(2)]
+    names = [f"tx{next(_names)}" for _ in range(3)]
     with AdminClient(cluster[0].endpoint) as admin:
         for name in names:
             admin.create_topic(name, PARTITIONS, 3)
@@ -75,6 +80,16 @@ def produce_all(producer: ck.Producer, topics: list[str], tag: str, n: int) -> l
         values.append(value)
     producer.flush(30)
     return values
+
+
+def by_partition(values: list[bytes], topics: list[str]) -> dict[tuple[str, int], list[bytes]]:
+    """What ``produce_all`` wrote where, in order (its i-th record: topic i % len(topics),
+    partition i % PARTITIONS)."""
+    where: dict[tuple[str, int], list[bytes]] = {}
+    for v in values:
+        i = int(v.rsplit(b"-", 1)[1])
+        where.setdefault((topics[i % len(topics)], i % PARTITIONS), []).append(v)
+    return where
 
 
 def confluent_committed(
@@ -121,10 +136,69 @@ def test_commit_and_abort_across_topics(cluster: list[BrokerProcess], topics: li
 
     read = confluent_committed(cluster, topics, len(committed), "read_committed")
     assert sorted(read) == sorted(committed)
+    assert by_partition(read, topics) == by_partition(committed, topics)  # in order
     everything = confluent_committed(
         cluster, topics, len(committed) + len(aborted), "read_uncommitted"
     )
     assert sorted(everything) == sorted(committed + aborted)
+    assert aiokafka_committed(cluster, topics, len(committed)) == by_partition(committed, topics)
+
+
+def aiokafka_committed(
+    cluster: list[BrokerProcess], topics: list[str], expected: int
+) -> dict[tuple[str, int], list[bytes]]:
+    """aiokafka's read_committed consumer: what it reads, per partition in order."""
+
+    async def run() -> dict[tuple[str, int], list[bytes]]:
+        consumer = aiokafka.AIOKafkaConsumer(
+            bootstrap_servers=bootstrap(cluster), isolation_level="read_committed"
+        )
+        await consumer.start()
+        seen: dict[tuple[str, int], list[bytes]] = {}
+        try:
+            tps = [aiokafka.TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            deadline = time.monotonic() + 30
+            while sum(map(len, seen.values())) < expected and time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500)
+                for tp, messages in batches.items():
+                    seen.setdefault((tp.topic, tp.partition), []).extend(
+                        m.value for m in messages
+                    )
+            # nothing more arrives: what was read is all there is
+            batches = await consumer.getmany(timeout_ms=1000)
+            for tp, messages in batches.items():
+                seen.setdefault((tp.topic, tp.partition), []).extend(m.value for m in messages)
+        finally:
+            await consumer.stop()
+        return seen
+
+    return asyncio.run(run())
+
+
+def test_aiokafka_transactional_producer(
+    cluster: list[BrokerProcess], topics: list[str]
+) -> None:
+    async def run() -> None:
+        producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=bootstrap(cluster), transactional_id=f"aio-{next(_names)}"
+        )
+        await producer.start()
+        try:
+            async with producer.transaction():
+                for i in range(12):
+                    await producer.send(topics[0], f"aio-c-{i}".encode(), partition=i % PARTITIONS)
+            await producer.begin_transaction()
+            for i in range(12):
+                await producer.send(topics[0], f"aio-a-{i}".encode(), partition=i % PARTITIONS)
+            await producer.abort_transaction()
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+    read = confluent_committed(cluster, topics[:1], 12, "read_committed")
+    assert sorted(read) == sorted(f"aio-c-{i}".encode() for i in range(12))
 
 
 def test_kafka_python_reads_committed_only(
@@ -201,3 +275,40 @@ def test_an_abandoned_transaction_is_aborted_after_its_timeout(
 
     wait_until(all_read, 30)
     assert timed_out(cluster) == before + 1
+
+
+def test_list_and_describe_transactions_over_kafkas_protocol(
+    cluster: list[BrokerProcess], topics: list[str]
+) -> None:
+    tid = f"tid-{next(_names)}"
+    producer = transactional(cluster, tid)
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    produce_all(producer, topics[:1], "open", 2)  # partitions 0 and 1, left open
+    listed = []
+    for broker in cluster:
+        connection = KafkaConnection(broker.kafka_endpoint, 30, "list-transactions")
+        try:
+            answer = connection.exchange(66, 0, {"state_filters": ["Ongoing"]})
+        finally:
+            connection.close()
+        assert answer.error_code == errors.NONE.number
+        listed += [
+            (t.transactional_id, t.transaction_state, broker) for t in answer.transaction_states
+        ]
+    ((_, state, coordinator),) = [t for t in listed if t[0] == tid]
+    assert state == "Ongoing"
+    connection = KafkaConnection(coordinator.kafka_endpoint, 30, "describe-transactions")
+    try:
+        (described,) = connection.exchange(65, 0, {"transactional_ids": [tid]}).transaction_states
+        unknown = connection.exchange(65, 0, {"transactional_ids": ["nobody"]})
+    finally:
+        connection.close()
+    assert described.error_code == errors.NONE.number
+    assert described.transaction_state == "Ongoing"
+    assert [(t.topic, sorted(t.partitions)) for t in described.topics] == [(topics[0], [0, 1])]
+    # an id this broker does not coordinate, or does not know
+    assert unknown.transaction_states[0].error_code in (
+        errors.TRANSACTIONAL_ID_NOT_FOUND.number, errors.NOT_COORDINATOR.number
+    )
+    producer.abort_transaction(30)
