@@ -184,9 +184,12 @@ class Leaders:
     def __init__(self) -> None:
         self.markers: list[Marker] = []
         self.ok = True
+        self.gate: asyncio.Event | None = None  # when set: writes wait for it
 
     async def write(self, marker: Marker, still_valid: object) -> bool:
         self.markers.append(marker)
+        if self.gate is not None:
+            await self.gate.wait()
         return self.ok
 
 
@@ -387,5 +390,38 @@ def test_random_requests_keep_the_log_and_memory_in_step(harness: Harness) -> No
         await settle()
         after = {m.transactional_id: m.as_value() for m in c.listing()[1]}
         assert after == before
+
+    run(harness, scenario())
+
+
+def test_the_next_transaction_waits_for_the_markers_instead_of_a_retry(
+    harness: Harness,
+) -> None:
+    """AddPartitionsToTxn right after EndTxn waits for the markers (not
+    CONCURRENT_TRANSACTIONS and a client backoff), up to a bound."""
+    c = harness.coordinator
+
+    async def scenario() -> None:
+        await harness.lead()
+        await c.init_producer_id("tx", 60_000)
+        await c.add_partitions("tx", 501, 0, [TP("a", 0)])
+        harness.leaders.gate = asyncio.Event()
+        assert (await c.end_txn("tx", 501, 0, True))[0] is errors.NONE
+        await settle()
+        added = asyncio.ensure_future(c.add_partitions("tx", 501, 0, [TP("a", 1)]))
+        await settle()
+        assert not added.done()  # held while the markers are out
+        harness.leaders.gate.set()
+        assert await added is errors.NONE
+        meta = c.describe("tx")[1]
+        assert meta is not None and meta.partitions == {TP("a", 1)}
+        # markers that stay out past the bound: CONCURRENT_TRANSACTIONS, as Kafka answers
+        harness.leaders.gate = asyncio.Event()
+        assert (await c.end_txn("tx", 501, 0, False))[0] is errors.NONE
+        started = asyncio.get_running_loop().time()
+        late = await c.add_partitions("tx", 501, 0, [TP("a", 2)])
+        assert late is errors.CONCURRENT_TRANSACTIONS
+        assert asyncio.get_running_loop().time() - started >= 0.9
+        harness.leaders.gate.set()
 
     run(harness, scenario())
