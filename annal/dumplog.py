@@ -60,12 +60,13 @@ import json
 import os
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from annal.dumpindex import IndexMode, dump_offset_index, dump_time_index
 from annal.dumpoffsets import offsets_key_value
+from annal.dumptxnlog import transaction_key_value
 from annal.storage import files
 from annal.storage.batch import (
     COMPRESSION_MASK,
@@ -139,6 +140,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "metadata, as Kafka prints them (implies --print-data-log)",
     )
     p.add_argument(
+        "--transaction-log-decoder",
+        action="store_true",
+        help="read records as __transaction_state records: each transactional id's "
+        "producer, state and partitions, as Kafka prints them (implies --print-data-log)",
+    )
+    p.add_argument(
         "--index-sanity-check",
         action="store_true",
         help="only check .index and .timeindex files (the check a broker makes before "
@@ -158,11 +165,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(run=run, dump_parser=p)
 
 
+Decoder = Callable[[Record], tuple[str, str]]  # a record's (key, payload) as text
+
+
 class _Options(NamedTuple):
     deep: bool
     data: bool
     as_json: bool
-    offsets: bool = False  # --offsets-decoder
+    # --offsets-decoder, --transaction-log-decoder: a record's (key, payload) as text
+    decoder: Decoder | None = None
     indexes: IndexMode = IndexMode()
 
 
@@ -173,12 +184,21 @@ def run(args: argparse.Namespace) -> int:
     paths = [*args.files, *(Path(f) for group in args.listed for f in group.split(",") if f)]
     if not paths:
         args.dump_parser.error("no file given (FILE ... or --files FILE[,FILE])")
-    data = args.print_data_log or args.offsets_decoder
+    if args.offsets_decoder and args.transaction_log_decoder:
+        args.dump_parser.error(
+            "--offsets-decoder and --transaction-log-decoder read different topics: give one"
+        )
+    decoder = (
+        offsets_key_value if args.offsets_decoder
+        else transaction_key_value if args.transaction_log_decoder
+        else None
+    )  # fmt: skip
+    data = args.print_data_log or decoder is not None
     options = _Options(
         deep=args.deep_iteration or data,
         data=data,
         as_json=args.json,
-        offsets=args.offsets_decoder,
+        decoder=decoder,
         indexes=IndexMode(args.json, args.index_sanity_check, args.verify_index_only),
     )
     status = 0
@@ -416,7 +436,8 @@ def _print_batch(batch: _Batch, options: _Options, out: IO[str]) -> None:
     fields = batch_fields(header)
     if options.as_json:
         if records is not None:
-            fields["records"] = [record_json(r, options.offsets) for r in records]
+            decoder = None if header.is_control else options.decoder
+            fields["records"] = [record_json(r, decoder) for r in records]
             if header.is_control:
                 for shown, record in zip(fields["records"], records, strict=True):
                     shown["end_txn_marker"] = _marker_json(record)
@@ -469,7 +490,7 @@ def _print_legacy(entry: _Legacy, options: _Options, out: IO[str]) -> None:
     if options.as_json:
         fields |= {"magic": entry.magic, "note": note}
         if options.deep:
-            fields["records"] = [record_json(r, options.offsets) for r in entry.records]
+            fields["records"] = [record_json(r, options.decoder) for r in entry.records]
         print(json.dumps(fields), file=out)
         return
     print(
@@ -528,9 +549,9 @@ def legacy_fields(entry: _Legacy) -> dict[str, Any]:
     }
 
 
-def record_json(record: Record, offsets: bool = False) -> dict[str, Any]:
-    if offsets:
-        key, value = offsets_key_value(record)
+def record_json(record: Record, decoder: Decoder | None = None) -> dict[str, Any]:
+    if decoder is not None:
+        key, value = decoder(record)
         return {"offset": record.offset, "timestamp": record.timestamp, "key": key,
                 "value": value, "headers": []}  # fmt: skip
     return {
@@ -564,7 +585,7 @@ def bytes_text(raw: bytes | None) -> str:
 
 def record_text(record: Record, timestamp_type: str, sequence: int, options: _Options) -> str:
     """``| offset: ...``; keys, payloads and header values only with ``options.data``,
-    decoded as the offsets topic's with ``options.offsets``."""
+    decoded by ``options.decoder`` (the offsets topic's, the transaction log's)."""
     key_size = -1 if record.key is None else len(record.key)
     value_size = -1 if record.value is None else len(record.value)
     header_keys = ", ".join(h.key.translate(_ESCAPES) for h in record.headers)
@@ -572,8 +593,8 @@ def record_text(record: Record, timestamp_type: str, sequence: int, options: _Op
         f"| offset: {record.offset} {timestamp_type}: {record.timestamp} keySize: {key_size} "
         f"valueSize: {value_size} sequence: {sequence} headerKeys: [{header_keys}]"
     )
-    if options.offsets:
-        key, payload = offsets_key_value(record)
+    if options.decoder is not None:
+        key, payload = options.decoder(record)
         line += f" key: {key.translate(_ESCAPES)} payload: {payload.translate(_ESCAPES)}"
     elif options.data:
         line += f" key: {bytes_text(record.key)} payload: {bytes_text(record.value)}"

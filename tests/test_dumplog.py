@@ -530,6 +530,45 @@ def test_offsets_decoder_prints_commits_and_group_metadata(
     assert decoded[0]["value"] == "offset=42"
 
 
+def test_transaction_log_decoder_prints_each_transactional_ids_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from annal.broker.transactions.log_schema import (
+        TxnLogValue,
+        TxnState,
+        encode_key,
+        encode_value,
+    )
+
+    from annal.topic_partition import TopicPartition
+
+    ongoing = TxnLogValue(
+        7, 2, 60_000, TxnState.ONGOING,
+        frozenset({TopicPartition("orders", 1), TopicPartition("orders", 0)}), 1000, 900,
+    )  # fmt: skip
+    records = [
+        Record(0, 1, encode_key("tx"), encode_value(ongoing)),
+        Record(1, 1, encode_key("tx"), None),
+        Record(2, 1, b"\x00\x09junk", b"x"),
+    ]
+    path = _write(tmp_path / "__transaction_state-0" / SEGMENT, encode_batch(records))
+    code, out, _ = _dump(capsys, "--transaction-log-decoder", str(path))
+    assert code == 0
+    shown = [line.split(" key: ", 1)[1] for line in out if line.startswith("| offset:")]
+    assert shown[0] == (
+        "transaction_metadata::transactionalId=tx payload: producerId:7,producerEpoch:2,"
+        "state=Ongoing,partitions=[orders-0,orders-1],txnLastUpdateTimestamp=1000,"
+        "txnTimeoutMs=60000"
+    )
+    assert shown[1] == "transaction_metadata::transactionalId=tx payload: <DELETE>"
+    assert shown[2].startswith("<undecodable: transaction log key")
+    code, out, _ = _dump(capsys, "--transaction-log-decoder", "--json", str(path))
+    assert _json(out)[0]["records"][1]["value"] == "<DELETE>"
+    with pytest.raises(SystemExit):
+        main(["dump-log", "--offsets-decoder", "--transaction-log-decoder", str(path)])
+    assert "read different topics" in capsys.readouterr().err
+
+
 def test_index_checks_find_random_bytes_and_mismatches(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
