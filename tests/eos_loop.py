@@ -3,7 +3,10 @@ the tests can SIGKILL: a read_committed group consumer of INPUT, a
 transactional producer writing ``<value>:out`` to OUTPUT, and the consumer's
 positions committed inside each transaction (``send_offsets_to_transaction``).
 
-    python tests/eos_loop.py BOOTSTRAP INPUT OUTPUT GROUP TRANSACTIONAL_ID
+    python tests/eos_loop.py BOOTSTRAP INPUT OUTPUT GROUP TRANSACTIONAL_ID [PAUSE_S]
+
+At most ``BATCH`` records per transaction, and ``PAUSE_S`` (default 0) of rest
+after each commit, so that a test's crashes land in the middle of the work.
 
 Runs until the test kills it; prints ``committed N`` after each transaction.
 Exits with status 3 on a fatal producer error, for its supervisor to start
@@ -21,7 +24,12 @@ import confluent_kafka as ck
 FATAL = 3
 
 
-def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: str) -> None:
+BATCH = 50
+
+
+def main(
+    bootstrap: str, source: str, sink: str, group: str, transactional_id: str, pause_s: str = "0"
+) -> None:
     consumer = ck.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -46,7 +54,7 @@ def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: s
     consumer.subscribe([source])
     done = 0
     while True:
-        messages = [m for m in consumer.consume(200, 0.5) if m.error() is None]
+        messages = [m for m in consumer.consume(BATCH, 0.5) if m.error() is None]
         if not messages:
             continue
         try:
@@ -61,11 +69,7 @@ def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: s
             retrying(lambda: producer.commit_transaction(60))
         except ck.KafkaException as exc:
             if exc.args[0].fatal():
-                # Kafka's recipe for a fatal error (fenced, or a state the
-                # coordinator refuses): give the producer up; the supervisor
-                # starts a new loop, whose init_transactions fences this one
-                print(f"fatal: {exc.args[0]}", flush=True)
-                sys.exit(FATAL)
+                raise
             # Kafka's recipe for any other failure: abort, go back to the committed
             # positions, and do the work again
             print(f"aborting: {exc.args[0]}", flush=True)
@@ -74,6 +78,7 @@ def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: s
             continue
         done += len(messages)
         print(f"committed {done}", flush=True)
+        time.sleep(float(pause_s))
 
 
 def retrying(call: Callable[[], object]) -> None:
@@ -97,4 +102,13 @@ def rewind(consumer: ck.Consumer) -> None:
         )
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    try:
+        main(*sys.argv[1:7])
+    except ck.KafkaException as exc:
+        if not exc.args[0].fatal():
+            raise
+        # Kafka's recipe for a fatal error (fenced, or a state the coordinator
+        # refuses, even while aborting): give the producer up; the supervisor
+        # starts a new loop, whose init_transactions fences this one
+        print(f"fatal: {exc.args[0]}", flush=True)
+        sys.exit(FATAL)

@@ -1,8 +1,8 @@
 """Exactly-once through crashes: a consume-transform-produce loop
 (``tests/eos_loop.py``: confluent-kafka, read_committed consumer, transactional
 producer, offsets committed in the transaction) runs on a real three-broker
-cluster while the test SIGKILLs the loop (twice), the transaction coordinator
-and a leader of the output topic, each in the middle of its work.  At the end
+cluster while the test SIGKILLs the loop, the transaction coordinator and a
+leader of the output topic, each twice and in the middle of its work.  At the end
 every input record is in the output exactly once, in its partition's order,
 and the group's committed offsets are the input's end."""
 
@@ -19,14 +19,15 @@ from pathlib import Path
 import confluent_kafka as ck
 import grpc
 import pytest
-from annal.admin.client import AdminClient
-from annal.deploy.runner import BrokerProcess
+from annal.admin.client import AdminClient, AdminError
+from annal.deploy.runner import BrokerProcess, wait_until
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
 
-RECORDS = 3000
+RECORDS = 4000
+PAUSE_S = 0.5  # the loop's rest after each transaction (of 50 records at most)
 PARTITIONS = 6
 LOOP = Path(__file__).resolve().parent.parent / "eos_loop.py"
 FATAL = 3  # the loop's exit status after a fatal producer error
@@ -171,6 +172,22 @@ def coordinator_of(cluster: list[BrokerProcess], transactional_id: str) -> Broke
     raise AssertionError(f"no coordinator for {transactional_id}")
 
 
+def wait_full_isr(cluster: list[BrokerProcess], topics: list[str]) -> None:
+    """Every broker back in every ISR (internal topics too), so that the next
+    kill leaves each partition two in-sync replicas."""
+    names = [*topics, "__consumer_offsets", "__transaction_state"]
+
+    def full() -> bool:
+        try:
+            with AdminClient(",".join(b.endpoint for b in cluster)) as admin:
+                found = admin.describe_topics(names)
+        except AdminError:  # a broker just restarted, before the controller's metadata
+            return False
+        return all(len(p.isr) == len(p.replicas) for t in found for p in t.partitions)
+
+    wait_until(full, 120, "every ISR full")
+
+
 def leader_of(cluster: list[BrokerProcess], topic: str, partition: int) -> BrokerProcess:
     alive = next(b for b in cluster if b.alive)
     with AdminClient(alive.endpoint) as admin:
@@ -186,23 +203,26 @@ def test_exactly_once_through_sigkills(cluster: list[BrokerProcess], loop_log: P
         admin.create_topic(source, PARTITIONS, 3)
         admin.create_topic(sink, PARTITIONS, 3)
     fill(cluster, source)
-    loop = Loop(cluster, [source, sink, group, tid], loop_log)
+    loop = Loop(cluster, [source, sink, group, tid, str(PAUSE_S)], loop_log)
     try:
         loop.start()
-        loop.wait_for(300)
+        loop.wait_for(150)
         for _ in range(2):  # the loop dies mid-transaction, twice
             loop.kill()
             loop.start()
-            loop.wait_for(loop.progress() + 300)
-        coordinator = coordinator_of(cluster, tid)
-        coordinator.kill()  # the transaction coordinator dies
-        loop.wait_for(loop.progress() + 300, timeout_s=180)
-        coordinator.start()
-        leader = leader_of(cluster, sink, 0)
-        leader.kill()  # a leader of the output dies
-        loop.wait_for(loop.progress() + 300, timeout_s=180)
-        leader.start()
-        loop.wait_for(RECORDS, timeout_s=240)  # every input record is in the output
+            loop.wait_for(loop.progress() + 150)
+        for round_ in range(2):  # twice: the coordinator, then an output leader, dies
+            coordinator = coordinator_of(cluster, tid)
+            coordinator.kill()
+            loop.wait_for(loop.progress() + 150, timeout_s=180)
+            coordinator.start()
+            wait_full_isr(cluster, [source, sink])
+            leader = leader_of(cluster, sink, round_)
+            leader.kill()
+            loop.wait_for(loop.progress() + 150, timeout_s=180)
+            leader.start()
+            wait_full_isr(cluster, [source, sink])
+        loop.wait_for(RECORDS, timeout_s=300)  # every input record is in the output
     finally:
         loop.kill()
     output = read_committed(cluster, sink)
