@@ -233,12 +233,16 @@ class Harness:
             await asyncio.sleep(0.01)
 
     def states(self) -> list[tuple[str, str]]:
-        """Every record of the log: (id, state)."""
-        data = self.log.read(0, 1 << 20)
-        return [
-            (decode_key(r.key or b""), decode_value(r.value).state.kafka_name if r.value else "-")
-            for r in iter_records(data)
-        ]
+        """Every record of the log, every segment: (id, state)."""
+        found: list[tuple[str, str]] = []
+        offset = 0
+        while offset < self.log.log_end_offset:
+            records = list(iter_records(self.log.read(offset, 1 << 20)))
+            for r in records:
+                state = decode_value(r.value).state.kafka_name if r.value else "-"
+                found.append((decode_key(r.key or b""), state))
+            offset = records[-1].offset + 1
+        return found
 
 
 @pytest.fixture
@@ -425,3 +429,26 @@ def test_the_next_transaction_waits_for_the_markers_instead_of_a_retry(
         harness.leaders.gate.set()
 
     run(harness, scenario())
+
+
+def test_idle_ids_expire_as_tombstones(harness: Harness) -> None:
+    c = harness.coordinator
+    expiry = c.settings.id_expiration_ms
+
+    async def scenario() -> None:
+        await harness.lead()
+        await c.init_producer_id("idle", 60_000)
+        await c.init_producer_id("busy", 60_000)
+        await c.add_partitions("busy", 502, 0, [TP("a", 0)])  # Ongoing: never expires
+        harness.now += expiry - 1
+        assert await c.expire_ids() == 0
+        harness.now += 2
+        assert await c.expire_ids() == 1
+        assert c.describe("idle")[0] is errors.TRANSACTIONAL_ID_NOT_FOUND
+        c.on_follower(0)
+        await harness.lead(epoch=2)  # the tombstone is in the log: still gone
+        assert c.describe("idle")[0] is errors.TRANSACTIONAL_ID_NOT_FOUND
+        assert c.describe("busy")[0] is errors.NONE
+
+    run(harness, scenario())
+    assert harness.states()[-1] == ("idle", "-")
