@@ -16,15 +16,13 @@ metadata, version 2) are not offsets and are skipped by the reader.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
+
+from annal.broker.schema_codec import INT16, INT32, INT64, SchemaReader, encode_string
 
 KEY_VERSION = 1
 VALUE_VERSION = 3
 
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
-_INT64 = struct.Struct(">q")
 
 
 class OffsetsSchemaError(ValueError):
@@ -63,76 +61,52 @@ def partition_for(group: str, partitions: int) -> int:
 
 
 def _string(text: str) -> bytes:
-    raw = text.encode("utf-8")
-    if len(raw) > 0x7FFF:
-        raise OffsetsSchemaError(f"string of {len(raw)} bytes is too long for the schema")
-    return _INT16.pack(len(raw)) + raw
+    return encode_string(text, OffsetsSchemaError)
 
 
 def encode_key(key: OffsetKey) -> bytes:
     return (
-        _INT16.pack(KEY_VERSION)
+        INT16.pack(KEY_VERSION)
         + _string(key.group)
         + _string(key.topic)
-        + _INT32.pack(key.partition)
+        + INT32.pack(key.partition)
     )
 
 
 def encode_value(value: OffsetValue) -> bytes:
     return (
-        _INT16.pack(VALUE_VERSION)
-        + _INT64.pack(value.offset)
-        + _INT32.pack(value.leader_epoch)
+        INT16.pack(VALUE_VERSION)
+        + INT64.pack(value.offset)
+        + INT32.pack(value.leader_epoch)
         + _string(value.metadata)
-        + _INT64.pack(value.commit_timestamp)
+        + INT64.pack(value.commit_timestamp)
     )
 
 
-class _Reader:
-    def __init__(self, data: bytes, what: str) -> None:
-        self.data = data
-        self.at = 0
-        self.what = what
-
-    def take(self, layout: struct.Struct) -> int:
-        if self.at + layout.size > len(self.data):
-            raise OffsetsSchemaError(f"{self.what} ends at byte {len(self.data)}, mid-field")
-        (value,) = layout.unpack_from(self.data, self.at)
-        self.at += layout.size
-        return int(value)
-
-    def string(self) -> str:
-        length = self.take(_INT16)
-        if length < 0 or self.at + length > len(self.data):
-            raise OffsetsSchemaError(f"{self.what} has a bad string length {length}")
-        raw = self.data[self.at : self.at + length]
-        self.at += length
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise OffsetsSchemaError(f"{self.what} has a string that is not UTF-8: {exc}") from None
+def _reader(data: bytes, what: str) -> SchemaReader:
+    return SchemaReader(data, what, OffsetsSchemaError)
 
 
 def decode_key(data: bytes) -> OffsetKey | None:
     """The offset key, or None for another kind of key (group metadata)."""
-    reader = _Reader(data, "offset commit key")
-    version = reader.take(_INT16)
+    reader = _reader(data, "offset commit key")
+    version = reader.take(INT16)
     if version not in (0, 1):
         return None
-    return OffsetKey(reader.string(), reader.string(), reader.take(_INT32))
+    return OffsetKey(reader.string(), reader.string(), reader.take(INT32))
 
 
 def decode_value(data: bytes) -> OffsetValue:
-    reader = _Reader(data, "offset commit value")
-    version = reader.take(_INT16)
+    reader = _reader(data, "offset commit value")
+    version = reader.take(INT16)
     if not 0 <= version <= 3:
         raise OffsetsSchemaError(f"offset commit value version {version} is unknown")
-    offset = reader.take(_INT64)
-    leader_epoch = reader.take(_INT32) if version >= 3 else -1
+    offset = reader.take(INT64)
+    leader_epoch = reader.take(INT32) if version >= 3 else -1
     metadata = reader.string()
-    timestamp = reader.take(_INT64)
+    timestamp = reader.take(INT64)
     if version == 1:
-        reader.take(_INT64)  # expire_timestamp, dropped in version 2
+        reader.take(INT64)  # expire_timestamp, dropped in version 2
     return OffsetValue(offset, leader_epoch, metadata, timestamp)
 
 
@@ -180,26 +154,26 @@ class GroupMetadataValue:
 
 
 def _nullable(text: str | None) -> bytes:
-    return _INT16.pack(-1) if text is None else _string(text)
+    return INT16.pack(-1) if text is None else _string(text)
 
 
 def _bytes(raw: bytes) -> bytes:
-    return _INT32.pack(len(raw)) + raw
+    return INT32.pack(len(raw)) + raw
 
 
 def encode_group_key(group: str) -> bytes:
-    return _INT16.pack(GROUP_KEY_VERSION) + _string(group)
+    return INT16.pack(GROUP_KEY_VERSION) + _string(group)
 
 
 def encode_group_value(value: GroupMetadataValue) -> bytes:
     parts = [
-        _INT16.pack(GROUP_VALUE_VERSION),
+        INT16.pack(GROUP_VALUE_VERSION),
         _string(value.protocol_type),
-        _INT32.pack(value.generation),
+        INT32.pack(value.generation),
         _nullable(value.protocol),
         _nullable(value.leader),
-        _INT64.pack(value.current_state_timestamp),
-        _INT32.pack(len(value.members)),
+        INT64.pack(value.current_state_timestamp),
+        INT32.pack(len(value.members)),
     ]
     for m in value.members:
         parts += [
@@ -207,8 +181,8 @@ def encode_group_value(value: GroupMetadataValue) -> bytes:
             _nullable(m.group_instance_id),
             _string(m.client_id),
             _string(m.client_host),
-            _INT32.pack(m.rebalance_timeout_ms),
-            _INT32.pack(m.session_timeout_ms),
+            INT32.pack(m.rebalance_timeout_ms),
+            INT32.pack(m.session_timeout_ms),
             _bytes(m.subscription),
             _bytes(m.assignment),
         ]
@@ -217,30 +191,30 @@ def encode_group_value(value: GroupMetadataValue) -> bytes:
 
 def decode_group_key(data: bytes) -> str | None:
     """The group of a group metadata key, or None for another kind of key."""
-    reader = _Reader(data, "group metadata key")
-    if reader.take(_INT16) != GROUP_KEY_VERSION:
+    reader = _reader(data, "group metadata key")
+    if reader.take(INT16) != GROUP_KEY_VERSION:
         return None
     return reader.string()
 
 
 def decode_group_value(data: bytes) -> GroupMetadataValue:
-    reader = _GroupReader(data, "group metadata value")
-    version = reader.take(_INT16)
+    reader = _reader(data, "group metadata value")
+    version = reader.take(INT16)
     if not 0 <= version <= 3:
         raise OffsetsSchemaError(f"group metadata value version {version} is unknown")
     protocol_type = reader.string()
-    generation = reader.take(_INT32)
+    generation = reader.take(INT32)
     protocol = reader.nullable()
     leader = reader.nullable()
-    timestamp = reader.take(_INT64) if version >= 2 else -1
+    timestamp = reader.take(INT64) if version >= 2 else -1
     members = []
-    for _ in range(reader.take(_INT32)):
+    for _ in range(reader.take(INT32)):
         member_id = reader.string()
         instance = reader.nullable() if version >= 3 else None
         client_id = reader.string()
         client_host = reader.string()
-        rebalance = reader.take(_INT32) if version >= 1 else -1
-        session = reader.take(_INT32)
+        rebalance = reader.take(INT32) if version >= 1 else -1
+        session = reader.take(INT32)
         members.append(
             MemberMetadata(
                 member_id, instance, client_id, client_host, rebalance if rebalance >= 0
@@ -250,20 +224,3 @@ def decode_group_value(data: bytes) -> GroupMetadataValue:
     return GroupMetadataValue(
         protocol_type, generation, protocol, leader, timestamp, tuple(members)
     )
-
-
-class _GroupReader(_Reader):
-    def nullable(self) -> str | None:
-        length = self.take(_INT16)
-        if length == -1:
-            return None
-        self.at -= _INT16.size
-        return self.string()
-
-    def raw(self) -> bytes:
-        length = self.take(_INT32)
-        if length < 0 or self.at + length > len(self.data):
-            raise OffsetsSchemaError(f"{self.what} has a bad bytes length {length}")
-        out = self.data[self.at : self.at + length]
-        self.at += length
-        return bytes(out)

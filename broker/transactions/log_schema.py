@@ -24,16 +24,14 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from annal.broker.schema_codec import INT8, INT16, INT32, INT64, SchemaReader, encode_string
+
 from annal.topic_partition import TopicPartition
 
 KEY_VERSION = 0
 VALUE_VERSION = 0
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
-_INT8 = struct.Struct(">b")
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
-_INT64 = struct.Struct(">q")
 
 
 class TxnLogSchemaError(ValueError):
@@ -75,14 +73,11 @@ class TxnLogValue:
 
 
 def _string(text: str) -> bytes:
-    raw = text.encode("utf-8")
-    if len(raw) > 0x7FFF:
-        raise TxnLogSchemaError(f"string of {len(raw)} bytes is too long for the schema")
-    return _INT16.pack(len(raw)) + raw
+    return encode_string(text, TxnLogSchemaError)
 
 
 def encode_key(transactional_id: str) -> bytes:
-    return _INT16.pack(KEY_VERSION) + _string(transactional_id)
+    return INT16.pack(KEY_VERSION) + _string(transactional_id)
 
 
 def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
@@ -96,86 +91,55 @@ def encode_value(value: TxnLogValue) -> bytes:
     if value.state == TxnState.EMPTY and value.partitions:
         raise TxnLogSchemaError("an Empty transaction has no partitions")
     parts = [
-        _INT16.pack(VALUE_VERSION),
-        _INT64.pack(value.producer_id),
-        _INT16.pack(value.producer_epoch),
-        _INT32.pack(value.timeout_ms),
-        _INT8.pack(int(value.state)),
+        INT16.pack(VALUE_VERSION),
+        INT64.pack(value.producer_id),
+        INT16.pack(value.producer_epoch),
+        INT32.pack(value.timeout_ms),
+        INT8.pack(int(value.state)),
     ]
     if value.state == TxnState.EMPTY:
-        parts.append(_INT32.pack(-1))
+        parts.append(INT32.pack(-1))
     else:
         topics = _by_topic(value.partitions)
-        parts.append(_INT32.pack(len(topics)))
+        parts.append(INT32.pack(len(topics)))
         for topic, indexes in topics.items():
             parts.append(_string(topic))
-            parts.append(_INT32.pack(len(indexes)))
+            parts.append(INT32.pack(len(indexes)))
             parts.append(struct.pack(f">{len(indexes)}i", *indexes))
-    parts.append(_INT64.pack(value.last_update_ms))
-    parts.append(_INT64.pack(value.start_ms))
+    parts.append(INT64.pack(value.last_update_ms))
+    parts.append(INT64.pack(value.start_ms))
     return b"".join(parts)
-
-
-class _Reader:
-    def __init__(self, data: bytes, what: str) -> None:
-        self.data = data
-        self.at = 0
-        self.what = what
-
-    def take(self, layout: struct.Struct) -> int:
-        if self.at + layout.size > len(self.data):
-            raise TxnLogSchemaError(f"{self.what} ends at byte {len(self.data)}, mid-field")
-        (value,) = layout.unpack_from(self.data, self.at)
-        self.at += layout.size
-        return int(value)
-
-    def count(self, nullable: bool = False) -> int:
-        n = self.take(_INT32)
-        if n < (-1 if nullable else 0) or n * 2 > len(self.data) - self.at:
-            raise TxnLogSchemaError(f"{self.what} has a bad array length {n}")
-        return n
-
-    def string(self) -> str:
-        length = self.take(_INT16)
-        if length < 0 or self.at + length > len(self.data):
-            raise TxnLogSchemaError(f"{self.what} has a bad string length {length}")
-        raw = self.data[self.at : self.at + length]
-        self.at += length
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise TxnLogSchemaError(f"{self.what} has a string that is not UTF-8: {exc}") from None
 
 
 def decode_key(data: bytes) -> str:
     """The transactional id a key names."""
-    reader = _Reader(data, "transaction log key")
-    version = reader.take(_INT16)
+    reader = SchemaReader(data, "transaction log key", TxnLogSchemaError)
+    version = reader.take(INT16)
     if version != KEY_VERSION:
         raise TxnLogSchemaError(f"transaction log key of unknown version {version}")
     return reader.string()
 
 
 def decode_value(data: bytes) -> TxnLogValue:
-    reader = _Reader(data, "transaction log value")
-    version = reader.take(_INT16)
+    reader = SchemaReader(data, "transaction log value", TxnLogSchemaError)
+    version = reader.take(INT16)
     if version != VALUE_VERSION:
         raise TxnLogSchemaError(f"transaction log value of unknown version {version}")
-    producer_id = reader.take(_INT64)
-    epoch = reader.take(_INT16)
-    timeout_ms = reader.take(_INT32)
-    byte = reader.take(_INT8)
+    producer_id = reader.take(INT64)
+    epoch = reader.take(INT16)
+    timeout_ms = reader.take(INT32)
+    byte = reader.take(INT8)
     try:
         state = TxnState(byte)
     except ValueError:
         raise TxnLogSchemaError(f"transaction log value has unknown state {byte}") from None
     partitions: set[TopicPartition] = set()
-    for _ in range(max(0, reader.count(nullable=True))):
+    for _ in range(max(0, reader.count(nullable=True, item_size=2))):
         topic = reader.string()
-        for _ in range(reader.count()):
-            partitions.add(TopicPartition(topic, reader.take(_INT32)))
-    last_update_ms = reader.take(_INT64)
-    start_ms = reader.take(_INT64)
+        for _ in range(reader.count(item_size=4)):
+            partitions.add(TopicPartition(topic, reader.take(INT32)))
+    last_update_ms = reader.take(INT64)
+    start_ms = reader.take(INT64)
     if reader.at != len(data):
         raise TxnLogSchemaError(f"transaction log value has {len(data) - reader.at} extra bytes")
     return TxnLogValue(
