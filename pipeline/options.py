@@ -13,7 +13,13 @@ with -2 for earliest and -1 for latest), or by time: ``startingTimestamp`` /
 (``15m``); ``minPartitions``; ``failOnDataLoss`` (true); ``includeHeaders``
 (false); and the consumer settings ``kafka.request.timeout.ms``,
 ``kafka.default.api.timeout.ms``, ``kafka.max.partition.fetch.bytes``,
-``kafka.client.id``.  Any other option is refused with an error naming it.
+``kafka.client.id`` and ``kafka.isolation.level`` (or ``isolation.level``):
+``read_uncommitted`` (the default, as Spark's Kafka source: up to the high
+watermark, aborted transactions included) or ``read_committed`` (KIP-98: up
+to the last stable offset, which "latest" then means, without the records
+of aborted transactions).  Control records (transaction markers) are never
+rows, in either level; their offsets are gaps, as in Spark's Kafka source.
+Any other option is refused with an error naming it.
 Writing: ``bootstrap.servers``, ``topic`` (else each row's ``topic``
 column), ``checkpointLocation`` (streaming) and producer settings.
 
@@ -59,6 +65,7 @@ from annal.client.security import (
     Security,
     SecurityConfigError,
 )
+from annal.consumer.transactions import READ_UNCOMMITTED, isolation_number
 
 EARLIEST = -2
 LATEST = -1
@@ -113,6 +120,7 @@ class ReadOptions:
     request_timeout_ms: int = 30_000
     max_partition_fetch_bytes: int = 1 << 20
     security: Security | None = None  # None: the process's default (PLAINTEXT)
+    isolation_level: str = READ_UNCOMMITTED  # or read_committed (KIP-98)
 
 
 # the source's options (lower case, as Spark hands them over), besides kafka.*
@@ -121,12 +129,12 @@ _READ_OPTIONS = {
     "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp",
     "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "maxoffsetspertrigger",
     "minoffsetspertrigger", "maxtriggerdelay", "minpartitions", "failondataloss",
-    "includeheaders", "bootstrap.servers",
+    "includeheaders", "bootstrap.servers", "isolation.level",
 }  # fmt: skip
 # kafka.* consumer settings the source applies
 _CONSUMER_SETTINGS = {
     "kafka.bootstrap.servers", "kafka.request.timeout.ms", "kafka.default.api.timeout.ms",
-    "kafka.max.partition.fetch.bytes", "kafka.client.id",
+    "kafka.max.partition.fetch.bytes", "kafka.client.id", "kafka.isolation.level",
 }  # fmt: skip
 # kafka.* settings Spark's Kafka source refuses, and what to do instead
 _REFUSED_SETTINGS = {
@@ -305,7 +313,32 @@ def read_options(given_options: Mapping[str, str], streaming: bool) -> ReadOptio
         )
         or 1 << 20,
         security=parse_security(options),
+        isolation_level=_isolation_level(options),
     )
+
+
+def _isolation_level(options: Mapping[str, str]) -> str:
+    """``kafka.isolation.level`` or ``isolation.level`` (the same if both are given)."""
+    given = {
+        name: options[name].strip().lower()
+        for name in ("kafka.isolation.level", "isolation.level")
+        if name in options
+    }
+    if len(set(given.values())) > 1:
+        raise OptionError(
+            "options kafka.isolation.level and isolation.level disagree: "
+            + ", ".join(f"{k}={v}" for k, v in given.items())
+        )
+    if not given:
+        return READ_UNCOMMITTED
+    name, level = next(iter(given.items()))
+    try:
+        isolation_number(level)
+    except ValueError:
+        raise OptionError(
+            f"option {name} must be read_uncommitted or read_committed, not {level!r}"
+        ) from None
+    return level
 
 
 def _position(options: Mapping[str, str], side: str, default: str, strategy: str) -> OffsetSpec:

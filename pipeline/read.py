@@ -16,9 +16,15 @@ leader's Kafka listener where it has a PLAINTEXT one (half the CPU per
 megabyte of gRPC at both ends; ``consumer/kafka_fetch.py``), else over gRPC.
 
 Records before the range's start (the front of the first batch) and from
-its end on are dropped.  Records removed before they were read (retention,
-DeleteRecords) fail the read unless ``failOnDataLoss`` is false: then the
-read moves on to the earliest offset left, with a warning.
+its end on are dropped.  So are control batches (the transaction markers of
+KIP-98: never rows, whatever the isolation level; their offsets are gaps in
+the ``offset`` column) and, with ``read_committed``, the batches of aborted
+transactions, from the aborted transactions the broker names with each
+fetch (``consumer/transactions.py``); a read_committed fetch stops at the
+last stable offset, where the planned range ends.  Records removed before
+they were read (retention, DeleteRecords) fail the read unless
+``failOnDataLoss`` is false: then the read moves on to the earliest offset
+left, with a warning.
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import pyarrow as pa
 from annal.client.security import Security
 from annal.consumer.simple import OffsetOutOfRangeError, RawFetchAhead, SimpleConsumer
+from annal.consumer.transactions import READ_UNCOMMITTED, committed_batches
 from annal.pipeline.options import client_args
 from annal.storage.batch import last_header
 from annal.storage.columns import BinaryColumn, Columns, HeaderColumns, decode_fetched
@@ -68,6 +76,7 @@ class OffsetRange(InputPartition):
     timeout_s: float = 30.0
     max_bytes: int = 1 << 20
     security: Security | None = None  # the source's kafka.* security options
+    isolation_level: str = READ_UNCOMMITTED  # kafka.isolation.level
 
 
 def data_loss_message(part: OffsetRange, offset: int, earliest: int) -> str:
@@ -88,6 +97,7 @@ def read_arrow(part: OffsetRange) -> Iterator[pa.RecordBatch]:
         part.bootstrap,
         timeout_s=part.timeout_s,
         kafka_listener_fetch=True,
+        isolation_level=part.isolation_level,
         **client_args(part.security),
     ) as consumer:
         offset = part.start
@@ -109,13 +119,20 @@ def read_arrow(part: OffsetRange) -> Iterator[pa.RecordBatch]:
                     ahead = consumer.fetch_raw_ahead(
                         part.topic, part.partition, last.next_offset, part.max_bytes
                     )
+                # markers never, aborted transactions not with read_committed
+                kept = committed_batches(fetched.records, fetched.aborted_transactions)
                 columns, next_offset = decode_fetched(
-                    fetched.records, offset, part.end, part.include_headers
+                    cast(bytes, kept),  # a bytearray when batches were dropped: read alike
+                    offset,
+                    part.end,
+                    part.include_headers,
                 )
+                if kept is not fetched.records and last is not None:
+                    next_offset = max(next_offset, last.next_offset)  # dropped ones count too
                 if columns.length:
                     yield arrow_batch(schema, repeated, columns)
                 if next_offset <= offset:
-                    return  # nothing more below the high watermark
+                    return  # nothing more below the high watermark (or the LSO)
                 offset = next_offset
         finally:
             if ahead is not None:

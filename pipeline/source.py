@@ -21,6 +21,9 @@ the log truncated by an unclean election) and partitions that vanished: with
 ``failOnDataLoss`` false they are logged and the query goes on from the
 partition's new end. ``minOffsetsPerTrigger`` holds a micro-batch back until
 that many records wait or ``maxTriggerDelay`` has passed since the last one.
+With ``kafka.isolation.level=read_committed`` (KIP-98) "latest" is each
+partition's last stable offset, so a range never reaches into an undecided
+transaction, and aborted transactions are dropped as they are read.
 
 Batch writes produce each row (``key`` and ``value``, binary or string;
 ``topic`` unless the ``topic`` option is set; optional ``partition`` and
@@ -122,6 +125,7 @@ def _consumer(options: ReadOptions) -> SimpleConsumer:
     return SimpleConsumer(
         options.bootstrap,
         timeout_s=options.request_timeout_ms / 1000,
+        isolation_level=options.isolation_level,  # read_committed: "latest" is the LSO
         **client_args(options.security),
     )
 
@@ -214,7 +218,7 @@ def _ranges(
                         options.bootstrap, topic, int(partition), since, until,
                         options.fail_on_data_loss, options.include_headers,
                         options.request_timeout_ms / 1000, options.max_partition_fetch_bytes,
-                        options.security,
+                        options.security, options.isolation_level,
                     )
                 )  # fmt: skip
     return _split(ranges, options.min_partitions)
@@ -234,7 +238,7 @@ def _split(ranges: list[OffsetRange], min_partitions: int | None) -> list[Offset
         out += [
             OffsetRange(
                 r.bootstrap, r.topic, r.partition, lo, hi, r.fail_on_data_loss,
-                r.include_headers, r.timeout_s, r.max_bytes, r.security,
+                r.include_headers, r.timeout_s, r.max_bytes, r.security, r.isolation_level,
             )
             for lo, hi in itertools.pairwise(bounds)
             if hi > lo

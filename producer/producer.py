@@ -40,6 +40,16 @@ back.  Idempotence needs ``acks="all"``, ``retries`` > 0 and
 ValueError naming the setting.  Left at its default, it is turned off
 when one of those is set otherwise, as Kafka 3.x does.
 
+Transactions (KIP-98; docs/transactions.md).  With a ``transactional_id``
+(which implies idempotence, hence ``acks="all"``) and its
+``transaction_timeout_ms`` (60000), the producer has Kafka's methods
+``init_transactions``, ``begin_transaction``, ``send_offsets_to_transaction``,
+``commit_transaction`` and ``abort_transaction`` (``producer/transactions.py``);
+``send`` is then refused outside a transaction.  Its batches are
+transactional, each round's new partitions are added to the transaction
+before the round leaves, and its epochs are the coordinator's: a sequence
+error fails the transaction (to be aborted) instead of bumping the epoch here.
+
 Thread safety: ``send``, ``flush`` and ``close`` may be called from any
 thread; ``self._mutex`` guards the batches and the in-flight bookkeeping,
 and ``self._changed`` (on the same mutex) wakes waiters.
@@ -52,7 +62,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -63,8 +73,19 @@ from annal.client.bootstrap import resolve_bootstrap
 from annal.client.cluster import ClientError, ClusterConnection
 from annal.client.retry import Budget
 from annal.client.security import client_security
+from annal.producer.futures import RecordFuture as RecordFuture
+from annal.producer.futures import RecordMetadata as RecordMetadata
 from annal.producer.partitioner import DefaultPartitioner, Partitioner
-from annal.storage.batch import Compression
+from annal.producer.settings import (
+    ACKS,
+    CODECS,
+    INT32_MAX,
+    MAX_PRODUCER_EPOCH,
+    Serializer,
+    idempotence,
+    identity,
+)
+from annal.producer.transactions import TransactionManager, TransactionMethods
 from annal.storage.records import BatchBuilder, Header
 from annal.v1 import annal_pb2 as pb
 
@@ -74,7 +95,6 @@ from annal.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
-CODECS = {c.name.lower(): c for c in Compression}
 # answers after which an idempotent producer bumps its epoch and sends again
 _SEQUENCE_ERRORS = (errors.OUT_OF_ORDER_SEQUENCE_NUMBER, errors.UNKNOWN_PRODUCER_ID)
 # retriable answers that may mean the leader moved or is cut off (besides the
@@ -85,47 +105,9 @@ _MAYBE_MOVED = (
     errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
 )
 
-Serializer = Callable[[object], bytes | None]
-
 
 class ProduceError(ClientError):
     """A record the cluster refused; ``error`` is Kafka's error name."""
-
-
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    topic: str
-    partition: int
-    offset: int  # -1 with acks=0
-    timestamp: int
-
-
-class RecordFuture(tuple):  # type: ignore[type-arg]
-    """The acknowledgement of one record: a view on its batch's future (one
-    ``concurrent.futures.Future`` per batch, as the Java client's
-    FutureRecordMetadata over ProduceRequestResult).  A tuple (batch, index,
-    timestamp): ``send`` builds one per record, and a tuple is built faster
-    than any object with attributes.  Thread-safe."""
-
-    __slots__ = ()
-
-    def _metadata(self, base_offset: int) -> RecordMetadata:
-        batch, index, timestamp = self
-        offset = base_offset + index if base_offset >= 0 else -1
-        return RecordMetadata(batch.topic, batch.partition, offset, timestamp)
-
-    def result(self, timeout: float | None = None) -> RecordMetadata:
-        """The record's metadata; raises ProduceError if it was not written."""
-        return self._metadata(self[0].future.result(timeout))
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        return self[0].future.exception(timeout)  # type: ignore[no-any-return]
-
-    def done(self) -> bool:
-        return self[0].future.done()  # type: ignore[no-any-return]
-
-    def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
-        self[0].future.add_done_callback(lambda _: fn(self))
 
 
 _new_tuple = tuple.__new__
@@ -154,50 +136,9 @@ class _Sequences:
     next: int = 0
 
 
-# Kafka's spellings of acks: "all" is -1, the whole ISR.
-ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
-MAX_IN_FLIGHT_FOR_IDEMPOTENCE = 5  # Kafka's limit; annal sends one batch per partition anyway
-MAX_PRODUCER_EPOCH = 32767
-INT32_MAX = 2**31 - 1
-
-
-def _identity(value: object) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    raise TypeError(f"cannot send {type(value).__name__} without a serializer")
-
-
-def _idempotence(
-    enabled: bool | None,
-    acks: int | None,
-    acks_given: object,
-    retries: int | None,
-    max_in_flight: int | None,
-) -> bool:
-    """Whether the producer is idempotent: ``enabled``, checked against the
-    settings it needs; when None, True unless a setting given rules it out."""
-    conflicts = []
-    if acks != -1:
-        conflicts.append(f"acks={acks_given!r} (it needs acks='all')")
-    if retries is not None and retries < 1:
-        conflicts.append(f"retries={retries} (it needs retries > 0)")
-    if max_in_flight is not None and max_in_flight > MAX_IN_FLIGHT_FOR_IDEMPOTENCE:
-        conflicts.append(
-            f"max_in_flight={max_in_flight} (it needs at most {MAX_IN_FLIGHT_FOR_IDEMPOTENCE})"
-        )
-    if enabled is None:
-        if conflicts:
-            logger.info("idempotence is off: %s", "; ".join(conflicts))
-        return not conflicts
-    if enabled and conflicts:
-        raise ValueError(f"enable_idempotence=True cannot go with {'; '.join(conflicts)}")
-    return enabled
-
-
-class Producer:
-    """See the module docstring; ``close()`` (or a ``with`` block) sends what is left.
+class Producer(TransactionMethods):
+    """See the module docstring; ``close()`` (or a ``with`` block) sends what is left
+    (and aborts an open transaction).
 
     The cluster is found through ``bootstrap_servers`` (``"host:port,..."``) or,
     as the ZooKeeper-era producer's ``zookeeper.connect``, through
@@ -219,10 +160,12 @@ class Producer:
         max_in_flight: int | None = None,
         request_timeout_ms: int = 30_000,
         max_block_ms: int = 60_000,
-        key_serializer: Serializer = _identity,
-        value_serializer: Serializer = _identity,
+        key_serializer: Serializer = identity,
+        value_serializer: Serializer = identity,
         partitioner: Partitioner | None = None,
         enable_idempotence: bool | None = None,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
         security_protocol: str | None = None,
         ssl_cafile: str | None = None,
         ssl_certfile: str | None = None,
@@ -233,13 +176,16 @@ class Producer:
     ) -> None:
         """Settings left None take Kafka 3.x's defaults: ``acks="all"``,
         ``retries`` 5, ``max_in_flight`` 5, ``enable_idempotence`` True (unless
-        another setting given rules it out; see the module docstring)."""
+        another setting given rules it out; see the module docstring).  A
+        ``transactional_id`` makes it transactional (``producer/transactions.py``)."""
         resolved = ACKS.get(acks.strip().lower()) if isinstance(acks, str) else acks
         if acks is None:
             resolved = -1
         if resolved not in (-1, 0, 1):
             raise ValueError(f"acks must be all (-1), 0 or 1, not {acks!r}")
-        self.idempotent = _idempotence(enable_idempotence, resolved, acks, retries, max_in_flight)
+        self.idempotent = idempotence(
+            enable_idempotence, resolved, acks, retries, max_in_flight, transactional_id
+        )
         if compression not in CODECS:
             raise ValueError(f"compression must be one of {sorted(CODECS)}, not {compression!r}")
         bootstrap = resolve_bootstrap(
@@ -266,8 +212,8 @@ class Producer:
         self._sticky = (
             self._partitioner.sticky if isinstance(self._partitioner, DefaultPartitioner) else None
         )
-        self._raw_keys = key_serializer is _identity
-        self._raw_values = value_serializer is _identity
+        self._raw_keys = key_serializer is identity
+        self._raw_values = value_serializer is identity
         self._mutex = threading.Lock()
         self._changed = threading.Condition(self._mutex)
         self._open: dict[TopicPartition, _Batch] = {}
@@ -283,6 +229,11 @@ class Producer:
         self.producer_id = -1
         self.producer_epoch = -1
         self._sequences: dict[TopicPartition, _Sequences] = {}
+        self._txn = (
+            None
+            if transactional_id is None
+            else TransactionManager(self, transactional_id, transaction_timeout_ms, self._mutex)
+        )
         self._io = ThreadPoolExecutor(
             max_workers=4 * self.max_in_flight, thread_name_prefix="producer-io"
         )
@@ -374,6 +325,8 @@ class Producer:
             timestamp_ms = time.time_ns() // 1_000_000
         size = 14 + (len(key_bytes) if key_bytes else 0) + (len(value_bytes) if value_bytes else 0)
         with self._mutex:
+            if self._txn is not None:
+                self._txn.check_send()  # under the mutex: commit's flush sees the record
             # a plain tuple finds the TopicPartition key (equal, same hash)
             # without building a named tuple per record
             batch = self._open.get((topic, partition))  # type: ignore[call-overload]
@@ -423,6 +376,8 @@ class Producer:
         ends = list(accumulate(sizes))  # ends[j]: bytes of records 0..j
         futures: list[RecordFuture] = []
         with self._mutex:
+            if self._txn is not None:
+                self._txn.check_send()
             start = 0
             while start < n:
                 chosen = partition
@@ -454,11 +409,33 @@ class Producer:
 
     def _open_batch(self, topic: str, partition: int) -> _Batch:
         """A new open batch (callers hold the mutex)."""
-        batch = _Batch(topic, partition, BatchBuilder(self.compression), time.monotonic())
+        builder = BatchBuilder(self.compression, is_transactional=self._txn is not None)
+        batch = _Batch(topic, partition, builder, time.monotonic())
         self._open[TopicPartition(topic, partition)] = batch
         self._unacknowledged.add(batch)
         self._changed.notify_all()  # the sender arms its linger timer
         return batch
+
+    def _drop_unsent(self, error: ErrorCode, message: str) -> bool:
+        """Fail every batch not sent yet (abort_transaction); whether one of them
+        was sent before (a retry), so that the log may hold it."""
+        with self._changed:
+            dropped = [*self._open.values(), *(b for q in self._ready.values() for b in q)]
+            self._open.clear()
+            self._ready.clear()
+            self._unacknowledged.difference_update(dropped)
+            self._changed.notify_all()
+        for batch in dropped:
+            batch.future.set_exception(ProduceError(error, message))
+        return any(batch.sequence >= 0 for batch in dropped)
+
+    def _abandon(self, groups: dict[str, list[_Batch]], error: ErrorCode, message: str) -> None:
+        """Fail a send round's batches, unsent and not to be retried (a transaction
+        that cannot take them)."""
+        for leader, group in groups.items():
+            for batch in group:
+                batch.attempts = self.retries
+            self._finished_request(leader, group, {}, error, message)
 
     def _close_batch(self, batch: _Batch) -> None:
         del self._open[TopicPartition(batch.topic, batch.partition)]
@@ -485,6 +462,8 @@ class Producer:
         if self._closing:
             return
         try:
+            if self._txn is not None:
+                self._txn.close(timeout_s)
             self.flush(timeout_s)
         finally:
             with self._changed:
@@ -571,6 +550,8 @@ class Producer:
 
     def _send(self, groups: dict[str, list[_Batch]]) -> None:
         """Send each leader its group; batches with no known leader look it up first."""
+        if self._txn is not None and not self._txn.prepare_send(groups):
+            return
         if self.idempotent and not self._stamp(groups):
             return
         unrouted = groups.pop("", [])
@@ -687,6 +668,7 @@ class Producer:
             acks=self.acks,
             # the broker's REQUEST_TIMED_OUT (acks=all) comes before our own deadline
             timeout_ms=int(self.request_timeout_s * 900),
+            transactional_id=self._txn.transactional_id if self._txn is not None else "",
         )
         # built in place: a sub-message passed to a constructor is copied whole
         topics: dict[str, pb.TopicProduceData] = {}
@@ -747,6 +729,7 @@ class Producer:
                 finished.append(batch)
             elif (
                 self.idempotent
+                and self._txn is None  # a transactional producer's epochs are its coordinator's
                 and error in _SEQUENCE_ERRORS
                 and batch.sequence >= 0
                 and batch.attempts < self.retries
@@ -765,8 +748,14 @@ class Producer:
                 message = result.error_message if result is not None else default_message
                 batch.future.set_exception(ProduceError(error, message))
                 finished.append(batch)
-                if result is not None and not error.retriable and error not in _SEQUENCE_ERRORS:
+                refused = result is not None and not error.retriable
+                definite = refused and error not in _SEQUENCE_ERRORS
+                if definite:
                     released.append(batch)  # refused for good: never in the log
+                if self._txn is not None:  # one sent before may be in the log, unless refused
+                    self._txn.batch_failed(
+                        batch, error, message, batch.sequence >= 0 and not definite
+                    )
         if refresh:
             self.cluster.forget(sorted(refresh))
             self.cluster.move_on()  # the broker that told us last may be the stale one
