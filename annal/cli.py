@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         perfcmd,
         reassigncmd,
         topicscmd,
+        transactionscmd,
         verifiablecmd,
     )
 
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     configscmd.add_parser(commands)
     aclscmd.add_parser(commands)
     groupscmd.add_parser(commands)
+    transactionscmd.add_parser(commands)
     consolecmd.add_parsers(commands)
     verifiablecmd.add_parsers(commands)
     perfcmd.add_parser(commands)
@@ -164,14 +166,15 @@ def _apply_command_config(args: argparse.Namespace) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from annal import topicscmd
+    from annal import topicscmd, transactionscmd
 
     # gRPC's own log lines (a failed TLS handshake, ...) would repeat what the
     # command reports in one line of its own
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
     parser = build_parser()
-    args = parser.parse_args(topicscmd.kafka_spelling(list(sys.argv[1:] if argv is None else argv)))
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(transactionscmd.kafka_spelling(topicscmd.kafka_spelling(words)))
     if (problem := _apply_command_config(args)) is not None:
         print(f"annal {args.command}: {problem}", file=sys.stderr)
         return 2

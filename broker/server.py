@@ -58,6 +58,7 @@ from annal.broker.metadata_cache import MetadataCache
 from annal.broker.metrics import BrokerMetrics, BrokerState
 from annal.broker.network import NetworkLayer
 from annal.broker.producer_ids import InitProducerIdApi, ProducerIdManager
+from annal.broker.producers_api import ProducersApi
 from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from annal.broker.replica_manager import ReplicaManager
 from annal.broker.replica_selector import replica_selector
@@ -80,6 +81,7 @@ from annal.kafkaproto.cluster import ClusterApis
 from annal.kafkaproto.data import DataApis
 from annal.kafkaproto.groups import GroupApis
 from annal.kafkaproto.listener import KafkaListener
+from annal.kafkaproto.producers import ProducersApis
 from annal.kafkaproto.security_admin import SecurityAdminApis
 from annal.kafkaproto.transactions import TransactionApis
 from annal.kafkaproto.txn_markers import TxnMarkerApis
@@ -316,9 +318,11 @@ class BrokerServer:
             acls_enabled=self.authorizer.enabled,
             authorizer=self.authorizer,
         )
+        producers = ProducersApi(self.replicas, self.authorizer, self.metadata.snapshot)
         service = AnnalService(
-            data, admin, groups, init_producer_id, security_admin, transactions
-        )
+            data, admin, groups, init_producer_id, security_admin, transactions,
+            producers=producers,
+        )  # fmt: skip
         control = ControlService(
             self.replicas,
             self.metadata,
@@ -365,6 +369,7 @@ class BrokerServer:
             SecurityAdminApis(security_admin).register(kafka_apis)
             TransactionApis(transactions).register(kafka_apis)
             TxnMarkerApis(control).register(kafka_apis)
+            ProducersApis(producers).register(kafka_apis)
             register_sasl_apis(kafka_apis)
             for kafka_config in config.kafka_listeners:
                 self._start_kafka_listener(kafka_config, kafka_apis, limits)

@@ -8,6 +8,7 @@ A thin edge: each rpc goes to the part of the broker that owns it:
   topics, partitions, configs, elections, reassignments;
 * groups (``group_api.py``): FindCoordinator, OffsetCommit, OffsetFetch;
 * idempotent producers' ids (``producer_ids.py``): InitProducerId;
+* partition leaders' producer state (``producers_api.py``): DescribeProducers;
 * ACLs and SCRAM credentials (``security_admin.py``): CreateAcls, DescribeAcls,
   DeleteAcls, DescribeUserScramCredentials, AlterUserScramCredentials (UNIMPLEMENTED
   on a broker built without a ``SecurityAdmin``).
@@ -32,6 +33,7 @@ from annal.broker.data_api import DataApi
 from annal.broker.group_api import GroupApi
 from annal.broker.grpc_auth import metadata_value
 from annal.broker.producer_ids import InitProducerIdApi
+from annal.broker.producers_api import ProducersApi
 from annal.broker.security_admin import SecurityAdmin
 from annal.broker.transactions.api import TransactionApi
 from annal.client.security import USER_HEADER
@@ -54,6 +56,7 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         producer_ids: InitProducerIdApi,
         security: SecurityAdmin | None = None,
         transactions: TransactionApi | None = None,
+        producers: ProducersApi | None = None,
     ) -> None:
         self._data = data
         self._admin = admin
@@ -61,6 +64,7 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         self._producer_ids = producer_ids
         self._security = security
         self._transactions = transactions
+        self._producers = producers
 
     async def _security_admin(self, context: Context) -> SecurityAdmin:
         if self._security is None:
@@ -211,8 +215,12 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     async def DescribeProducers(
         self, request: pb.DescribeProducersRequest, context: Context
     ) -> pb.DescribeProducersResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "DescribeProducers is not served yet")
-        raise AssertionError("unreachable")
+        if self._producers is None:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED, "this broker serves no DescribeProducers"
+            )
+        assert self._producers is not None
+        return self._producers.describe_producers(request, grpc_session(context))
 
     # ACLs and SCRAM credentials; what a caller needs: security_admin.REQUIRED_ACCESS
 
