@@ -117,12 +117,12 @@ class InitProducerIdApi:
         if request.transactional_id:
             resource = Resource(TRANSACTIONAL_ID, request.transactional_id)
             if not authorizer.allowed(session, AclOperation.WRITE, resource):
-                return _refused(
+                return refused_init(
                     errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     denial(session, AclOperation.WRITE, resource),
                 )
             if self.transactions is None:
-                return _refused(
+                return refused_init(
                     errors.COORDINATOR_NOT_AVAILABLE, "the transaction coordinator is starting"
                 )
             return await self.transactions.init_producer_id(request, session)
@@ -130,22 +130,21 @@ class InitProducerIdApi:
         if not authorizer.cluster(
             session, idempotent, log_denied=False
         ) and not authorizer.any_resource(session, AclOperation.WRITE, TOPIC):
-            return _refused(
+            return refused_init(
                 errors.CLUSTER_AUTHORIZATION_FAILED,
                 f"{cluster_denial(session, idempotent)}, nor Write any topic",
             )
-        producer_id = self._ids.next_from_block()
-        if producer_id is None:
-            try:
-                producer_id = cast(int, await self._run_admin(self._ids.generate))
-            except ZkError as exc:
-                return _refused(
-                    errors.COORDINATOR_NOT_AVAILABLE, f"cannot reserve producer ids: {exc}"
-                )
+        try:
+            producer_id = await self.new_producer_id()
+        except ZkError as exc:
+            return refused_init(
+                errors.COORDINATOR_NOT_AVAILABLE, f"cannot reserve producer ids: {exc}"
+            )
         return pb.InitProducerIdResponse(error=pb.NONE, producer_id=producer_id, producer_epoch=0)
 
 
-def _refused(error: ErrorCode, message: str) -> pb.InitProducerIdResponse:
+def refused_init(error: ErrorCode, message: str) -> pb.InitProducerIdResponse:
+    """An InitProducerId answer refusing with ``error`` (no producer id or epoch)."""
     return pb.InitProducerIdResponse(
         error=cast(pb.ErrorCode.ValueType, error.number),
         producer_id=-1,

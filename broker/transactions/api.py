@@ -21,7 +21,6 @@ Thread safety: runs on the broker's event loop.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import cast
 
 from annal.broker.authorization import (
     ALLOW_ALL,
@@ -34,6 +33,7 @@ from annal.broker.authorization import (
 from annal.broker.config import BrokerConfig
 from annal.broker.data_api import code
 from annal.broker.metadata_cache import MetadataCache
+from annal.broker.producer_ids import refused_init
 from annal.security.acl import AclOperation, Resource
 from annal.security.session import Session
 from annal.v1 import annal_pb2 as pb
@@ -104,7 +104,7 @@ class TransactionApi:
         """InitProducerId with a transactional id (Write on it)."""
         refusal = self._id_refusal(session, AclOperation.WRITE, request.transactional_id)
         if refusal is not None:
-            return _init_refused(*refusal)
+            return refused_init(*refusal)
         expected = None
         if request.HasField("producer_id") and request.producer_id >= 0:
             expected = (request.producer_id, request.producer_epoch)
@@ -112,7 +112,7 @@ class TransactionApi:
             request.transactional_id, request.transaction_timeout_ms, expected
         )
         if result.error != errors.NONE:
-            return _init_refused(result.error, result.message)
+            return refused_init(result.error, result.message)
         return pb.InitProducerIdResponse(
             producer_id=result.producer_id, producer_epoch=result.producer_epoch
         )
@@ -244,14 +244,6 @@ def _per_partition(
         error_message=message,
     )
 
-
-def _init_refused(error: ErrorCode, message: str) -> pb.InitProducerIdResponse:
-    return pb.InitProducerIdResponse(
-        error=cast(pb.ErrorCode.ValueType, error.number),
-        producer_id=-1,
-        producer_epoch=-1,
-        error_message=message,
-    )
 
 
 def settings_of(config: BrokerConfig) -> TxnSettings:

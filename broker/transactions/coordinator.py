@@ -43,10 +43,11 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from annal.broker.coordinator import OFFSETS_TOPIC, Append, AwaitReplication
 from annal.broker.offsets_schema import partition_for
 from annal.storage.batch import last_header
 from annal.storage.log import Log
@@ -76,17 +77,10 @@ from .metadata import (
 
 logger = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 _PREPARED = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 COMPLETION_WAIT_S = 1.0  # see TransactionCoordinator._completion
 _IDLE = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 
-# What the coordinator needs of the replica manager: an acks=all append (error,
-# last offset) and the wait for the in-sync replicas ({tp: (error, message)}).
-Append = Callable[[TopicPartition, bytes], tuple[ErrorCode, int]]
-AwaitReplication = Callable[
-    [dict[TopicPartition, int], int], Awaitable[Mapping[TopicPartition, tuple[ErrorCode, str]]]
-]
 # Spawns a coroutine on the broker's event loop (callable from any thread).
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
