@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 
-from annal.broker.group_api import consumer_assignment
-from annal.broker.offsets_schema import (
+from annal.broker.groups.group_api import consumer_assignment
+from annal.broker.groups.offsets_schema import (
     OffsetsSchemaError,
     decode_group_key,
     decode_group_value,

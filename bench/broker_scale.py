@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from annal.broker.partition import LeaderAndIsrState
-from annal.broker.replica_manager import ReplicaManager
+from annal.broker.replication.partition import LeaderAndIsrState
+from annal.broker.replication.replica_manager import ReplicaManager
 from annal.storage import files
 from annal.storage.cleaner import LogCleaner
 from annal.storage.files import TopicPartition

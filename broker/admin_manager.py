@@ -38,8 +38,17 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from annal.broker import request_checks as checks
-from annal.broker.authorization import (
+from annal.broker.config import BrokerConfig
+from annal.broker.data_api import Deadline, code, wait_ms
+from annal.broker.dynamic_config import DynamicBrokerConfig
+from annal.broker.dynamic_config_admin import BrokerConfigAdmin, Operation
+from annal.broker.groups.coordinator import OFFSETS_TOPIC
+from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot, broker_message
+from annal.broker.replication.leadership_fence import LeadershipFence
+from annal.broker.requests import request_checks as checks
+from annal.broker.requests.delayed import Purgatories
+from annal.broker.requests.request_checks import Refusal
+from annal.broker.security.authorization import (
     ALLOW_ALL,
     CLUSTER_RESOURCE,
     INTERNAL,
@@ -47,15 +56,6 @@ from annal.broker.authorization import (
     RequestAuthorizer,
     cluster_denial,
 )
-from annal.broker.config import BrokerConfig
-from annal.broker.coordinator import OFFSETS_TOPIC
-from annal.broker.data_api import Deadline, code, wait_ms
-from annal.broker.delayed import Purgatories
-from annal.broker.dynamic_config import DynamicBrokerConfig
-from annal.broker.dynamic_config_admin import BrokerConfigAdmin, Operation
-from annal.broker.leadership_fence import LeadershipFence
-from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot, broker_message
-from annal.broker.request_checks import Refusal
 from annal.broker.transactions.log_schema import TRANSACTION_STATE_TOPIC
 from annal.security.acl import AclOperation, Resource, ResourceType
 from annal.security.session import Session
@@ -153,7 +153,7 @@ class AdminManager:
             me = self._config.broker_id if self._fence.fenced else None
             for partition, view in sorted(partitions.items()):
                 leader = cache.leader_of(name, partition)
-                if leader == me:  # fenced (broker/leadership_fence.py): ask elsewhere
+                if leader == me:  # fenced (broker/replication/leadership_fence.py): ask elsewhere
                     leader = -1
                 topic.partitions.add(
                     partition=partition,

@@ -29,7 +29,7 @@ from annal.broker.listeners import (
     ListenerError,
     TlsSettings,
 )
-from annal.broker.replica_selector import replica_selector
+from annal.broker.replication.replica_selector import replica_selector
 from annal.client import properties
 from annal.client.security import SSL, Security, pem_certificates, pem_private_key, read_pem
 from annal.kafkaproto.client_security import ConnectionSecurity
@@ -225,7 +225,7 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "broker.rack": (_str, ""),
     # how a leader picks the replica a consumer reads from (KIP-392): empty for the
     # leader only; Kafka's org.apache.kafka.common.replica.RackAwareReplicaSelector
-    # for a replica in the consumer's client.rack (broker/replica_selector.py)
+    # for a replica in the consumer's client.rack (broker/replication/replica_selector.py)
     "replica.selector.class": (_replica_selector, ""),
     "log.dirs": (_dirs, None),
     "log.dir": (_dirs, "/tmp/annal-logs"),
@@ -272,7 +272,7 @@ SETTINGS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "num.replica.fetchers": (_int(1), "1"),
     "replica.fetch.backoff.ms": (_int(0), "1000"),
     "replica.fetch.response.max.bytes": (_int(1), "10485760"),
-    # Kafka's fetch sessions (KIP-227, broker/fetch_sessions.py): how many the broker
+    # Kafka's fetch sessions (KIP-227, broker/requests/fetch_sessions.py): how many the broker
     # keeps, and how long a session is safe from eviction by a newer one
     "max.incremental.fetch.session.cache.slots": (_int(0), "1000"),
     "min.incremental.fetch.session.eviction.ms": (_int(0), "120000"),

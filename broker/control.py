@@ -41,8 +41,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-from annal.broker import request_checks as checks
-from annal.broker.authorization import ALLOW_ALL, RequestAuthorizer
 from annal.broker.data_api import code
 from annal.broker.listeners import PLAINTEXT
 from annal.broker.metadata_cache import (
@@ -50,10 +48,12 @@ from annal.broker.metadata_cache import (
     PartitionView,
     live_broker,
 )
-from annal.broker.partition import LeaderAndIsrState
-from annal.broker.replica_manager import ReplicaManager
-from annal.broker.service import grpc_session
-from annal.broker.txn_markers import (
+from annal.broker.replication.partition import LeaderAndIsrState
+from annal.broker.replication.replica_manager import ReplicaManager
+from annal.broker.requests import request_checks as checks
+from annal.broker.requests.service import grpc_session
+from annal.broker.security.authorization import ALLOW_ALL, RequestAuthorizer
+from annal.broker.transactions.leader_markers import (
     DEFAULT_TIMEOUT_MS,
     AwaitReplication,
     MarkerWritten,

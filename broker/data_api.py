@@ -49,20 +49,18 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
-from annal.broker import request_checks as checks
-from annal.broker.authorization import (
-    ALLOW_ALL,
-    INTERNAL,
-    RequestAuthorizer,
-)
-from annal.broker.delayed import (
+from annal.broker.metrics import BrokerMetrics
+from annal.broker.replication.replica_manager import AppendResult, ReadResult, ReplicaManager
+from annal.broker.replication.replica_selector import ClientMetadata
+from annal.broker.requests import request_checks as checks
+from annal.broker.requests.delayed import (
     DelayedDeleteRecords,
     DelayedFetch,
     DelayedProduce,
     DelayedSessionFetch,
     Purgatories,
 )
-from annal.broker.fetch_sessions import (
+from annal.broker.requests.fetch_sessions import (
     INVALID_SESSION_ID,
     CachedPartition,
     FetchKind,
@@ -72,10 +70,12 @@ from annal.broker.fetch_sessions import (
     Probe,
     kind_of,
 )
-from annal.broker.metrics import BrokerMetrics
-from annal.broker.replica_manager import AppendResult, ReadResult, ReplicaManager
-from annal.broker.replica_selector import ClientMetadata
-from annal.broker.transactional_data import (
+from annal.broker.security.authorization import (
+    ALLOW_ALL,
+    INTERNAL,
+    RequestAuthorizer,
+)
+from annal.broker.transactions.data_path import (
     READ_COMMITTED,
     aborted_transactions,
     check_isolation_level,
@@ -432,7 +432,7 @@ class DataApi:
         client: ClientMetadata | None = None,
         preferred: dict[TopicPartition, int] | None = None,
     ) -> tuple[pb.FetchResponse, int]:
-        """A Fetch with a fetch session's fields (``broker/fetch_sessions.py``): its
+        """A Fetch with a fetch session's fields (``broker/requests/fetch_sessions.py``): its
         answer and the session id to send with it.  A full fetch is ``fetch``'s,
         opening a session when asked and a slot is free; an incremental fetch
         (``request`` holds the partitions added or changed) is answered with the

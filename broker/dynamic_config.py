@@ -43,7 +43,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from annal.broker import request_checks as checks
 from annal.broker.config import (
     KAFKA_DYNAMIC_UNUSED,
     KAFKA_SETTINGS_UNUSED,
@@ -52,6 +51,7 @@ from annal.broker.config import (
     ConfigError,
 )
 from annal.broker.listeners import LISTENER_PREFIX, is_sensitive
+from annal.broker.requests import request_checks as checks
 from annal.storage.config import LogConfig
 from annal.storage.manager import LogManager
 from annal.zk.broker_configs import DEFAULT_ENTITY

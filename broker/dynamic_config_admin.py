@@ -29,7 +29,7 @@ from annal.broker.dynamic_config import (
     DynamicBrokerConfig,
     DynamicConfigError,
 )
-from annal.broker.request_checks import Refusal
+from annal.broker.requests.request_checks import Refusal
 from annal.v1 import annal_pb2 as pb
 from annal.zk.broker_configs import DEFAULT_ENTITY
 from annal.zk.client import StaleVersionError, ZkClient

@@ -312,7 +312,7 @@ class StateCollector(Collector):
 
 
 class FetchSessionStats(Protocol):
-    """What the fetch session cache (``broker/fetch_sessions.py``) tells of itself."""
+    """What the fetch session cache (``broker/requests/fetch_sessions.py``) tells of itself."""
 
     partitions_cached: int
     evictions: int

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 import grpc
 from annal.broker.metrics import BrokerMetrics
-from annal.broker.rpc_guard import RequestGuard, RequestLimits
+from annal.broker.requests.rpc_guard import RequestGuard, RequestLimits
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 logger = logging.getLogger(__name__)

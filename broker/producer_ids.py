@@ -30,7 +30,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from annal.broker.authorization import (
+from annal.broker.security.authorization import (
     ALLOW_ALL,
     INTERNAL,
     TOPIC,

@@ -10,7 +10,7 @@ Each partition asked for is answered as Kafka 3.0's
   caller);
 
 then partition by partition: a partition led here (and not fenced:
-``broker/leadership_fence.py``) is answered with one ``ProducerState`` per
+``broker/replication/leadership_fence.py``) is answered with one ``ProducerState`` per
 producer id (epoch, last sequence, last batch's timestamp, the coordinator
 epoch of its last marker, the first offset of its open transaction, -1 for
 those it has none of); one hosted but not led, or one that exists elsewhere,
@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from annal.broker import request_checks as checks
-from annal.broker.authorization import ALLOW_ALL, RequestAuthorizer
 from annal.broker.data_api import code
 from annal.broker.metadata_cache import MetadataSnapshot
-from annal.broker.replica_manager import ReplicaManager
+from annal.broker.replication.replica_manager import ReplicaManager
+from annal.broker.requests import request_checks as checks
+from annal.broker.security.authorization import ALLOW_ALL, RequestAuthorizer
 from annal.security.acl import AclOperation
 from annal.security.session import Session
 from annal.storage.errors import StorageError

@@ -39,33 +39,44 @@ from pathlib import Path
 
 import grpc
 from annal.broker.admin_manager import AdminManager
-from annal.broker.authorization import RequestAuthorizer
 from annal.broker.config import BrokerConfig
 from annal.broker.config_changes import ConfigChangeListener
 from annal.broker.control import ControlService, StaleBrokerEpoch
-from annal.broker.coordinator import OFFSETS_TOPIC, OffsetsCoordinator
 from annal.broker.data_api import DataApi
-from annal.broker.delayed import Purgatories
 from annal.broker.dynamic_config import DynamicBrokerConfig, apply_log_defaults
-from annal.broker.fetch_sessions import FetchSessionCache
-from annal.broker.group_api import GroupApi
-from annal.broker.group_membership import GroupMembership
-from annal.broker.grpc_auth import PasswordCheck, PasswordGuard
-from annal.broker.isr_changes import IsrChangeWriter
-from annal.broker.leadership_fence import LeadershipFence
+from annal.broker.groups.coordinator import OFFSETS_TOPIC, OffsetsCoordinator
+from annal.broker.groups.group_api import GroupApi
+from annal.broker.groups.group_membership import GroupMembership
+from annal.broker.kafka.admin import AdminApis
+from annal.broker.kafka.apis import KafkaApis
+from annal.broker.kafka.authentication import listener_security, register_sasl_apis
+from annal.broker.kafka.cluster import ClusterApis
+from annal.broker.kafka.data import DataApis
+from annal.broker.kafka.groups import GroupApis
+from annal.broker.kafka.listener import KafkaListener
+from annal.broker.kafka.producers import ProducersApis
+from annal.broker.kafka.security_admin import SecurityAdminApis
+from annal.broker.kafka.transactions import TransactionApis
+from annal.broker.kafka.txn_markers import TxnMarkerApis
 from annal.broker.listeners import PLAINTEXT, KafkaListenerConfig
 from annal.broker.metadata_cache import MetadataCache
 from annal.broker.metrics import BrokerMetrics, BrokerState
 from annal.broker.network import NetworkLayer
 from annal.broker.producer_ids import InitProducerIdApi, ProducerIdManager
 from annal.broker.producers_api import ProducersApi
-from annal.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
-from annal.broker.replica_manager import ReplicaManager
-from annal.broker.replica_selector import replica_selector
-from annal.broker.rpc_guard import RequestLimits
-from annal.broker.security_admin import SecurityAdmin
-from annal.broker.security_store import SecurityStore
-from annal.broker.service import AnnalService
+from annal.broker.replication.isr_changes import IsrChangeWriter
+from annal.broker.replication.leadership_fence import LeadershipFence
+from annal.broker.replication.replica_fetcher import FetcherSettings, ReplicaFetcherManager
+from annal.broker.replication.replica_manager import ReplicaManager
+from annal.broker.replication.replica_selector import replica_selector
+from annal.broker.requests.delayed import Purgatories
+from annal.broker.requests.fetch_sessions import FetchSessionCache
+from annal.broker.requests.grpc_auth import PasswordCheck, PasswordGuard
+from annal.broker.requests.rpc_guard import RequestLimits
+from annal.broker.requests.service import AnnalService
+from annal.broker.security.authorization import RequestAuthorizer
+from annal.broker.security.security_admin import SecurityAdmin
+from annal.broker.security.security_store import SecurityStore
 from annal.broker.transactions.api import TransactionApi, settings_of
 from annal.broker.transactions.coordinator import TransactionCoordinator, spawn_on
 from annal.broker.transactions.log_schema import TRANSACTION_STATE_TOPIC
@@ -74,17 +85,6 @@ from annal.client.security import SecurityConfigError
 from annal.controller.channel import ControllerChannel
 from annal.controller.controller import Controller
 from annal.controller.events import RebalanceSettings
-from annal.kafkaproto.admin import AdminApis
-from annal.kafkaproto.apis import KafkaApis
-from annal.kafkaproto.authentication import listener_security, register_sasl_apis
-from annal.kafkaproto.cluster import ClusterApis
-from annal.kafkaproto.data import DataApis
-from annal.kafkaproto.groups import GroupApis
-from annal.kafkaproto.listener import KafkaListener
-from annal.kafkaproto.producers import ProducersApis
-from annal.kafkaproto.security_admin import SecurityAdminApis
-from annal.kafkaproto.transactions import TransactionApis
-from annal.kafkaproto.txn_markers import TxnMarkerApis
 from annal.security.scram import ScramCredential
 from annal.storage.control import AppendOrigin
 from annal.storage.errors import LogDirError
@@ -251,7 +251,7 @@ class BrokerServer:
         )
         self.fence = LeadershipFence(
             config.broker_id, lambda fenced: self.replicas.wake_led()
-        )  # broker/leadership_fence.py
+        )  # broker/replication/leadership_fence.py
         self.replicas = ReplicaManager(
             config.broker_id,
             logs,

@@ -2,7 +2,7 @@
 
 Used where annal itself speaks Kafka's protocol to a broker in bulk: the
 Spark reader's raw fetches (``consumer/kafka_fetch.py``) and the followers'
-replica fetches (``broker/replica_fetcher.py``).  A connection to a secured
+replica fetches (``broker/replication/replica_fetcher.py``).  A connection to a secured
 listener runs TLS and logs in with SASL before its first request
 (``kafkaproto/client_security.py``); a refused login raises
 ``AuthenticationFailed``.  A request is encoded with

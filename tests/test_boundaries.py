@@ -82,3 +82,15 @@ def test_partitions_are_named_not_bare_tuples() -> None:
         if "tuple[str, int]" in line
     ]
     assert offenders == [], f"bare (topic, partition) tuples in signatures: {offenders}"
+
+
+def test_kafkaproto_is_a_library_of_the_wire() -> None:
+    """Kafka's protocol is a library both the broker's listener (broker/kafka/) and
+    annal's clients use: it imports nothing of the broker, so there is no cycle."""
+    forbidden = {"annal.broker", "annal.controller", "annal.zk", "annal.storage"}
+    offenders = {
+        f: sorted(names & forbidden)
+        for f, names in imported_modules("kafkaproto").items()
+        if names & forbidden
+    }
+    assert offenders == {}

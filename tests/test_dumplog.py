@@ -486,7 +486,7 @@ def test_files_takes_kafkas_comma_separated_list(
 def test_offsets_decoder_prints_commits_and_group_metadata(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from annal.broker.offsets_schema import (
+    from annal.broker.groups.offsets_schema import (
         GroupMetadataValue,
         MemberMetadata,
         OffsetKey,

@@ -33,7 +33,7 @@ def test_answers_are_read_by_number_into_the_one_code() -> None:
 
 
 def test_every_error_annal_raises_carries_its_code() -> None:
-    from annal.broker.partition import PartitionStateError
+    from annal.broker.replication.partition import PartitionStateError
     from annal.client.cluster import ClientError
     from annal.consumer.simple import ConsumerError
     from annal.producer.producer import ProduceError

@@ -22,7 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from annal.broker.authorization import (
+from annal.broker.config import BrokerConfig
+from annal.broker.data_api import code
+from annal.broker.metadata_cache import MetadataCache
+from annal.broker.producer_ids import refused_init
+from annal.broker.security.authorization import (
     ALLOW_ALL,
     GROUP,
     INTERNAL,
@@ -30,10 +34,6 @@ from annal.broker.authorization import (
     RequestAuthorizer,
     denial,
 )
-from annal.broker.config import BrokerConfig
-from annal.broker.data_api import code
-from annal.broker.metadata_cache import MetadataCache
-from annal.broker.producer_ids import refused_init
 from annal.security.acl import AclOperation, Resource
 from annal.security.session import Session
 from annal.v1 import annal_pb2 as pb

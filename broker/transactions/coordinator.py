@@ -47,8 +47,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from annal.broker.coordinator import OFFSETS_TOPIC, Append, AwaitReplication
-from annal.broker.offsets_schema import partition_for
+from annal.broker.groups.coordinator import OFFSETS_TOPIC, Append, AwaitReplication
+from annal.broker.groups.offsets_schema import partition_for
 from annal.storage.batch import last_header
 from annal.storage.log import Log
 from annal.storage.records import Record, encode_batch, iter_records

@@ -10,8 +10,8 @@ from typing import Any, cast
 
 import pytest
 from annal.broker.data_api import DataApi
-from annal.broker.delayed import Purgatories
-from annal.broker.replica_manager import AppendResult, ReplicaManager
+from annal.broker.replication.replica_manager import AppendResult, ReplicaManager
+from annal.broker.requests.delayed import Purgatories
 from annal.storage.files import TopicPartition
 from annal.v1 import annal_pb2 as pb
 

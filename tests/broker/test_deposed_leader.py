@@ -1,5 +1,5 @@
 """A leader cut off from ZooKeeper and from its peers, while clients still reach
-it, stops leading once its session must have expired (broker/leadership_fence.py):
+it, stops leading once its session must have expired (broker/replication/leadership_fence.py):
 producers get NOT_LEADER_OR_FOLLOWER, find the new leader and are acknowledged
 again within the session timeout and a few seconds; nothing acknowledged is lost.
 

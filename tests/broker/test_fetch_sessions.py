@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from annal.broker.delayed import DelayedSessionFetch
-from annal.broker.fetch_sessions import (
+from annal.broker.requests.delayed import DelayedSessionFetch
+from annal.broker.requests.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     INVALID_SESSION_ID,

@@ -7,9 +7,9 @@ import threading
 from collections.abc import Sequence
 
 import pytest
-from annal.broker import isr_changes
-from annal.broker.isr_changes import IsrChangeWriter
-from annal.broker.partition import IsrChange
+from annal.broker.replication import isr_changes
+from annal.broker.replication.isr_changes import IsrChangeWriter
+from annal.broker.replication.partition import IsrChange
 from annal.storage.files import TopicPartition
 from annal.zk.client import SessionEvent, StaleVersionError, ZkError
 from annal.zk.layout import PartitionState

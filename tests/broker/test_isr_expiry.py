@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from annal.broker.isr_expiry import IsrExpiration, IsrWatch
-from annal.broker.partition import IsrChange, LeaderAndIsrState, Partition
+from annal.broker.replication.isr_expiry import IsrExpiration, IsrWatch
+from annal.broker.replication.partition import IsrChange, LeaderAndIsrState, Partition
 from annal.storage.config import LogConfig
 from annal.storage.files import TopicPartition
 from annal.storage.log import Log

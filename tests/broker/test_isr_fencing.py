@@ -12,8 +12,8 @@ import threading
 import time
 
 import pytest
-from annal.broker.isr_changes import IsrChangeWriter
-from annal.broker.partition import IsrChange
+from annal.broker.replication.isr_changes import IsrChangeWriter
+from annal.broker.replication.partition import IsrChange
 from annal.deploy.runner import wait_until
 from annal.deploy.zookeeper import ZooKeeperServer
 from annal.storage.files import TopicPartition

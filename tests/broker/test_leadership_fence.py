@@ -1,4 +1,4 @@
-"""The leadership fence's states (broker/leadership_fence.py) and what a fenced
+"""The leadership fence's states (broker/replication/leadership_fence.py) and what a fenced
 leader answers, with a real log and partition (no network)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from annal.broker.leadership_fence import FenceState, LeadershipFence
-from annal.broker.partition import LeaderAndIsrState, Partition, PartitionStateError
+from annal.broker.replication.leadership_fence import FenceState, LeadershipFence
+from annal.broker.replication.partition import LeaderAndIsrState, Partition, PartitionStateError
 from annal.storage.files import TopicPartition
 
 from annal import errors

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from annal.broker.authorization import RequestAuthorizer
 from annal.broker.metadata_cache import MetadataSnapshot, PartitionView
-from annal.broker.partition import LeaderAndIsrState
 from annal.broker.producers_api import ProducersApi
-from annal.broker.replica_manager import ReplicaManager
+from annal.broker.replication.partition import LeaderAndIsrState
+from annal.broker.replication.replica_manager import ReplicaManager
+from annal.broker.security.authorization import RequestAuthorizer
 from annal.security.acl import (
     AccessControlEntry,
     AclOperation,

@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from annal.broker.purgatory import DelayedOperation, Purgatory
+from annal.broker.requests.purgatory import DelayedOperation, Purgatory
 
 
 class Counter(DelayedOperation[str]):

@@ -17,23 +17,23 @@ from typing import Any, NamedTuple
 
 import grpc
 import pytest
-from annal.broker.fetch_sessions import (
+from annal.broker.kafka.data import DataApis
+from annal.broker.replication.replica_fetcher import (
+    FetcherSettings,
+    FollowOrder,
+    ReplicaFetcherManager,
+    _FetcherThread,
+)
+from annal.broker.replication.replica_transport import FetchLimits, KafkaReplicaFetch, Wanted
+from annal.broker.requests.fetch_sessions import (
     CachedPartition,
     FetchKind,
     FetchSessionCache,
     PartitionFetch,
     kind_of,
 )
-from annal.broker.replica_fetcher import (
-    FetcherSettings,
-    FollowOrder,
-    ReplicaFetcherManager,
-    _FetcherThread,
-)
-from annal.broker.replica_transport import FetchLimits, KafkaReplicaFetch, Wanted
 from annal.deploy.runner import wait_until
 from annal.kafkaproto.client import ConnectionFailed
-from annal.kafkaproto.data import DataApis
 from annal.kafkaproto.wire import decode_request, encode_response, peek_head, response
 from annal.storage.errors import OffsetOutOfRangeError
 from annal.storage.files import TopicPartition
@@ -401,7 +401,7 @@ def test_a_follower_ahead_of_the_leaders_log_end_cuts_back_to_it(
 
     stand_in.OffsetsForLeaderEpoch = unclean  # type: ignore[method-assign]
     served = serve(stand_in)
-    with caplog.at_level("WARNING", logger="annal.broker.replica_fetcher"):
+    with caplog.at_level("WARNING", logger="annal.broker.replication.replica_fetcher"):
         fetchers.follow(TP, 1, served.endpoint, follower, 0, served.kafka_endpoint)
         wait_until(lambda: follower.log_end_offset == 3, 30, "the follower cut back")
     assert log_bytes(follower) == log_bytes(leader)

@@ -8,10 +8,10 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from annal.broker.isr_changes import IsrChangeWriter
-from annal.broker.partition import Applied, IsrChange, LeaderAndIsrState, Partition
-from annal.broker.replica_fetcher import FollowOrder
-from annal.broker.replica_manager import ReplicaManager
+from annal.broker.replication.isr_changes import IsrChangeWriter
+from annal.broker.replication.partition import Applied, IsrChange, LeaderAndIsrState, Partition
+from annal.broker.replication.replica_fetcher import FollowOrder
+from annal.broker.replication.replica_manager import ReplicaManager
 from annal.storage.config import LogConfig
 from annal.storage.files import TopicPartition
 from annal.storage.log import Log

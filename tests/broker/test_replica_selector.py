@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 from annal.broker.config import BrokerConfig, ConfigError
-from annal.broker.delayed import FetchStart
-from annal.broker.leadership_fence import LeadershipFence
 from annal.broker.metadata_cache import LiveBroker, MetadataSnapshot
-from annal.broker.partition import LeaderAndIsrState
-from annal.broker.replica_manager import ReplicaManager
-from annal.broker.replica_selector import (
+from annal.broker.replication.leadership_fence import LeadershipFence
+from annal.broker.replication.partition import LeaderAndIsrState
+from annal.broker.replication.replica_manager import ReplicaManager
+from annal.broker.replication.replica_selector import (
     RACK_AWARE,
     ClientMetadata,
     RackAwareReplicaSelector,
     ReplicaView,
     replica_selector,
 )
+from annal.broker.requests.delayed import FetchStart
 from annal.storage.files import TopicPartition
 from annal.storage.manager import LogManager, LogManagerConfig
 from annal.storage.records import Record, encode_batch

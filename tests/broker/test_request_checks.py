@@ -1,13 +1,13 @@
 """Every request is checked at the broker's boundary, as Kafka checks them.
 
-The pure checks (``broker/request_checks.py``) first; then two real brokers on
+The pure checks (``broker/requests/request_checks.py``) first; then two real brokers on
 a real ZooKeeper, shared by the module, sent every rpc of ``annal.v1.Annal``
 and of ``BrokerControl`` (the same port, so any client reaches it) with each
 field at its extremes: illegal topic names, partitions -1 and 2^31-1, numbers
 at the int32/int64 limits, empty lists.  Each gets a specific answer: Kafka's
 error code where the field is per topic or per partition, INVALID_ARGUMENT
 naming the field where it is the request's.  None reaches the safety net
-(``broker/rpc_guard.py``): the last test finds no traceback in the logs.
+(``broker/requests/rpc_guard.py``): the last test finds no traceback in the logs.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import grpc
 import pytest
-from annal.broker import request_checks as checks
-from annal.broker.request_checks import InvalidRequest, Refusal
+from annal.broker.requests import request_checks as checks
+from annal.broker.requests.request_checks import InvalidRequest, Refusal
 from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
 from annal.storage.records import Record, encode_batch
 from annal.v1 import annal_pb2 as pb

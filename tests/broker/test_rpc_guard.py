@@ -12,8 +12,8 @@ from typing import Any
 
 import grpc
 import pytest
-from annal.broker.request_checks import InvalidRequest
-from annal.broker.rpc_guard import RequestGuard, RequestLimits, one_line
+from annal.broker.requests.request_checks import InvalidRequest
+from annal.broker.requests.rpc_guard import RequestGuard, RequestLimits, one_line
 
 
 async def _ok(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -119,7 +119,7 @@ def test_a_bug_is_internal_with_one_line_and_logged_once(
         "/test.Guarded/Bug failed on the broker: RuntimeError: no such thing (see the broker log)"
     )
     logged = [r for r in caplog.records if r.exc_info is not None]
-    assert len(logged) == 1 and logged[0].name == "annal.broker.rpc_guard"
+    assert len(logged) == 1 and logged[0].name == "annal.broker.requests.rpc_guard"
     assert logged[0].getMessage() == "/test.Guarded/Bug failed"
     assert not any("Exception calling application" in r.getMessage() for r in caplog.records)
 

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from annal.broker.authorization import RequestAuthorizer
-from annal.broker.security_admin import REQUIRED_ACCESS, SecurityAdmin
-from annal.broker.security_requests import binding_from_pb
-from annal.broker.security_store import SecurityStore
+from annal.broker.security.authorization import RequestAuthorizer
+from annal.broker.security.security_admin import REQUIRED_ACCESS, SecurityAdmin
+from annal.broker.security.security_requests import binding_from_pb
+from annal.broker.security.security_store import SecurityStore
 from annal.security.acl import (
     AccessControlEntry,
     AclBinding,
@@ -74,7 +74,7 @@ def test_create_answers_each_acl_and_logs_it(
     zk: ZkClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     admin = admin_for(zk)
-    caplog.set_level(logging.INFO, "annal.broker.security_admin")
+    caplog.set_level(logging.INFO, "annal.broker.security.security_admin")
     request = pb.CreateAclsRequest(
         creations=[
             binding("orders"),
@@ -190,7 +190,7 @@ def test_without_an_authorizer_acl_apis_answer_security_disabled(zk: ZkClient) -
 
 def test_scram_alterations_per_user(zk: ZkClient, caplog: pytest.LogCaptureFixture) -> None:
     admin = admin_for(zk)
-    caplog.set_level(logging.INFO, "annal.broker.security_admin")
+    caplog.set_level(logging.INFO, "annal.broker.security.security_admin")
     salt = b"s" * 24
     salted = hashlib.pbkdf2_hmac("sha256", b"pw", salt, 4096)
     upsert = pb.ScramCredentialUpsertion(

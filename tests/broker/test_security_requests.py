@@ -7,7 +7,7 @@ import hashlib
 import re
 
 import pytest
-from annal.broker.security_requests import (
+from annal.broker.security.security_requests import (
     binding_from_pb,
     binding_to_pb,
     credential_from_salted_password,

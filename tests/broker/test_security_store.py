@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 from annal.broker.config_changes import ConfigChangeListener
-from annal.broker.security_store import SecurityStore
+from annal.broker.security.security_store import SecurityStore
 from annal.deploy.runner import wait_until
 from annal.security.acl import (
     AccessControlEntry,

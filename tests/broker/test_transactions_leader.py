@@ -13,19 +13,19 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from annal.broker.authorization import ALLOW_ALL
 from annal.broker.control import ControlService
-from annal.broker.coordinator import OFFSETS_TOPIC
-from annal.broker.fetch_sessions import CachedPartition, PartitionFetch
-from annal.broker.partition import LeaderAndIsrState
-from annal.broker.replica_manager import ReplicaManager
-from annal.broker.request_checks import InvalidRequest
-from annal.broker.transactional_data import (
+from annal.broker.groups.coordinator import OFFSETS_TOPIC
+from annal.broker.replication.partition import LeaderAndIsrState
+from annal.broker.replication.replica_manager import ReplicaManager
+from annal.broker.requests.fetch_sessions import CachedPartition, PartitionFetch
+from annal.broker.requests.request_checks import InvalidRequest
+from annal.broker.security.authorization import ALLOW_ALL
+from annal.broker.transactions.data_path import (
     check_isolation_level,
     has_transactional_batches,
     transactional_refusal,
 )
-from annal.broker.txn_markers import TxnMarkerWriter
+from annal.broker.transactions.leader_markers import TxnMarkerWriter
 from annal.security.session import UNAUTHENTICATED
 from annal.storage.batch import iter_batches
 from annal.storage.control import ControlRecordType, EndTransactionMarker, build_control_batch

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from annal.broker.coordinator import CommitEntry, OffsetsCoordinator
-from annal.broker.offsets_schema import OffsetValue
+from annal.broker.groups.coordinator import CommitEntry, OffsetsCoordinator
+from annal.broker.groups.offsets_schema import OffsetValue
 from annal.deploy.runner import wait_until
 from annal.storage.batch import read_header
 from annal.storage.control import AppendOrigin, ControlRecordType

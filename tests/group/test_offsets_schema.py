@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from annal.broker.offsets_schema import (
+from annal.broker.groups.offsets_schema import (
     OffsetKey,
     OffsetsSchemaError,
     OffsetValue,

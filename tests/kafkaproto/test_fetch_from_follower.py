@@ -15,7 +15,7 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 from annal.admin.client import AdminClient
-from annal.broker.replica_selector import RACK_AWARE
+from annal.broker.replication.replica_selector import RACK_AWARE
 from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
 from annal.deploy.zookeeper import free_port
 from annal.kafkaproto.client import FETCH_KEY, FetchPartition, KafkaConnection, fetch_request

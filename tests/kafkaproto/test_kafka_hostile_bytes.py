@@ -18,11 +18,11 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import pytest
-from annal.broker.rpc_guard import RequestLimits
+from annal.broker.kafka.apis import KafkaApis
+from annal.broker.kafka.listener import KafkaListener
+from annal.broker.requests.rpc_guard import RequestLimits
 from annal.deploy.runner import BrokerProcess, wait_until
 from annal.kafkaproto import legacy_versions
-from annal.kafkaproto.apis import KafkaApis
-from annal.kafkaproto.listener import KafkaListener
 from annal.kafkaproto.wire import (
     MalformedRequest,
     Request,
@@ -607,7 +607,7 @@ def test_an_assignment_claiming_a_huge_array_reads_as_none(version: int) -> None
     """A member's assignment bytes come from a client: a claimed length past the
     bytes there is refused before anything is reserved (kio's own reader would
     reserve it first and can abort the broker)."""
-    from annal.broker.group_api import consumer_assignment
+    from annal.broker.groups.group_api import consumer_assignment
 
     for claimed in (2**31 - 1, 2**30):
         data = struct.pack(">hi", version, claimed) + b"\x00" * 8

@@ -17,13 +17,13 @@ from typing import Any
 import kafka
 import pytest
 from annal.admin.client import AdminClient
+from annal.broker.kafka import data as data_apis
+from annal.broker.kafka.apis import KafkaApis
+from annal.broker.kafka.data import DataApis
 from annal.consumer.simple import SimpleConsumer
 from annal.deploy.runner import BrokerProcess
-from annal.kafkaproto import data as data_apis
 from annal.kafkaproto import legacy_versions
-from annal.kafkaproto.apis import KafkaApis
 from annal.kafkaproto.client import KafkaConnection
-from annal.kafkaproto.data import DataApis
 from annal.kafkaproto.wire import decode_request, encode_request, peek_head
 from annal.storage.batch import BatchHeader, Compression, iter_batches
 from annal.storage.legacy import encode_legacy, iter_legacy_records

@@ -1,0 +1,2 @@
+"""Replication: the replica manager and its partitions, the followers' fetchers
+and their transports, ISR changes and the deposed leader's fence."""
