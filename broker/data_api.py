@@ -14,8 +14,10 @@ Fetch from follower (KIP-392, docs/kafka-protocol.md): a consumer's fetch that
 carries client metadata (Kafka's Fetch v11+) reads a partition this broker
 follows too, up to its high watermark, and a leader with a replica selector may
 answer a partition with the replica to read it from instead of records; those
-partitions come back in ``preferred`` (broker id by partition), as the
-answer's protobuf has no field for it.
+partitions come back in ``preferred`` (broker id by partition).
+
+Produce and Fetch take and give the data path's own types
+(``requests/data_types.py``); each protocol edge adapts its messages to them.
 
 Transactions (KIP-98, ``transactional_data.py``): a Produce of transactional
 batches needs Write on its transactional id; a consumer's Fetch with
@@ -52,6 +54,7 @@ from typing import Protocol, cast
 from annal.broker.metrics import BrokerMetrics
 from annal.broker.replication.replica_manager import AppendResult, ReadResult, ReplicaManager
 from annal.broker.replication.replica_selector import ClientMetadata
+from annal.broker.requests import data_types as dt
 from annal.broker.requests import request_checks as checks
 from annal.broker.requests.delayed import (
     DelayedDeleteRecords,
@@ -155,41 +158,38 @@ class DataApi:
     # -- produce -------------------------------------------------------------------
 
     async def produce(
-        self, request: pb.ProduceRequest, context: Deadline, session: Session = INTERNAL
-    ) -> pb.ProduceResponse:
+        self, request: dt.ProduceRequest, context: Deadline, session: Session = INTERNAL
+    ) -> dt.ProduceResponse:
         """Append each partition's records (Write on the topic: Kafka's Produce)."""
         checks.check_timeout_ms(request.timeout_ms)
-        # each read of a bytes field copies it: every partition's records, once
-        payloads = [[data.records for data in topic.partitions] for topic in request.topics]
         if request.transactional_id or has_transactional_batches(
-            records for topic in payloads for records in topic
+            data.records for topic in request.topics for data in topic.partitions
         ):
             txn_refusal = transactional_refusal(self._authorizer, session, request.transactional_id)
             if txn_refusal is not None:
                 return _produce_refused(request, txn_refusal)
         refused_acks = checks.acks(request.acks)
         replicas = self._replicas
-        response = pb.ProduceResponse()
+        response = dt.ProduceResponse()
         waiting: list[_Awaited] = []
         refused = self._authorizer.refused_topics(
             session, AclOperation.WRITE, [t.name for t in request.topics]
         )
-        for topic, topic_payloads in zip(request.topics, payloads, strict=True):
-            out = response.topics.add(name=topic.name)
-            for data, records in zip(topic.partitions, topic_payloads, strict=True):
+        for topic in request.topics:
+            out = dt.TopicProduceResponse(topic.name)
+            response.topics.append(out)
+            for data in topic.partitions:
+                records = data.records
                 refusal = (
                     refused.get(topic.name)
                     or refused_acks
                     or checks.produce_partition(topic.name, data.partition)
                 )
                 if refusal is not None:
-                    out.partitions.add(
-                        partition=data.partition,
-                        error=code(refusal.error),
-                        base_offset=-1,
-                        log_append_time_ms=-1,
-                        log_start_offset=-1,
-                        error_message=refusal.message,
+                    out.partitions.append(
+                        dt.PartitionProduceResponse(
+                            data.partition, refusal.error.number, error_message=refusal.message
+                        )
                     )
                     continue
                 tp = TopicPartition(topic.name, data.partition)
@@ -205,17 +205,19 @@ class DataApi:
                             tp, result.last_offset, len(response.topics) - 1, len(out.partitions)
                         )
                     )
-                out.partitions.add(
-                    partition=data.partition,
-                    error=code(result.error),
-                    base_offset=result.base_offset,
-                    log_append_time_ms=result.log_append_time_ms,
-                    log_start_offset=result.log_start_offset,
-                    error_message=result.message,
-                    record_errors=[
-                        pb.ProduceRecordError(batch_index=e.batch_index, message=e.message)
-                        for e in result.record_errors
-                    ],
+                out.partitions.append(
+                    dt.PartitionProduceResponse(
+                        data.partition,
+                        result.error.number,
+                        result.base_offset,
+                        result.log_append_time_ms,
+                        result.log_start_offset,
+                        result.message,
+                        [
+                            dt.ProduceRecordError(e.batch_index, e.message)
+                            for e in result.record_errors
+                        ],
+                    )
                 )
         if waiting:
             await self._await_replication(response, waiting, wait_ms(request.timeout_ms, context))
@@ -268,7 +270,7 @@ class DataApi:
         return await asyncio.shield(task)
 
     async def _await_replication(
-        self, response: pb.ProduceResponse, waiting: list[_Awaited], timeout_ms: int
+        self, response: dt.ProduceResponse, waiting: list[_Awaited], timeout_ms: int
     ) -> None:
         """acks=-1: answer each appended partition once the ISR holds it, or with
         the reason it does not (the records stay appended, as in Kafka)."""
@@ -280,7 +282,7 @@ class DataApi:
             error, message = outcomes[awaited.tp]
             if error != errors.NONE:
                 answer = response.topics[awaited.topic_slot].partitions[awaited.partition_slot]
-                answer.error = code(error)
+                answer.error = error.number
                 answer.error_message = message
 
     async def await_replication(
@@ -295,12 +297,12 @@ class DataApi:
 
     async def fetch(
         self,
-        request: pb.FetchRequest,
+        request: dt.FetchRequest,
         context: Deadline,
         session: Session = INTERNAL,
         client: ClientMetadata | None = None,
         preferred: dict[TopicPartition, int] | None = None,
-    ) -> pb.FetchResponse:
+    ) -> dt.FetchResponse:
         """Read each partition (Read on the topic; a follower's fetch, replica_id >= 0,
         needs ClusterAction on the cluster), waiting for min_bytes up to max_wait_ms.
         A consumer's ``client`` metadata (KIP-392) lets it read from a follower and
@@ -353,11 +355,11 @@ class DataApi:
 
     def _fetch_once(
         self,
-        request: pb.FetchRequest,
+        request: dt.FetchRequest,
         refused: Mapping[str, checks.Refusal],
         client: ClientMetadata | None = None,
         chosen: dict[TopicPartition, int] | None = None,
-    ) -> pb.FetchResponse:
+    ) -> dt.FetchResponse:
         """Read each partition once; those a leader sends elsewhere (KIP-392) go
         into ``chosen`` (cleared first) with the replica to read them from."""
         if chosen is not None:
@@ -365,11 +367,12 @@ class DataApi:
         replicas = self._replicas
         budget = request.max_bytes or DEFAULT_FETCH_MAX_BYTES
         committed = _read_committed(request)
-        response = pb.FetchResponse()
+        response = dt.FetchResponse()
         for topic in request.topics:
-            out = response.topics.add(name=topic.name)
+            out = dt.TopicFetchResponse(topic.name)
+            response.topics.append(out)
             for p in topic.partitions:
-                epoch = p.current_leader_epoch if p.HasField("current_leader_epoch") else -1
+                epoch = p.current_leader_epoch
                 refusal = refused.get(topic.name) or checks.fetch_partition(
                     topic.name,
                     p.partition,
@@ -379,14 +382,10 @@ class DataApi:
                     p.log_start_offset,
                 )
                 if refusal is not None:
-                    out.partitions.add(
-                        partition=p.partition,
-                        error=code(refusal.error),
-                        high_watermark=-1,
-                        log_start_offset=-1,
-                        log_end_offset=-1,
-                        error_message=refusal.message,
-                        last_stable_offset=-1,
+                    out.partitions.append(
+                        dt.PartitionFetchResponse(
+                            p.partition, refusal.error.number, error_message=refusal.message
+                        )
                     )
                     continue
                 limit = min(p.partition_max_bytes or budget, budget)
@@ -406,16 +405,18 @@ class DataApi:
                 budget = max(budget - len(result.records), 0)
                 if self._metrics is not None:
                     self._count_out(topic.name, result, request.replica_id >= 0)
-                out.partitions.add(
-                    partition=p.partition,
-                    error=code(result.error),
-                    high_watermark=result.high_watermark,
-                    log_start_offset=result.log_start_offset,
-                    log_end_offset=result.log_end_offset,
-                    records=result.records,
-                    error_message=result.message,
-                    last_stable_offset=result.last_stable_offset,
-                    aborted_transactions=aborted_transactions(result.aborted),
+                out.partitions.append(
+                    dt.PartitionFetchResponse(
+                        p.partition,
+                        result.error.number,
+                        result.high_watermark,
+                        result.log_start_offset,
+                        result.records,
+                        result.message,
+                        result.log_end_offset,
+                        result.last_stable_offset,
+                        aborted_transactions(result.aborted),
+                    )
                 )
         return response
 
@@ -423,7 +424,7 @@ class DataApi:
 
     async def fetch_in_session(
         self,
-        request: pb.FetchRequest,
+        request: dt.FetchRequest,
         session_id: int,
         epoch: int,
         forgotten: Iterable[TopicPartition],
@@ -431,7 +432,7 @@ class DataApi:
         session: Session = INTERNAL,
         client: ClientMetadata | None = None,
         preferred: dict[TopicPartition, int] | None = None,
-    ) -> tuple[pb.FetchResponse, int]:
+    ) -> tuple[dt.FetchResponse, int]:
         """A Fetch with a fetch session's fields (``broker/requests/fetch_sessions.py``): its
         answer and the session id to send with it.  A full fetch is ``fetch``'s,
         opening a session when asked and a slot is free; an incremental fetch
@@ -459,7 +460,7 @@ class DataApi:
             session_id, epoch, request.replica_id, session.user, changed, forgotten
         )
         if fetch is None:  # it forgot every partition: closed
-            return pb.FetchResponse(), INVALID_SESSION_ID
+            return dt.FetchResponse(), INVALID_SESSION_ID
         chosen: dict[TopicPartition, int] = {}
         response = await self._fetch_incremental(
             fetch, changed, request, context, session, client, chosen
@@ -472,12 +473,12 @@ class DataApi:
         self,
         fetch: FetchSession,
         changed: Iterable[TopicPartition],
-        request: pb.FetchRequest,
+        request: dt.FetchRequest,
         context: Deadline,
         session: Session,
         client: ClientMetadata | None,
         chosen: dict[TopicPartition, int],
-    ) -> pb.FetchResponse:
+    ) -> dt.FetchResponse:
         """Read the partitions the request names and those touched since (all of them
         once per sweep), answer those with something new; with nothing to answer,
         wait for the session's partitions to be touched, up to max_wait_ms.  A
@@ -541,35 +542,37 @@ class DataApi:
         self,
         fetch: FetchSession,
         tps: Iterable[TopicPartition],
-        request: pb.FetchRequest,
+        request: dt.FetchRequest,
         session: Session,
         client: ClientMetadata | None,
         chosen: dict[TopicPartition, int],
-    ) -> pb.FetchResponse:
+    ) -> dt.FetchResponse:
         """``_fetch_once`` of some of a session's partitions, at their cached positions."""
-        ask = pb.FetchRequest(
+        ask = dt.FetchRequest(
             replica_id=fetch.replica_id,
             min_bytes=request.min_bytes,
             max_bytes=request.max_bytes,
             isolation_level=request.isolation_level,
         )
-        topics: dict[str, pb.TopicFetchData] = {}
+        topics: dict[str, dt.TopicFetchData] = {}
         for tp in tps:
             cached = fetch.partitions.get(tp)
             if cached is None:
                 continue
             out = topics.get(tp.topic)
             if out is None:
-                out = topics[tp.topic] = ask.topics.add(name=tp.topic)
+                out = topics[tp.topic] = dt.TopicFetchData(tp.topic)
+                ask.topics.append(out)
             wanted = cached.fetch
-            partition = out.partitions.add(
-                partition=tp.partition,
-                fetch_offset=wanted.fetch_offset,
-                partition_max_bytes=wanted.max_bytes,
-                log_start_offset=wanted.log_start_offset,
+            out.partitions.append(
+                dt.PartitionFetchData(
+                    tp.partition,
+                    wanted.fetch_offset,
+                    wanted.max_bytes,
+                    max(wanted.leader_epoch, dt.NO_LEADER_EPOCH),
+                    wanted.log_start_offset,
+                )
             )
-            if wanted.leader_epoch >= 0:
-                partition.current_leader_epoch = wanted.leader_epoch
         if fetch.follower and not self._authorizer.cluster_action(session):
             return _fetch_refused(ask, _refused_replica(session, fetch.replica_id))
         refused = self._authorizer.refused_topics(session, AclOperation.READ, list(topics))
@@ -794,11 +797,11 @@ class DataApi:
 
 
 def _partition_fetches(
-    request: pb.FetchRequest,
+    request: dt.FetchRequest,
 ) -> Iterable[tuple[TopicPartition, PartitionFetch]]:
     for topic in request.topics:
         for p in topic.partitions:
-            epoch = p.current_leader_epoch if p.HasField("current_leader_epoch") else -1
+            epoch = p.current_leader_epoch
             yield (
                 TopicPartition(topic.name, p.partition),
                 PartitionFetch(p.fetch_offset, p.partition_max_bytes, p.log_start_offset, epoch),
@@ -806,7 +809,7 @@ def _partition_fetches(
 
 
 def _cached(
-    request: pb.FetchRequest, response: pb.FetchResponse
+    request: dt.FetchRequest, response: dt.FetchResponse
 ) -> dict[TopicPartition, CachedPartition]:
     """A new session's partitions: as a full fetch asked for them and was answered."""
     cached = {tp: CachedPartition(wanted) for tp, wanted in _partition_fetches(request)}
@@ -819,7 +822,7 @@ def _cached(
 
 
 def _news(
-    fetch: FetchSession, response: pb.FetchResponse, chosen: Mapping[TopicPartition, int]
+    fetch: FetchSession, response: dt.FetchResponse, chosen: Mapping[TopicPartition, int]
 ) -> tuple[list[TopicPartition], int, bool]:
     """The partitions of ``response`` with something new for the session's fetcher,
     their bytes of records, and whether one must be answered now (an error, a
@@ -841,7 +844,7 @@ def _news(
                 size += records
                 urgent |= (
                     redirected
-                    or p.error != pb.NONE
+                    or p.error != errors.NONE.number
                     or p.log_start_offset != cached.log_start_offset
                 )
     return news, size, urgent
@@ -849,10 +852,10 @@ def _news(
 
 def _answered(
     fetch: FetchSession,
-    response: pb.FetchResponse,
+    response: dt.FetchResponse,
     news: Sequence[TopicPartition],
     chosen: Mapping[TopicPartition, int],
-) -> pb.FetchResponse:
+) -> dt.FetchResponse:
     """``response`` cut down to ``news``, which the session remembers as sent.  A
     partition answered with records, an error or a preferred read replica
     (``chosen``) stays dirty: the next fetch reads it again, so records the
@@ -869,7 +872,7 @@ def _answered(
             fetch.partitions[tp].answered(
                 p.error, p.high_watermark, p.log_start_offset, p.last_stable_offset
             )
-            if p.error != pb.NONE or p.records or tp in chosen:
+            if p.error != errors.NONE.number or p.records or tp in chosen:
                 fetch.dirty.add(tp)
     for i in reversed(range(len(response.topics))):
         if not response.topics[i].partitions:
@@ -877,34 +880,34 @@ def _answered(
     return response
 
 
-def _read_committed(request: pb.FetchRequest) -> bool:
+def _read_committed(request: dt.FetchRequest) -> bool:
     """A consumer's read_committed fetch (a follower's reads to the log end)."""
     return request.isolation_level == READ_COMMITTED and request.replica_id < 0
 
 
-def _produce_refused(request: pb.ProduceRequest, refusal: checks.Refusal) -> pb.ProduceResponse:
+def _produce_refused(request: dt.ProduceRequest, refusal: checks.Refusal) -> dt.ProduceResponse:
     """Every partition of ``request`` answered ``refusal``."""
-    response = pb.ProduceResponse()
-    for topic in request.topics:
-        out = response.topics.add(name=topic.name)
-        for data in topic.partitions:
-            out.partitions.add(
-                partition=data.partition,
-                error=code(refusal.error),
-                base_offset=-1,
-                log_append_time_ms=-1,
-                log_start_offset=-1,
-                error_message=refusal.message,
+    error = refusal.error.number
+    return dt.ProduceResponse(
+        [
+            dt.TopicProduceResponse(
+                topic.name,
+                [
+                    dt.PartitionProduceResponse(p.partition, error, error_message=refusal.message)
+                    for p in topic.partitions
+                ],
             )
-    return response
+            for topic in request.topics
+        ]
+    )
 
 
-def _size(response: pb.FetchResponse) -> int:
+def _size(response: dt.FetchResponse) -> int:
     return sum(len(p.records) for t in response.topics for p in t.partitions)
 
 
-def _has_error(response: pb.FetchResponse) -> bool:
-    return any(p.error != pb.NONE for t in response.topics for p in t.partitions)
+def _has_error(response: dt.FetchResponse) -> bool:
+    return any(p.error != errors.NONE.number for t in response.topics for p in t.partitions)
 
 
 # -- authorization -------------------------------------------------------------------
@@ -918,18 +921,17 @@ def _refused_replica(session: Session, replica_id: int, what: str = "a fetch") -
     )
 
 
-def _fetch_refused(request: pb.FetchRequest, refusal: checks.Refusal) -> pb.FetchResponse:
-    response = pb.FetchResponse()
-    for topic in request.topics:
-        out = response.topics.add(name=topic.name)
-        for p in topic.partitions:
-            out.partitions.add(
-                partition=p.partition,
-                error=code(refusal.error),
-                high_watermark=-1,
-                log_start_offset=-1,
-                log_end_offset=-1,
-                error_message=refusal.message,
-                last_stable_offset=-1,
+def _fetch_refused(request: dt.FetchRequest, refusal: checks.Refusal) -> dt.FetchResponse:
+    error = refusal.error.number
+    return dt.FetchResponse(
+        [
+            dt.TopicFetchResponse(
+                topic.name,
+                [
+                    dt.PartitionFetchResponse(p.partition, error, error_message=refusal.message)
+                    for p in topic.partitions
+                ],
             )
-    return response
+            for topic in request.topics
+        ]
+    )

@@ -80,6 +80,7 @@ from annal.broker.data_api import DataApi
 from annal.broker.kafka.apis import KafkaApis, Values
 from annal.broker.producer_ids import InitProducerIdApi
 from annal.broker.replication.replica_selector import ClientMetadata
+from annal.broker.requests import data_types as dt
 from annal.broker.requests.fetch_sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionError
 from annal.broker.transactions.data_path import READ_COMMITTED
 from annal.kafkaproto import legacy_versions
@@ -141,15 +142,21 @@ class DataApis:
 
     async def produce(self, request: Request) -> Values | None:
         body = request.body
-        ask = pb.ProduceRequest(
-            acks=body.acks,
-            timeout_ms=millis(body.timeout),
-            transactional_id=getattr(body, "transactional_id", None) or "",  # v3+
+        ask = dt.ProduceRequest(
+            body.acks,
+            millis(body.timeout),
+            [
+                dt.TopicProduceData(
+                    topic.name,
+                    [
+                        dt.PartitionProduceData(p.index, bytes(p.records or b""))
+                        for p in topic.partition_data
+                    ],
+                )
+                for topic in body.topic_data
+            ],
+            getattr(body, "transactional_id", None) or "",  # v3+
         )
-        for topic in body.topic_data:
-            out = ask.topics.add(name=topic.name)
-            for p in topic.partition_data:
-                out.partitions.add(partition=p.index, records=bytes(p.records or b""))
         answer = await self._data.produce(ask, NO_DEADLINE, request.session)
         if body.acks == 0:
             return None
@@ -334,28 +341,31 @@ class DataApis:
         }
 
 
-def _fetch_request(body: Any) -> pb.FetchRequest:
-    """The partitions a Fetch names, as annal's FetchRequest."""
-    ask = pb.FetchRequest(
-        replica_id=body.replica_id,
-        max_wait_ms=millis(body.max_wait),
-        min_bytes=body.min_bytes,
-        max_bytes=getattr(body, "max_bytes", NO_RESPONSE_LIMIT),  # v3+
-        isolation_level=getattr(body, "isolation_level", 0),  # v4+
-    )
-    for topic in body.topics:
-        out = ask.topics.add(name=topic.topic)
-        for p in topic.partitions:
-            wanted = out.partitions.add(
-                partition=p.partition,
-                fetch_offset=p.fetch_offset,
-                partition_max_bytes=p.partition_max_bytes,
-                log_start_offset=getattr(p, "log_start_offset", -1),  # v5+
+def _fetch_request(body: Any) -> dt.FetchRequest:
+    """The partitions a Fetch names, as the data path's FetchRequest."""
+    return dt.FetchRequest(
+        body.replica_id,
+        millis(body.max_wait),
+        body.min_bytes,
+        getattr(body, "max_bytes", NO_RESPONSE_LIMIT),  # v3+
+        [
+            dt.TopicFetchData(
+                topic.topic,
+                [
+                    dt.PartitionFetchData(
+                        p.partition,
+                        p.fetch_offset,
+                        p.partition_max_bytes,
+                        max(getattr(p, "current_leader_epoch", -1), dt.NO_LEADER_EPOCH),  # v9+
+                        getattr(p, "log_start_offset", -1),  # v5+
+                    )
+                    for p in topic.partitions
+                ],
             )
-            epoch = getattr(p, "current_leader_epoch", -1)
-            if epoch >= 0:
-                wanted.current_leader_epoch = epoch
-    return ask
+            for topic in body.topics
+        ],
+        getattr(body, "isolation_level", 0),  # v4+
+    )
 
 
 def _client_metadata(request: Request) -> ClientMetadata | None:

@@ -33,6 +33,7 @@ from annal.broker.data_api import DataApi
 from annal.broker.groups.group_api import GroupApi
 from annal.broker.producer_ids import InitProducerIdApi
 from annal.broker.producers_api import ProducersApi
+from annal.broker.requests import grpc_data
 from annal.broker.requests.grpc_auth import metadata_value
 from annal.broker.security.security_admin import SecurityAdmin
 from annal.broker.transactions.api import TransactionApi
@@ -79,10 +80,16 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         return await self._admin.metadata(request, grpc_session(context))
 
     async def Produce(self, request: pb.ProduceRequest, context: Context) -> pb.ProduceResponse:
-        return await self._data.produce(request, context, grpc_session(context))
+        answer = await self._data.produce(
+            grpc_data.produce_request(request), context, grpc_session(context)
+        )
+        return grpc_data.produce_response(answer)
 
     async def Fetch(self, request: pb.FetchRequest, context: Context) -> pb.FetchResponse:
-        return await self._data.fetch(request, context, grpc_session(context))
+        answer = await self._data.fetch(
+            grpc_data.fetch_request(request), context, grpc_session(context)
+        )
+        return grpc_data.fetch_response(answer)
 
     async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: Context

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from annal.broker.requests import request_checks as checks
+from annal.broker.requests.data_types import AbortedTransaction
 from annal.broker.security.authorization import TRANSACTIONAL_ID, RequestAuthorizer, denial
 from annal.security.acl import AclOperation, Resource
 from annal.security.session import Session
@@ -32,7 +33,6 @@ from annal.storage.batch import (
     TRANSACTIONAL_FLAG,
 )
 from annal.storage.txn_index import AbortedTxn
-from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 
@@ -83,9 +83,8 @@ def transactional_refusal(
     return None
 
 
-def aborted_transactions(aborted: Sequence[AbortedTxn] | None) -> list[pb.AbortedTransaction]:
+def aborted_transactions(aborted: Sequence[AbortedTxn] | None) -> list[AbortedTransaction]:
     """The answer's aborted transactions (producer id, first offset)."""
     if not aborted:
         return []
-    return [pb.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
-            for a in aborted]  # fmt: skip
+    return [AbortedTransaction(a.producer_id, a.first_offset) for a in aborted]

@@ -11,9 +11,9 @@ from typing import Any, cast
 import pytest
 from annal.broker.data_api import DataApi
 from annal.broker.replication.replica_manager import AppendResult, ReplicaManager
+from annal.broker.requests import data_types as dt
 from annal.broker.requests.delayed import Purgatories
 from annal.storage.files import TopicPartition
-from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 
@@ -39,9 +39,9 @@ class StubReplicas:
         return AppendResult(errors.NONE, len(self.appended) - 1, len(self.appended) - 1)
 
 
-def produce(topic: str, partition: int, records: bytes) -> pb.ProduceRequest:
-    data = pb.PartitionProduceData(partition=partition, records=records)
-    return pb.ProduceRequest(acks=1, topics=[pb.TopicProduceData(name=topic, partitions=[data])])
+def produce(topic: str, partition: int, records: bytes) -> dt.ProduceRequest:
+    data = dt.PartitionProduceData(partition, records)
+    return dt.ProduceRequest(1, 0, [dt.TopicProduceData(topic, [data])])
 
 
 @pytest.mark.timeout(30)
@@ -62,7 +62,7 @@ def test_an_append_that_rolls_leaves_the_loop_and_keeps_its_partitions_order() -
         await loop.run_in_executor(None, replicas.rolling.wait, 10)
         # The loop serves other partitions while the roll is under way ...
         other = await asyncio.wait_for(api.produce(produce("t", 1, b"other"), context), 5)
-        assert other.topics[0].partitions[0].error == pb.NONE
+        assert other.topics[0].partitions[0].error == errors.NONE.number
         # ... and a later append to the rolling partition waits its turn.
         behind = asyncio.ensure_future(api.produce(produce("t", 0, b"behind"), context))
         await asyncio.sleep(0)
