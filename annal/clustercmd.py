@@ -52,6 +52,14 @@ def add_parser(commands: Any) -> None:
         help="a broker setting for every broker, e.g. --override num.partitions=4 "
         "(kafka-server-start.sh's spelling; repeat it for more; kept for restarts)",
     )
+    up.add_argument(
+        "--broker-override",
+        action="append",
+        default=[],
+        metavar="ID:NAME=VALUE",
+        help="a setting of one broker, on top of --override, e.g. --broker-override "
+        "2:broker.rack=rack-b (repeat it for more; kept for restarts)",
+    )
     status = actions.add_parser(
         "status", parents=[anywhere], help="show ZooKeeper, controller and brokers"
     )
@@ -108,13 +116,26 @@ def run(args: argparse.Namespace) -> int:
                           file=sys.stderr)  # fmt: skip
                     return 2
                 overrides[name.strip()] = value.strip()
+            per_broker: dict[int, dict[str, str]] = {}
+            for item in args.broker_override:
+                broker, colon, setting = item.partition(":")
+                name, sep, value = setting.partition("=")
+                if not colon or not broker.strip().isdigit() or not sep or not name.strip():
+                    print(f"annal cluster up: --broker-override {item!r}: expected "
+                          "ID:NAME=VALUE, e.g. 2:broker.rack=rack-b", file=sys.stderr)  # fmt: skip
+                    return 2
+                per_broker.setdefault(int(broker), {})[name.strip()] = value.strip()
             began = time.monotonic()
 
             def progress(line: str) -> None:
                 print(f"[{time.monotonic() - began:4.1f} s] {line}", file=sys.stderr, flush=True)
 
             state = cluster.up(
-                args.brokers, security=args.security, overrides=overrides, progress=progress
+                args.brokers,
+                security=args.security,
+                overrides=overrides,
+                progress=progress,
+                broker_overrides=per_broker,
             )
             endpoints = ",".join(f"127.0.0.1:{b.port}" for b in state.brokers)
             print(f"cluster up in {cluster.directory}")

@@ -74,6 +74,11 @@ ACL_TESTS = {
     "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
     "allow.everyone.if.no.acl.found": "true",
 }
+# What fetch from follower (0101, KIP-392) needs: each broker in a rack of its own
+# (RACK<id>, set per broker) and leaders that send a consumer to its rack's replica.
+FOLLOWER_FETCH = {
+    "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SUMMARY_ROW = re.compile(
     r"^\|\s*(?P<name>\S+)\s*\|\s*(?P<state>PASSED|FAILED|SKIPPED|RUNNING|DNS)\s*\|"
@@ -419,12 +424,15 @@ class Cluster(NamedTuple):
 
 
 def cluster_up(directory: Path, brokers: int, scenario_settings: bool) -> Cluster:
-    """Start the cluster (with scenarios/default.json's broker settings and an
-    authorizer that allows what no ACL names when ``scenario_settings``)."""
+    """Start the cluster (with scenarios/default.json's broker settings, an
+    authorizer that allows what no ACL names, and a rack per broker with a
+    rack-aware replica selector when ``scenario_settings``)."""
     cmd = [*annal_command(), "cluster", "up", "--dir", str(directory), "--brokers", str(brokers)]
     if scenario_settings:
-        for name, value in {**SCENARIO_DEFAULT, **ACL_TESTS}.items():
+        for name, value in {**SCENARIO_DEFAULT, **ACL_TESTS, **FOLLOWER_FETCH}.items():
             cmd += ["--override", f"{name}={value}"]
+        for broker in range(1, brokers + 1):
+            cmd += ["--broker-override", f"{broker}:broker.rack=RACK{broker}"]
     say(f"== starting the cluster: {' '.join(cmd)}")
     result = run(cmd)
     for line in result.stdout.splitlines():
@@ -708,8 +716,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="start the brokers with librdkafka's scenarios/default.json settings "
         "(num.partitions=4, default.replication.factor=3) and the ACL authorizer, "
-        "allowing what no ACL names (for the ACL tests), through 'annal cluster up "
-        "--override'; without it they run with annal's defaults",
+        "allowing what no ACL names (for the ACL tests), and broker N in rack RACKN "
+        "with a rack-aware replica selector (for 0101, fetch from follower), through "
+        "'annal cluster up --override/--broker-override'; without it they run with "
+        "annal's defaults",
     )
     parser.add_argument("--brokers", type=int, default=3, help="brokers in the cluster")
     parser.add_argument("--jobs", type=int, default=2, help="make -j")

@@ -55,13 +55,15 @@ class ClusterState:
     security: str = PLAINTEXT  # or sasl_ssl (deploy/secure.py)
     # broker settings given to ``up`` (``--override``): every start of a broker takes them
     overrides: dict[str, str] = field(default_factory=dict)
+    # settings of one broker (``--broker-override ID:NAME=VALUE``), by broker id as text
+    broker_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def zookeeper_connect(self) -> str:
         return f"127.0.0.1:{self.zookeeper_port}{CHROOT}"
 
 
-def _check_overrides(overrides: Mapping[str, str]) -> None:
+def _check_overrides(overrides: Mapping[str, str], flag: str = "--override") -> None:
     """ClusterError naming the first override a broker would refuse."""
     from annal.broker.config import BrokerConfig, ConfigError
 
@@ -69,7 +71,21 @@ def _check_overrides(overrides: Mapping[str, str]) -> None:
     try:
         BrokerConfig.from_properties({**base, **overrides})
     except ConfigError as exc:
-        raise ClusterError(f"--override: {exc}") from None
+        raise ClusterError(f"{flag}: {exc}") from None
+
+
+def _check_broker_overrides(
+    brokers: int, overrides: Mapping[str, str], per_broker: Mapping[int, Mapping[str, str]]
+) -> None:
+    for broker_id, settings in sorted(per_broker.items()):
+        if not 1 <= broker_id <= brokers:
+            raise ClusterError(
+                f"--broker-override {broker_id}:...: no broker {broker_id} "
+                f"(the brokers are 1..{brokers})"
+            )
+        if "broker.id" in settings:
+            raise ClusterError(f"--broker-override {broker_id}:broker.id: ids are given by up")
+        _check_overrides({**overrides, **settings}, f"--broker-override {broker_id}")
 
 
 def _controller(state: ClusterState) -> int | None:
@@ -123,6 +139,7 @@ class LocalCluster:
             [BrokerEntry(**b) for b in raw["brokers"]],
             raw.get("security", PLAINTEXT),
             dict(raw.get("overrides", {})),
+            {k: dict(v) for k, v in raw.get("broker_overrides", {}).items()},
         )
 
     @property
@@ -134,11 +151,12 @@ class LocalCluster:
         return self.secure_files.admin_security() if state.security == SASL_SSL else None
 
     def _settings(self, state: ClusterState, entry: BrokerEntry) -> dict[str, str]:
+        own = state.broker_overrides.get(str(entry.id), {})
         if state.security != SASL_SSL:
-            return {**SETTINGS, **state.overrides}
+            return {**SETTINGS, **state.overrides, **own}
         count = len(state.brokers)
         secured = self.secure_files.broker_settings(entry.id, count, entry.port, entry.kafka_port)
-        return {**SETTINGS, **state.overrides, **secured}
+        return {**SETTINGS, **state.overrides, **own, **secured}
 
     def save(self, state: ClusterState) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -164,14 +182,17 @@ class LocalCluster:
         security: str = PLAINTEXT,
         overrides: Mapping[str, str] | None = None,
         progress: Callable[[str], None] = lambda line: None,
+        broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
     ) -> ClusterState:
         """Start ZooKeeper and ``brokers`` brokers and wait until they serve;
-        ``overrides``: broker settings on top of the local cluster's (kept in
-        the cluster's state, so restarted brokers take them too); ``progress``
-        hears a line at each step."""
+        ``overrides``: broker settings on top of the local cluster's, and
+        ``broker_overrides`` those of one broker (by id) on top of those (both
+        kept in the cluster's state, so restarted brokers take them too);
+        ``progress`` hears a line at each step."""
         if self.state_path.exists() and any(pid_alive(b.pid) for b in self.load().brokers):
             raise ClusterError(f"a cluster is already running in {self.directory}")
         _check_overrides(overrides or {})
+        _check_broker_overrides(brokers, overrides or {}, broker_overrides or {})
         password = None
         if security == SASL_SSL:
             _, password = make_secure_files(self.directory, brokers)
@@ -181,6 +202,10 @@ class LocalCluster:
         progress(f"ZooKeeper serving on 127.0.0.1:{zookeeper.port}")
         pid, kept = zookeeper.process.pid, dict(overrides or {})
         state = ClusterState(zookeeper.port, pid, security=security, overrides=kept)
+        state.broker_overrides = {
+            str(broker_id): dict(settings)
+            for broker_id, settings in (broker_overrides or {}).items()
+        }
         if password is not None:
             store_admin(state.zookeeper_connect, password)
         state.brokers = [

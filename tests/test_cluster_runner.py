@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from annal.admin.client import AdminClient
+from kafka.admin import KafkaAdminClient
 from runcli import annal
 
 
@@ -16,9 +17,15 @@ def test_local_cluster_lifecycle(tmp_path: Path) -> None:
     d = str(tmp_path / "cluster")
     wrong = annal("cluster", "up", "--dir", d, "--override", "num.partitons=3")
     assert wrong.returncode == 1 and "did you mean 'num.partitions'" in wrong.stderr
+    no_broker = annal("cluster", "up", "--brokers", "2", "--dir", d,
+                      "--broker-override", "9:broker.rack=r9")  # fmt: skip
+    assert no_broker.returncode == 1 and "no broker 9 (the brokers are 1..2)" in no_broker.stderr
+    malformed = annal("cluster", "up", "--dir", d, "--broker-override", "broker.rack=r1")
+    assert malformed.returncode == 2 and "expected ID:NAME=VALUE" in malformed.stderr
     up = annal(  # options after the action
-        "cluster", "up", "--brokers", "2", "--dir", d, "--override", "num.partitions=3"
-    )
+        "cluster", "up", "--brokers", "2", "--dir", d, "--override", "num.partitions=3",
+        "--broker-override", "2:broker.rack=rack-b",
+    )  # fmt: skip
     try:
         assert up.returncode == 0, up.stderr
         assert "bootstrap servers: 127.0.0.1:" in up.stdout and "/annal" in up.stdout
@@ -50,6 +57,13 @@ def test_local_cluster_lifecycle(tmp_path: Path) -> None:
             assert len(admin.describe_topics(["defaults"])[0].partitions) == 3
         state = json.loads((Path(d) / "cluster.json").read_text())
         assert state["overrides"] == {"num.partitions": "3"}  # restarted brokers take it too
+        assert state["broker_overrides"] == {"2": {"broker.rack": "rack-b"}}
+        kafka = KafkaAdminClient(bootstrap_servers=status["brokers"][0]["kafka_endpoint"])
+        try:  # one broker's own setting: its rack in Metadata
+            racks = {b["broker_id"]: b["rack"] for b in kafka.describe_cluster()["brokers"]}
+        finally:
+            kafka.close()
+        assert racks == {1: None, 2: "rack-b"}
         text = annal("cluster", "status", "--dir", d).stdout
         assert "metrics=127.0.0.1:" in text and "under-replicated=0" in text
 
