@@ -227,17 +227,23 @@ class TransactionCoordinator:
     # -- writing the log -------------------------------------------------------------
 
     async def _write(
-        self, index: int, part: _Partition, meta: TransactionMetadata, transit: TxnTransit
+        self,
+        index: int,
+        part: _Partition,
+        meta: TransactionMetadata,
+        transit: TxnTransit,
+        replicated: bool = True,
     ) -> None:
         """Write ``transit`` (acks=all) and make it the state; TxnError when it
-        could not be written or this broker stopped coordinating meanwhile."""
+        could not be written or this broker stopped coordinating meanwhile.
+        ``replicated=False``: the state once appended here (see ``_complete``)."""
         tp = TopicPartition(_TOPIC, index)
         record = Record(
             0, self._clock_ms(), encode_key(meta.transactional_id), encode_value(transit.value)
         )
         error, last = self._append(tp, encode_batch([record]))
         message = f"appending to {tp}: {error.name}"
-        if error == errors.NONE:
+        if error == errors.NONE and replicated:
             waited = await self._await({tp: last}, self.settings.write_timeout_ms)
             error, message = waited[tp]
         if error == errors.NONE and not self._current(index, part):
@@ -405,7 +411,16 @@ class TransactionCoordinator:
             pass
 
     async def _complete(self, index: int, part: _Partition, meta: TransactionMetadata) -> None:
-        """Write the markers of a prepared transaction, then its Complete state."""
+        """Write the markers of a prepared transaction, then its Complete state.
+
+        The Complete state is the state once appended to this broker's log, without
+        waiting for the ISR: the producer's next transaction then starts one
+        replication round sooner, and its first write (acks=all, later in the same
+        log) carries the Complete record to the ISR with it.  A Complete record lost
+        with this broker leaves its successor the Prepare state, whose markers it
+        writes again: a second COMMIT or ABORT marker of a transaction changes
+        nothing in a partition (Kafka's coordinator re-sends markers after every
+        failover the same way)."""
         try:
             await self._write_markers_and_complete(index, part, meta)
         finally:
@@ -429,7 +444,8 @@ class TransactionCoordinator:
         while self._current(index, part) and meta.state in _PREPARED:
             try:
                 meta.check_not_pending()
-                await self._write(index, part, meta, meta.prepare_complete(self._clock_ms()))
+                transit = meta.prepare_complete(self._clock_ms())
+                await self._write(index, part, meta, transit, replicated=False)
             except TxnError as exc:
                 logger.info("completing the transaction of %s: %s; retrying", meta, exc.message)
                 await asyncio.sleep(backoff)

@@ -200,6 +200,7 @@ class Harness:
         self.leaders = Leaders()
         self.now = 1_000_000
         self.next_pid = 500
+        self.awaited: list[int] = []  # the offsets each write waited to see replicated
         self.coordinator = self._coordinator(loop)
 
     def _coordinator(self, loop: asyncio.AbstractEventLoop) -> TransactionCoordinator:
@@ -225,6 +226,7 @@ class Harness:
     async def replicated(
         self, appended: dict[TopicPartition, int], timeout_ms: int
     ) -> Mapping[TopicPartition, tuple[ErrorCode, str]]:
+        self.awaited.extend(appended.values())
         return {tp: (errors.NONE, "") for tp in appended}
 
     async def lead(self, epoch: int = 1) -> None:
@@ -429,6 +431,27 @@ def test_the_next_transaction_waits_for_the_markers_instead_of_a_retry(
         harness.leaders.gate.set()
 
     run(harness, scenario())
+
+
+def test_the_complete_state_rides_on_the_next_replicated_write(harness: Harness) -> None:
+    """Complete is the state once appended: the next transaction does not wait a
+    replication round for it, and its own first write (acks=all) comes after it in
+    the log, so it is on the ISR when that write is."""
+    c = harness.coordinator
+
+    async def scenario() -> None:
+        await harness.lead()
+        await c.init_producer_id("tx", 60_000)
+        await c.add_partitions("tx", 501, 0, [TP("a", 0)])
+        assert (await c.end_txn("tx", 501, 0, True))[0] is errors.NONE
+        await settle()
+        assert await c.add_partitions("tx", 501, 0, [TP("a", 1)]) is errors.NONE
+
+    run(harness, scenario())
+    states = [s for _, s in harness.states()]
+    assert states == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit", "Ongoing"]
+    complete, ongoing = 3, 4  # offsets in the log
+    assert complete not in harness.awaited and ongoing in harness.awaited
 
 
 def test_idle_ids_expire_as_tombstones(harness: Harness) -> None:
