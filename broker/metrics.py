@@ -111,6 +111,14 @@ class BrokerMetrics:
             buckets=LATENCY_BUCKETS_MS,
             registry=registry,
         )
+        self.queue_time = Histogram(
+            "annal_network_requestmetrics_requestqueuetimems",
+            "Time a Kafka request waited between its frame's arrival and its handler's "
+            "start (queued.max.requests, the event loop), in milliseconds, by API",
+            ["request"],
+            buckets=LATENCY_BUCKETS_MS,
+            registry=registry,
+        )
         topic_counter = [
             ("bytesin", "Bytes of record batches appended by producers"),
             ("messagesin", "Records appended by producers"),
@@ -131,6 +139,7 @@ class BrokerMetrics:
         }
         self._children: dict[tuple[str, str], Any] = {}
         self._request_children: dict[str, tuple[Any, Any]] = {}
+        self._queue_children: dict[str, Any] = {}
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -143,6 +152,12 @@ class BrokerMetrics:
             self._request_children[api] = children
         children[0].inc()
         children[1].observe(elapsed_ms)
+
+    def request_queued(self, api: str, waited_ms: float) -> None:
+        child = self._queue_children.get(api)
+        if child is None:
+            child = self._queue_children[api] = self.queue_time.labels(api)
+        child.observe(waited_ms)
 
     def request_error(self, api: str, error: str) -> None:
         self.errors.labels(api, error).inc()

@@ -108,6 +108,7 @@ class Request:
     size: int  # bytes of the frame
     client_host: str = ""  # the peer's address, as Kafka shows it ("/127.0.0.1")
     session: Session = UNAUTHENTICATED  # who sent it (security/session.py)
+    received: float = 0.0  # time.perf_counter() when its frame was read whole (0: unknown)
 
 
 def peek_head(frame: bytes | memoryview) -> RequestHead:
@@ -135,6 +136,7 @@ def decode_request(
     head: RequestHead,
     client_host: str = "",
     session: Session | None = None,
+    received: float = 0.0,
 ) -> Request:
     """The header and body of a supported (key, version); MalformedRequest otherwise."""
     body_type = request_type(head.api_key, head.api_version)
@@ -146,7 +148,7 @@ def decode_request(
     # clients write fields a version no longer has (librdkafka's Metadata v12
     # carries v8-v10's include_cluster_authorized_operations).
     who = session or UNAUTHENTICATED
-    return Request(head, header.client_id, body, len(frame), client_host, who)
+    return Request(head, header.client_id, body, len(frame), client_host, who, received)
 
 
 def encode_response(head: RequestHead, body: Any) -> bytes:

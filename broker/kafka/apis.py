@@ -86,6 +86,8 @@ class KafkaApis:
         if self._metrics is None:
             return await api.handler(request)
         started = time.perf_counter()
+        if request.received:
+            self._metrics.request_queued(api.name, (started - request.received) * 1000.0)
         try:
             values = await api.handler(request)
         finally:

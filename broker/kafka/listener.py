@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 
 from annal.broker.kafka.apis import KafkaApis, UnsupportedRequest
 from annal.broker.kafka.authentication import (
@@ -227,6 +228,7 @@ class KafkaListener:
         served); ConnectionClosing when the connection must close."""
         try:
             frame = await reader.readexactly(size)
+            received = time.perf_counter()
         except asyncio.IncompleteReadError as exc:
             raise ConnectionClosing(
                 f"the connection ended inside a {size}-byte frame ({len(exc.partial)} bytes came)"
@@ -247,7 +249,7 @@ class KafkaListener:
             intercepted = auth.intercepts(head.api_key)
             if not intercepted:
                 auth.check_allowed(head.api_key, self._apis.supported[head.api_key].name)
-            request = decode_request(frame, head, host, auth.session)
+            request = decode_request(frame, head, host, auth.session, received)
             if intercepted:
                 values, closing = await auth.answer(request)
                 await answers.put(_done(encode_response(head, response(head, values))))

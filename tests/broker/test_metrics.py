@@ -142,6 +142,10 @@ def test_kafka_listener_requests_are_counted_by_api(
     samples = scrape(broker)
     for api in ("ApiVersions", "Metadata", "Produce"):
         assert value(samples, "annal_network_requestmetrics_requests_total", request=api) >= 1
+    # Kafka's RequestQueueTimeMs: each Kafka request's wait before its handler
+    queued = "annal_network_requestmetrics_requestqueuetimems_count"
+    assert value(samples, queued, request="Produce") >= 1
+    assert value(samples, queued, request="Metadata") >= 1
     assert value(samples, "annal_server_brokertopicmetrics_messagesin_total", topic="spoken") == 1
     # the process and the Python runtime, as every Prometheus target has them
     assert value(samples, "process_resident_memory_bytes") > 0
