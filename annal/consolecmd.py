@@ -15,14 +15,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from annal.clierrors import fail
-from annal.consoleio import FORMATTERS, LineError, LineReader, MessageFormatter, parse_properties
-from annal.topic_partition import TopicPartition
+from annal.consoleio import LineError, LineReader, parse_properties
 
 
 def _add_cluster_options(parser: argparse.ArgumentParser) -> None:
@@ -214,7 +212,14 @@ def add_parsers(commands: Any) -> None:
         "as kafka-console-consumer.sh does.",
     )
     _add_cluster_options(consumer)
-    consumer.add_argument("--topic", required=True)
+    which = consumer.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic", help="the topic to consume")
+    which.add_argument(
+        "--whitelist", metavar="REGEX",
+        help="consume every topic whose whole name matches this regular expression "
+        "(Java's syntax for the common cases; internal topics left out), e.g. "
+        "'orders-.*|payments'; with --zookeeper it needs no --group",
+    )  # fmt: skip
     consumer.add_argument(
         "--from-beginning", action="store_true", help="start at the earliest offset"
     )
@@ -251,12 +256,24 @@ def add_parsers(commands: Any) -> None:
         "--consumer.config", dest="consumer_config", type=Path, metavar="FILE",
         help="consumer settings (a properties file); --consumer-property overrides them",
     )  # fmt: skip
+    for part in ("key", "value"):
+        consumer.add_argument(
+            f"--{part}-deserializer", metavar="CLASS",
+            help=f"how to read each record's {part} for printing: a deserializer of "
+            "org.apache.kafka.common.serialization (String, ByteArray, Short, Integer, Long, "
+            "Float, Double, UUID, Void + Deserializer); default: the bytes as stored",
+        )  # fmt: skip
+    consumer.add_argument(
+        "--skip-message-on-error", action="store_true",
+        help="a record that cannot be printed (its deserializer cannot read it) is "
+        "skipped with a line on stderr, instead of ending the consumer",
+    )  # fmt: skip
     consumer.add_argument(
         "--isolation-level", choices=["read_uncommitted", "read_committed"],
         help="read_uncommitted (the default: everything up to the high watermark) or "
         "read_committed (only committed transactions' records, docs/transactions.md)",
     )  # fmt: skip
-    consumer.set_defaults(run=run_consumer)
+    consumer.set_defaults(run=_run_consumer)
 
 
 def _lines() -> Any:
@@ -331,273 +348,7 @@ def run_producer(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _consumer_setup(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
-    """The consumer's settings and where to start, as kafka-console-consumer.sh
-    reads them; ValueError for a bad combination (a usage error)."""
-    settings = client_settings(
-        args.consumer_config, args.consumer_property, CONSUMER_SETTINGS, "consumer"
-    )
-    group = settings.pop("group", None)
-    if args.group is not None and group is not None and group != args.group:
-        raise ValueError(
-            "the group ids given in different places (--group, --consumer-property, "
-            f"--consumer.config) do not match: '{args.group}', '{group}'"
-        )
-    args.group = args.group or group
-    isolation = args.isolation_level or settings.pop("isolation_level", "read_uncommitted")
-    if isolation not in ("read_uncommitted", "read_committed"):
-        raise ValueError(
-            f"isolation.level={isolation!r}: read_uncommitted or read_committed"
-        )
-    settings["isolation_level"] = isolation
-    reset = settings.pop("auto_offset_reset", None)
-    if reset is not None:
-        if reset not in ("earliest", "latest"):
-            raise ValueError(f"auto.offset.reset={reset!r}: earliest or latest")
-        if args.from_beginning and reset != "earliest":
-            raise ValueError(
-                f"can't simultaneously specify --from-beginning and 'auto.offset.reset={reset}', "
-                "please remove one option"
-            )
-    return settings, reset
+def _run_consumer(args: argparse.Namespace) -> int:
+    from annal.consoleconsumer import run_consumer
 
-
-def run_consumer(args: argparse.Namespace) -> int:
-    from annal.client.cluster import ClientError
-    from annal.client.properties import PropertiesError
-    from annal.client.security import SecurityConfigError
-    from annal.consumer.simple import EARLIEST, LATEST, SimpleConsumer
-
-    kind = FORMATTERS.get(args.formatter)
-    if kind is None:
-        print(f"annal console-consumer: --formatter {args.formatter}: not available (known: "
-              f"{', '.join(FORMATTERS)})", file=sys.stderr)  # fmt: skip
-        return 2
-    try:
-        formatter = MessageFormatter(parse_properties(args.property, "--property"), kind)
-        settings, reset = _consumer_setup(args)
-    except (ValueError, PropertiesError, SecurityConfigError) as exc:
-        print(f"annal console-consumer: {exc}", file=sys.stderr)
-        return 2
-    if args.offset is not None and args.partition is None:
-        print("annal console-consumer: --offset needs --partition", file=sys.stderr)
-        return 2
-    if args.group is not None:
-        if args.partition is not None or args.offset is not None:
-            print("annal console-consumer: --group takes no --partition or --offset",
-                  file=sys.stderr)  # fmt: skip
-            return 2
-        if args.zookeeper is None:
-            return _consume_in_kafka_group(args, formatter, settings, reset)
-        return _consume_in_group(args, formatter, settings, reset)
-    settings.pop("auto_commit", None)  # no group: nothing is committed
-    settings.pop("auto_commit_interval_ms", None)
-    earliest = args.from_beginning or reset == "earliest"
-    printed = 0
-    last_data = time.monotonic()
-    _quiet_kazoo()
-    try:
-        with SimpleConsumer(
-            args.bootstrap_server,
-            zookeeper_connect=args.zookeeper,
-            **{"max_wait_ms": 200, **settings},
-        ) as consumer:
-            partitions = (
-                [args.partition]
-                if args.partition is not None
-                else consumer.partitions_for(args.topic)
-            )
-            if not partitions:
-                print(
-                    f"annal console-consumer: topic {args.topic!r} has no available partition",
-                    file=sys.stderr,
-                )
-                return 1
-            positions = {}
-            for p in partitions:
-                if args.offset not in (None, "earliest", "latest"):
-                    if not args.offset.isdigit():
-                        print(
-                            f"annal console-consumer: bad --offset {args.offset!r}", file=sys.stderr
-                        )
-                        return 2
-                    positions[p] = int(args.offset)
-                else:
-                    first = args.offset == "earliest" or (args.offset is None and earliest)
-                    positions[p] = consumer.offsets_before(
-                        args.topic, p, EARLIEST if first else LATEST
-                    )
-            while args.max_messages is None or printed < args.max_messages:
-                results = consumer.multi_fetch(
-                    {TopicPartition(args.topic, p): o for p, o in positions.items()}
-                )
-                got_any = False
-                for (_, p), result in sorted(results.items()):
-                    for record in result.records:
-                        got_any = True
-                        formatter.write(record, sys.stdout.buffer)
-                        printed += 1
-                        positions[p] = record.offset + 1
-                        if args.max_messages is not None and printed >= args.max_messages:
-                            break
-                    else:
-                        positions[p] = result.next_offset
-                    if args.max_messages is not None and printed >= args.max_messages:
-                        break
-                if got_any:
-                    last_data = time.monotonic()
-                elif (
-                    args.timeout_ms is not None
-                    and (time.monotonic() - last_data) * 1000 >= args.timeout_ms
-                ):
-                    break
-    except ClientError as exc:  # ConsumerError, or no cluster found through --zookeeper
-        return fail("annal console-consumer", exc)
-    print(f"Processed a total of {printed} messages", file=sys.stderr)
-    return 0
-
-
-AUTO_COMMIT_INTERVAL_MS = 5000
-
-
-def _consume_in_kafka_group(
-    args: argparse.Namespace,
-    formatter: MessageFormatter,
-    settings: dict[str, Any],
-    reset: str | None,
-) -> int:
-    """As a member of ``--group`` at its coordinator (``kafka_group_member.py``):
-    its share of the topic's partitions, from the group's committed offsets
-    (``--from-beginning``/auto.offset.reset where it has none), what was printed
-    committed every auto.commit.interval.ms, before a rebalance and on exit
-    (unless enable.auto.commit=false), as Kafka's console consumer does."""
-    from annal.client.cluster import ClientError
-    from annal.consumer.simple import EARLIEST, LATEST, SimpleConsumer
-    from annal.kafka_group_member import KafkaGroupMember
-    from annal.v1 import annal_pb2 as pb
-
-    auto_commit = settings.pop("auto_commit", True)
-    interval_s = settings.pop("auto_commit_interval_ms", AUTO_COMMIT_INTERVAL_MS) / 1000
-    earliest = args.from_beginning or reset == "earliest"
-    printed = 0
-    member: KafkaGroupMember | None = None
-    positions: dict[TopicPartition, int] = {}
-    try:
-        with SimpleConsumer(args.bootstrap_server, **{"max_wait_ms": 200, **settings}) as consumer:
-            cluster = consumer.cluster
-
-            def counts(topics: list[str]) -> dict[str, int]:
-                cluster.refresh(topics)
-                return {t: cluster.partition_counts.get(t, 0) for t in topics}
-
-            consumer.partitions_for(args.topic)  # UNKNOWN_TOPIC_OR_PARTITION, as without --group
-            brokers = cluster.call_any("Metadata", pb.MetadataRequest(topics=[])).brokers
-            member = KafkaGroupMember(brokers, args.group, [args.topic], cluster.security, counts)
-
-            def start(partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-                assert member is not None
-                found = member.committed(partitions)
-                where = EARLIEST if earliest else LATEST
-                return {tp: found[tp] if tp in found else
-                        consumer.offsets_before(tp.topic, tp.partition, where)
-                        for tp in partitions}  # fmt: skip
-
-            positions = start(member.join())
-            last_data = last_commit = time.monotonic()
-            while args.max_messages is None or printed < args.max_messages:
-                if member.rebalance_needed.is_set():
-                    if auto_commit:
-                        _warn_commit(member.commit(positions))
-                    positions = start(member.join())
-                if not positions:
-                    time.sleep(0.2)
-                    results = {}
-                else:
-                    results = consumer.multi_fetch(positions)
-                got_any = False
-                for tp, result in sorted(results.items()):
-                    if tp not in positions:
-                        continue
-                    for record in result.records:
-                        got_any = True
-                        formatter.write(record, sys.stdout.buffer)
-                        printed += 1
-                        positions[tp] = record.offset + 1
-                        if args.max_messages is not None and printed >= args.max_messages:
-                            break
-                    else:
-                        positions[tp] = result.next_offset
-                    if args.max_messages is not None and printed >= args.max_messages:
-                        break
-                now = time.monotonic()
-                if auto_commit and now - last_commit >= interval_s:
-                    _warn_commit(member.commit(positions))
-                    last_commit = now
-                if got_any:
-                    last_data = now
-                elif args.timeout_ms is not None and (now - last_data) * 1000 >= args.timeout_ms:
-                    break
-    except ClientError as exc:
-        return fail("annal console-consumer", exc)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if member is not None:
-            if auto_commit:
-                _warn_commit(member.commit(positions))
-            member.leave()
-    print(f"Processed a total of {printed} messages", file=sys.stderr)
-    return 0
-
-
-def _warn_commit(problem: str | None) -> None:
-    if problem is not None:
-        print(f"annal console-consumer: offsets not committed: {problem}", file=sys.stderr)
-
-
-def _consume_in_group(
-    args: argparse.Namespace,
-    formatter: MessageFormatter,
-    settings: dict[str, Any],
-    reset: str | None,
-) -> int:
-    """As a member of ``--group``: the group's share of the topic's partitions,
-    from its committed offsets (or the start with --from-beginning, the end
-    otherwise, where it committed none); what was printed is committed on exit
-    (unless enable.auto.commit=false)."""
-    from annal.client.cluster import ClientError
-    from annal.consumer.group import ConsumerTimeout, GroupConsumer
-
-    earliest = args.from_beginning or reset == "earliest"
-    options = {
-        "auto_commit": settings.get("auto_commit", True),
-        "auto_commit_interval_ms": settings.get("auto_commit_interval_ms", 5000),
-        "fetch_wait_max_ms": settings.get("max_wait_ms", 100),
-        "isolation_level": settings.get("isolation_level", "read_uncommitted"),
-    }
-    printed = 0
-    try:
-        consumer = GroupConsumer(
-            args.zookeeper,
-            args.group,
-            auto_offset_reset="smallest" if earliest else "largest",
-            consumer_timeout_ms=args.timeout_ms if args.timeout_ms is not None else -1,
-            **options,
-        )
-    except (ClientError, ValueError) as exc:
-        return fail("annal console-consumer", exc)
-    try:
-        (stream,) = consumer.create_message_streams({args.topic: 1})[args.topic]
-        for record in stream:
-            formatter.write(record, sys.stdout.buffer)
-            printed += 1
-            if args.max_messages is not None and printed >= args.max_messages:
-                break
-    except ConsumerTimeout:
-        pass
-    except ClientError as exc:
-        return fail("annal console-consumer", exc)
-    finally:
-        consumer.shutdown()  # commits what was consumed (with auto commit)
-    print(f"Processed a total of {printed} messages", file=sys.stderr)
-    return 0
+    return run_consumer(args)

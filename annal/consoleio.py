@@ -13,7 +13,9 @@ expression, as in Kafka.
 the columns asked for, in Kafka's order (timestamp, partition, offset,
 headers, key, value), each followed by ``key.separator`` and the last by
 ``line.separator``; null keys and values print ``null.literal``.  The bytes
-of keys, values and header values are written as they are.
+of keys, values and header values are written as they are, or as the
+deserializer named by ``key.deserializer``, ``value.deserializer`` or
+``headers.deserializer`` reads them (``deserializers.py``).
 
 Both refuse a property they do not know, by name, rather than ignore it.
 """
@@ -25,6 +27,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
+
+from annal.deserializers import apply, deserializer
 
 READER_PROPERTIES = (
     "parse.key",
@@ -48,6 +52,9 @@ FORMATTER_PROPERTIES = (
     "line.separator",
     "headers.separator",
     "null.literal",
+    "key.deserializer",
+    "value.deserializer",
+    "headers.deserializer",
 )
 
 # --formatter: Kafka's class names (2.x's kafka.tools, 3.x's package) → ours
@@ -204,12 +211,20 @@ class MessageFormatter:
         self.line_separator = encode["line.separator"]
         self.headers_separator = encode["headers.separator"]
         self.null_literal = encode["null.literal"]
+        self.deserialize = {
+            part: deserializer(props[f"{part}.deserializer"])
+            if f"{part}.deserializer" in props
+            else None
+            for part in ("key", "value", "headers")
+        }
         self._log = logging.getLogger("annal.console.LoggingMessageFormatter")
 
     def format(self, record: Any) -> bytes:
         """The bytes printed for ``record`` (a ``ConsumerRecord``)."""
         if self.kind == "NoOpMessageFormatter":
             return b""
+        key = apply(self.deserialize["key"], record.key)
+        value = apply(self.deserialize["value"], record.value)
         columns: list[bytes] = []
         if self.show["timestamp"]:
             timestamp = record.timestamp
@@ -221,20 +236,23 @@ class MessageFormatter:
         if self.show["headers"]:
             columns.append(
                 self.headers_separator.join(
-                    h[0].encode("utf-8") + b":" + self._bytes(h[1]) for h in record.headers
+                    h[0].encode("utf-8")
+                    + b":"
+                    + self._bytes(apply(self.deserialize["headers"], h[1]))
+                    for h in record.headers
                 )
                 if record.headers
                 else b"NO_HEADERS"
             )
         if self.show["key"]:
-            columns.append(self._bytes(record.key))
+            columns.append(self._bytes(key))
         if self.show["value"]:
-            columns.append(self._bytes(record.value))
+            columns.append(self._bytes(value))
         if self.kind == "LoggingMessageFormatter":
             self._log.info(
                 "%skey:%s, value:%s",
                 "" if record.timestamp < 0 else f"CreateTime:{record.timestamp}, ",
-                _text(record.key), _text(record.value),
+                _text(key), _text(value),
             )  # fmt: skip
         if not columns:
             return b""
