@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-PKGS    = storage deploy zk broker controller producer admin consumer client pipeline kafkaproto security
+PKGS    = storage deploy zk broker controller producer admin consumer client pipeline kafkaproto security webconsole
 STAMP   = $(VENV)/.installed
 
 .PHONY: demo test lint typecheck bench setup os-deps clean

@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         topicscmd,
         transactionscmd,
         verifiablecmd,
+        webconsolecmd,
     )
 
     brokercmd.add_parser(commands)
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     verifiablecmd.add_parsers(commands)
     perfcmd.add_parser(commands)
     dumplog.add_parser(commands)
+    webconsolecmd.add_parser(commands)
     _add_command_config(commands)
     return parser
 

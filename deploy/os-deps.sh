@@ -14,6 +14,8 @@
 #   nftables                  nft: the network-cut tests (tests/nemesis.py) drop
 #                             one broker's packets to ZooKeeper and its peers
 #   prometheus                promtool: the alert rules' tests (deploy/prometheus)
+#   chromium, chromium-driver headless Chromium and its WebDriver: the web
+#                             console's browser tests (tests/webconsole)
 # and the podman settings those tests need, in a containers.conf drop-in.
 # Idempotent: a second run changes nothing.
 set -eu
@@ -31,6 +33,8 @@ done
 command -v fiu-run >/dev/null 2>&1 || needed="$needed fiu-utils"
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || needed="$needed nftables"
 command -v promtool >/dev/null 2>&1 || needed="$needed prometheus"
+[ -x /usr/bin/chromium ] || needed="$needed chromium"
+[ -x /usr/bin/chromedriver ] || needed="$needed chromium-driver"
 # Spark's driver (the pipeline tests, the demo) and ZooKeeper run on Java.
 command -v java >/dev/null 2>&1 || needed="$needed default-jre-headless"
 # podman's network helpers live outside PATH; without them (or without
