@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 import jinja2
 from aiohttp import web
-from annal.webconsole import actions, browser
+from annal.webconsole import actions, browser, lag_metrics
 from annal.webconsole import sampler as sampling
 from annal.webconsole.cluster_view import ClusterView
 
@@ -329,6 +329,13 @@ def _group_url(f: dict[str, str]) -> str:
 # -- the application ---------------------------------------------------------------------
 
 
+async def metrics(request: web.Request) -> web.Response:
+    """Consumer-group lag for Prometheus (``lag_metrics.py``)."""
+    body = lag_metrics.exposition(request.app[CONSOLE].sampler)
+    return web.Response(body=body, content_type="text/plain", charset="utf-8",
+                        headers={"X-Prometheus-Format": "0.0.4"})  # fmt: skip
+
+
 async def plotly_js(request: web.Request) -> web.Response:
     return web.Response(body=request.app[PLOTLY], content_type="application/javascript",
                         headers={"Cache-Control": "max-age=86400"})  # fmt: skip
@@ -378,6 +385,7 @@ def make_app(console: Console) -> web.Application:
     app.router.add_post("/actions/alter-config", _action(_topic_url, _alter))
     app.router.add_post("/actions/elect-leaders", _action(_topic_url, _elect))
     app.router.add_post("/actions/reset-offsets", _action(_group_url, _reset))
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/static/plotly.js", plotly_js)
     app.router.add_static("/static", HERE / "static")
     return app

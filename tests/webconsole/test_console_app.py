@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -191,5 +192,38 @@ def test_a_slow_cluster_does_not_hold_a_page(monkeypatch: pytest.MonkeyPatch) ->
         page = await (await client.get("/groups")).text()
         assert "REQUEST_TIMED_OUT" in page
         release.set()
+
+    run(console, body)
+
+
+def test_metrics_give_each_groups_lag_for_prometheus() -> None:
+    """/metrics: lag per partition, its sum and max per group, and log ends, from the
+    sampler's latest sample, as a lag exporter gives them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from annal.topic_partition import TopicPartition as TP
+
+    ends = {TP("orders", 0): 120, TP("orders", 1): 80}
+    sample = Sample(time.time(), ends, {"billing": {TP("orders", 0): 100, TP("orders", 1): 80}})
+    console, _ = make()
+    console.sampler.samples.append(sample)
+
+    async def body(client: TestClient[Any, Any]) -> None:
+        answer = await client.get("/metrics")
+        assert answer.status == 200 and answer.content_type == "text/plain"
+        found = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(await answer.text())
+            for s in family.samples
+        }
+        lag = "annal_consumergroup_lag"
+        assert found[(lag, (("group", "billing"), ("partition", "0"), ("topic", "orders")))] == 20
+        assert found[(lag, (("group", "billing"), ("partition", "1"), ("topic", "orders")))] == 0
+        assert found[("annal_consumergroup_sum_lag", (("group", "billing"),))] == 20
+        assert found[("annal_consumergroup_max_lag", (("group", "billing"),))] == 20
+        latest = ("annal_partition_latest_offset", (("partition", "0"), ("topic", "orders")))
+        assert found[latest] == 120
+        assert found[("annal_console_sample_up", ())] == 1
+        assert found[("annal_console_sample_age_seconds", ())] < 60
 
     run(console, body)
