@@ -95,6 +95,26 @@ def scraped() -> dict[int, float]:
     }
 
 
+def console_health() -> dict[str, object]:
+    """The web console's /api/health from the published port ({} while it does not answer)."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:8080/api/health", timeout=5) as answer:
+            found = json.loads(answer.read())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def console_scraped() -> float | None:
+    query = "http://127.0.0.1:9090/api/v1/query?query=up%7Bjob%3D%22annal-console%22%7D"
+    try:
+        with urllib.request.urlopen(query, timeout=5) as answer:
+            found = json.loads(answer.read())["data"]["result"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return float(found[0]["value"][1]) if found else None
+
+
 def test_compose_cluster_survives_a_killed_broker(compose: Compose) -> None:
     started = time.monotonic()
     compose.client(
@@ -108,6 +128,9 @@ def test_compose_cluster_survives_a_killed_broker(compose: Compose) -> None:
     wait_until(lambda: settled(compose, full_isrs), 60, "full ISRs", 1)
     # Prometheus (published on 9090) scrapes every broker's metrics.port
     wait_until(lambda: scraped() == {1: 1.0, 2: 1.0, 3: 1.0}, 90, "Prometheus scraping", 1)
+    # the web console (published on 8080) sees the cluster; Prometheus scrapes its lag
+    wait_until(lambda: console_health().get("ok") is True, 90, "the console's health", 1)
+    wait_until(lambda: console_scraped() == 1.0, 90, "Prometheus scraping the console", 1)
 
     # The Spark job (restarting until its topics exist) mirrors events into events-mirror.
     for topic in ("events-mirror", "events"):
