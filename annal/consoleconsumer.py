@@ -16,6 +16,7 @@ import argparse
 import re
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from annal.clierrors import fail
@@ -110,7 +111,6 @@ def run_consumer(args: argparse.Namespace) -> int:
     settings.pop("auto_commit", None)  # no group: nothing is committed
     settings.pop("auto_commit_interval_ms", None)
     earliest = args.from_beginning or reset == "earliest"
-    printed = 0
     last_data = time.monotonic()
     _quiet_kazoo()
     try:
@@ -149,20 +149,9 @@ def run_consumer(args: argparse.Namespace) -> int:
                     positions[tp] = consumer.offsets_before(
                         tp.topic, tp.partition, EARLIEST if first else LATEST
                     )
-            while args.max_messages is None or printed < args.max_messages:
+            while args.max_messages is None or printer.printed < args.max_messages:
                 results = consumer.multi_fetch(positions)
-                got_any = False
-                for tp, result in sorted(results.items()):
-                    for record in result.records:
-                        got_any = True
-                        printed += printer.print(record, tp)
-                        positions[tp] = record.offset + 1
-                        if args.max_messages is not None and printed >= args.max_messages:
-                            break
-                    else:
-                        positions[tp] = result.next_offset
-                    if args.max_messages is not None and printed >= args.max_messages:
-                        break
+                got_any = printer.print_fetched(results, positions, args.max_messages)
                 if got_any:
                     last_data = time.monotonic()
                 elif (
@@ -173,8 +162,8 @@ def run_consumer(args: argparse.Namespace) -> int:
     except ClientError as exc:  # ConsumerError, or no cluster found through --zookeeper
         return fail("annal console-consumer", exc)
     except DeserializationError as exc:
-        return printer.failed(exc, printed)
-    print(f"Processed a total of {printed} messages", file=sys.stderr)
+        return printer.failed(exc)
+    print(f"Processed a total of {printer.printed} messages", file=sys.stderr)
     return 0
 
 
@@ -200,7 +189,6 @@ def _consume_in_kafka_group(
     auto_commit = settings.pop("auto_commit", True)
     interval_s = settings.pop("auto_commit_interval_ms", AUTO_COMMIT_INTERVAL_MS) / 1000
     earliest = args.from_beginning or reset == "earliest"
-    printed = 0
     member: KafkaGroupMember | None = None
     positions: dict[TopicPartition, int] = {}
     try:
@@ -227,7 +215,7 @@ def _consume_in_kafka_group(
 
             positions = start(member.join())
             last_data = last_commit = time.monotonic()
-            while args.max_messages is None or printed < args.max_messages:
+            while args.max_messages is None or printer.printed < args.max_messages:
                 if member.rebalance_needed.is_set():
                     if auto_commit:
                         _warn_commit(member.commit(positions))
@@ -237,20 +225,7 @@ def _consume_in_kafka_group(
                     results = {}
                 else:
                     results = consumer.multi_fetch(positions)
-                got_any = False
-                for tp, result in sorted(results.items()):
-                    if tp not in positions:
-                        continue
-                    for record in result.records:
-                        got_any = True
-                        printed += printer.print(record, tp)
-                        positions[tp] = record.offset + 1
-                        if args.max_messages is not None and printed >= args.max_messages:
-                            break
-                    else:
-                        positions[tp] = result.next_offset
-                    if args.max_messages is not None and printed >= args.max_messages:
-                        break
+                got_any = printer.print_fetched(results, positions, args.max_messages)
                 now = time.monotonic()
                 if auto_commit and now - last_commit >= interval_s:
                     _warn_commit(member.commit(positions))
@@ -262,7 +237,7 @@ def _consume_in_kafka_group(
     except ClientError as exc:
         return fail("annal console-consumer", exc)
     except DeserializationError as exc:
-        return printer.failed(exc, printed)
+        return printer.failed(exc)
     except KeyboardInterrupt:
         pass
     finally:
@@ -270,7 +245,7 @@ def _consume_in_kafka_group(
             if auto_commit:
                 _warn_commit(member.commit(positions))
             member.leave()
-    print(f"Processed a total of {printed} messages", file=sys.stderr)
+    print(f"Processed a total of {printer.printed} messages", file=sys.stderr)
     return 0
 
 
@@ -299,7 +274,6 @@ def _consume_in_group(
         "fetch_wait_max_ms": settings.get("max_wait_ms", 100),
         "isolation_level": settings.get("isolation_level", "read_uncommitted"),
     }
-    printed = 0
     try:
         consumer = GroupConsumer(
             args.zookeeper,
@@ -313,18 +287,18 @@ def _consume_in_group(
     try:
         (stream,) = consumer.create_message_streams({args.topic: 1})[args.topic]
         for record in stream:
-            printed += printer.print(record, TopicPartition(args.topic, record.partition))
-            if args.max_messages is not None and printed >= args.max_messages:
+            printer.print(record, TopicPartition(args.topic, record.partition))
+            if args.max_messages is not None and printer.printed >= args.max_messages:
                 break
     except ConsumerTimeout:
         pass
     except ClientError as exc:
         return fail("annal console-consumer", exc)
     except DeserializationError as exc:
-        return printer.failed(exc, printed)
+        return printer.failed(exc)
     finally:
         consumer.shutdown()  # commits what was consumed (with auto commit)
-    print(f"Processed a total of {printed} messages", file=sys.stderr)
+    print(f"Processed a total of {printer.printed} messages", file=sys.stderr)
     return 0
 
 
@@ -334,10 +308,12 @@ class _Printer:
     def __init__(self, formatter: MessageFormatter, skip_on_error: bool) -> None:
         self._formatter = formatter
         self._skip = skip_on_error
+        self.printed = 0  # records printed so far
 
-    def print(self, record: Any, tp: TopicPartition) -> int:
-        """1 when ``record`` was printed, 0 when skipped; DeserializationError
-        (naming the record) when it cannot be printed and is not to be skipped."""
+    def print(self, record: Any, tp: TopicPartition) -> None:
+        """Print ``record`` (counted in ``printed``), or skip it with a line on stderr;
+        DeserializationError (naming the record) when it cannot be printed and is
+        not to be skipped."""
         try:
             self._formatter.write(record, sys.stdout.buffer)
         except DeserializationError as exc:
@@ -346,14 +322,35 @@ class _Printer:
                 raise DeserializationError(f"the record of {where}: {exc}") from None
             print(f"annal console-consumer: skipped the record of {where}: {exc}",
                   file=sys.stderr)  # fmt: skip
-            return 0
-        return 1
+            return
+        self.printed += 1
 
-    @staticmethod
-    def failed(exc: DeserializationError, printed: int) -> int:
+    def print_fetched(
+        self,
+        results: Mapping[TopicPartition, Any],
+        positions: dict[TopicPartition, int],
+        max_messages: int | None,
+    ) -> bool:
+        """Print what a fetch of ``positions`` returned (partitions no longer in
+        ``positions`` left out), moving each position past what it printed, up to
+        ``max_messages`` in all; whether any record came."""
+        got_any = False
+        for tp, result in sorted(results.items()):
+            if tp not in positions:
+                continue
+            for record in result.records:
+                got_any = True
+                self.print(record, tp)
+                positions[tp] = record.offset + 1
+                if max_messages is not None and self.printed >= max_messages:
+                    return got_any
+            positions[tp] = result.next_offset
+        return got_any
+
+    def failed(self, exc: DeserializationError) -> int:
         print(f"annal console-consumer: {exc} (--skip-message-on-error skips such records)",
               file=sys.stderr)  # fmt: skip
-        print(f"Processed a total of {printed} messages", file=sys.stderr)
+        print(f"Processed a total of {self.printed} messages", file=sys.stderr)
         return 1
 
 
