@@ -669,8 +669,8 @@ class DataApi:
     # -- offsets -------------------------------------------------------------------
 
     def list_offsets(
-        self, request: pb.ListOffsetsRequest, session: Session = INTERNAL
-    ) -> pb.ListOffsetsResponse:
+        self, request: dt.ListOffsetsRequest, session: Session = INTERNAL
+    ) -> dt.ListOffsetsResponse:
         """Each partition's offset for its timestamp (Describe on the topic); LATEST
         is the last stable offset for a read_committed caller (KIP-98)."""
         checks.check_replica_id(request.replica_id)
@@ -679,9 +679,10 @@ class DataApi:
         refused = self._authorizer.refused_topics(
             session, AclOperation.DESCRIBE, [t.name for t in request.topics]
         )
-        response = pb.ListOffsetsResponse()
+        response = dt.ListOffsetsResponse()
         for topic in request.topics:
-            out = response.topics.add(name=topic.name)
+            out = dt.TopicListOffsetsResponse(topic.name)
+            response.topics.append(out)
             for p in topic.partitions:
                 refusal = refused.get(topic.name) or checks.list_offsets_partition(
                     topic.name, p.partition, p.timestamp, p.current_leader_epoch
@@ -692,18 +693,16 @@ class DataApi:
                     error, timestamp, offset, epoch = self._replicas.list_offset(
                         TopicPartition(topic.name, p.partition), p.timestamp, committed
                     )
-                out.partitions.add(
-                    partition=p.partition,
-                    error=code(error),
-                    timestamp=timestamp,
-                    offset=offset,
-                    leader_epoch=epoch,
+                out.partitions.append(
+                    dt.PartitionListOffsetsResponse(
+                        p.partition, error.number, timestamp, offset, epoch
+                    )
                 )
         return response
 
     def offsets_for_leader_epoch(
-        self, request: pb.OffsetsForLeaderEpochRequest, session: Session = INTERNAL
-    ) -> pb.OffsetsForLeaderEpochResponse:
+        self, request: dt.OffsetsForLeaderEpochRequest, session: Session = INTERNAL
+    ) -> dt.OffsetsForLeaderEpochResponse:
         """Where each asked-for leader epoch ends on this leader (KIP-101/279): what
         a follower truncates to before it fetches, and a consumer checks after a
         leader change (KIP-320).  ClusterAction on the cluster allows every
@@ -720,9 +719,10 @@ class DataApi:
                 refused = dict.fromkeys(names, replica)
             else:
                 refused = self._authorizer.refused_topics(session, AclOperation.DESCRIBE, names)
-        response = pb.OffsetsForLeaderEpochResponse()
+        response = dt.OffsetsForLeaderEpochResponse()
         for topic in request.topics:
-            out = response.topics.add(name=topic.name)
+            out = dt.TopicEpochEnds(topic.name)
+            response.topics.append(out)
             for p in topic.partitions:
                 refusal = refused.get(topic.name) or checks.epoch_partition(
                     topic.name, p.partition, p.current_leader_epoch, p.leader_epoch
@@ -735,11 +735,8 @@ class DataApi:
                         p.current_leader_epoch,
                         p.leader_epoch,
                     )
-                out.partitions.add(
-                    partition=p.partition,
-                    error=code(error),
-                    leader_epoch=epoch,
-                    end_offset=end_offset,
+                out.partitions.append(
+                    dt.PartitionEpochEnd(p.partition, error.number, epoch, end_offset)
                 )
         return response
 

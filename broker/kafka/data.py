@@ -255,18 +255,24 @@ class DataApis:
 
     async def list_offsets(self, request: Request) -> Values:
         body = request.body
-        ask = pb.ListOffsetsRequest(
-            replica_id=body.replica_id,
-            isolation_level=getattr(body, "isolation_level", 0),  # v2+
-        )
-        for topic in body.topics:
-            out = ask.topics.add(name=topic.name)
-            for p in topic.partitions:
-                out.partitions.add(
-                    partition=p.partition_index,
-                    timestamp=p.timestamp,
-                    current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+        ask = dt.ListOffsetsRequest(
+            body.replica_id,
+            [
+                dt.TopicListOffsets(
+                    topic.name,
+                    [
+                        dt.PartitionListOffsets(
+                            p.partition_index,
+                            p.timestamp,
+                            getattr(p, "current_leader_epoch", -1),  # v4+
+                        )
+                        for p in topic.partitions
+                    ],
                 )
+                for topic in body.topics
+            ],
+            getattr(body, "isolation_level", 0),  # v2+
+        )
         answer = self._data.list_offsets(ask, request.session)
         return {
             "throttle_time": 0,
@@ -290,15 +296,19 @@ class DataApis:
 
     async def leader_epochs(self, request: Request) -> Values:
         body = request.body
-        ask = pb.OffsetsForLeaderEpochRequest(replica_id=getattr(body, "replica_id", -1))
-        for topic in body.topics:
-            out = ask.topics.add(name=topic.topic)
-            for p in topic.partitions:
-                out.partitions.add(
-                    partition=p.partition,
-                    current_leader_epoch=p.current_leader_epoch,
-                    leader_epoch=p.leader_epoch,
+        ask = dt.OffsetsForLeaderEpochRequest(
+            getattr(body, "replica_id", -1),  # v3+
+            [
+                dt.TopicEpochs(
+                    topic.topic,
+                    [
+                        dt.PartitionEpoch(p.partition, p.current_leader_epoch, p.leader_epoch)
+                        for p in topic.partitions
+                    ],
                 )
+                for topic in body.topics
+            ],
+        )
         answer = self._data.offsets_for_leader_epoch(ask, request.session)
         return {
             "throttle_time": 0,

@@ -126,3 +126,87 @@ class TopicFetchResponse:
 @dataclass(slots=True)
 class FetchResponse:
     topics: list[TopicFetchResponse] = field(default_factory=list)
+
+
+# -- ListOffsets ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class PartitionListOffsets:
+    partition: int
+    timestamp: int  # -1 latest, -2 earliest, else the first offset at or after it
+    current_leader_epoch: int = NO_LEADER_EPOCH
+
+
+@dataclass(slots=True)
+class TopicListOffsets:
+    name: str
+    partitions: list[PartitionListOffsets] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ListOffsetsRequest:
+    replica_id: int = -1
+    topics: list[TopicListOffsets] = field(default_factory=list)
+    isolation_level: int = 0
+
+
+@dataclass(slots=True)
+class PartitionListOffsetsResponse:
+    partition: int
+    error: int
+    timestamp: int = -1
+    offset: int = -1
+    leader_epoch: int = -1
+
+
+@dataclass(slots=True)
+class TopicListOffsetsResponse:
+    name: str
+    partitions: list[PartitionListOffsetsResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ListOffsetsResponse:
+    topics: list[TopicListOffsetsResponse] = field(default_factory=list)
+
+
+# -- OffsetsForLeaderEpoch -------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class PartitionEpoch:
+    partition: int
+    current_leader_epoch: int
+    leader_epoch: int
+
+
+@dataclass(slots=True)
+class TopicEpochs:
+    name: str
+    partitions: list[PartitionEpoch] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetsForLeaderEpochRequest:
+    replica_id: int = -1
+    topics: list[TopicEpochs] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PartitionEpochEnd:
+    partition: int
+    error: int
+    leader_epoch: int = -1
+    end_offset: int = -1
+
+
+@dataclass(slots=True)
+class TopicEpochEnds:
+    name: str
+    partitions: list[PartitionEpochEnd] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetsForLeaderEpochResponse:
+    topics: list[TopicEpochEnds] = field(default_factory=list)

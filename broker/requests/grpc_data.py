@@ -95,3 +95,65 @@ def fetch_response(answer: dt.FetchResponse) -> pb.FetchResponse:
 
 def _code(number: int) -> pb.ErrorCode.ValueType:
     return cast(pb.ErrorCode.ValueType, number)
+
+
+def list_offsets_request(request: pb.ListOffsetsRequest) -> dt.ListOffsetsRequest:
+    return dt.ListOffsetsRequest(
+        request.replica_id,
+        [
+            dt.TopicListOffsets(
+                t.name,
+                [
+                    dt.PartitionListOffsets(p.partition, p.timestamp, p.current_leader_epoch)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+        request.isolation_level,
+    )
+
+
+def list_offsets_response(answer: dt.ListOffsetsResponse) -> pb.ListOffsetsResponse:
+    response = pb.ListOffsetsResponse()
+    for t in answer.topics:
+        out = response.topics.add(name=t.name)
+        for p in t.partitions:
+            out.partitions.add(
+                partition=p.partition,
+                error=_code(p.error),
+                timestamp=p.timestamp,
+                offset=p.offset,
+                leader_epoch=p.leader_epoch,
+            )
+    return response
+
+
+def epochs_request(request: pb.OffsetsForLeaderEpochRequest) -> dt.OffsetsForLeaderEpochRequest:
+    return dt.OffsetsForLeaderEpochRequest(
+        request.replica_id,
+        [
+            dt.TopicEpochs(
+                t.name,
+                [
+                    dt.PartitionEpoch(p.partition, p.current_leader_epoch, p.leader_epoch)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+    )
+
+
+def epochs_response(answer: dt.OffsetsForLeaderEpochResponse) -> pb.OffsetsForLeaderEpochResponse:
+    response = pb.OffsetsForLeaderEpochResponse()
+    for t in answer.topics:
+        out = response.topics.add(name=t.name)
+        for p in t.partitions:
+            out.partitions.add(
+                partition=p.partition,
+                error=_code(p.error),
+                leader_epoch=p.leader_epoch,
+                end_offset=p.end_offset,
+            )
+    return response

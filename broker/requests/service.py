@@ -94,12 +94,18 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: Context
     ) -> pb.ListOffsetsResponse:
-        return self._data.list_offsets(request, grpc_session(context))
+        answer = self._data.list_offsets(
+            grpc_data.list_offsets_request(request), grpc_session(context)
+        )
+        return grpc_data.list_offsets_response(answer)
 
     async def OffsetsForLeaderEpoch(
         self, request: pb.OffsetsForLeaderEpochRequest, context: Context
     ) -> pb.OffsetsForLeaderEpochResponse:
-        return self._data.offsets_for_leader_epoch(request, grpc_session(context))
+        answer = self._data.offsets_for_leader_epoch(
+            grpc_data.epochs_request(request), grpc_session(context)
+        )
+        return grpc_data.epochs_response(answer)
 
     async def DescribeLogDirs(
         self, request: pb.DescribeLogDirsRequest, context: Context
