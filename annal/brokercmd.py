@@ -110,11 +110,6 @@ def run_start(args: argparse.Namespace) -> int:
     except BrokerStartupError as exc:
         print(f"annal broker start: broker {config.broker_id} cannot start: {exc}", file=sys.stderr)
         return 1
-    # where it listens, the ports bound (0 in a listener: the kernel's pick)
-    serving = ", ".join(broker.registration.listeners)
-    if broker.metrics_port is not None:
-        serving += f", metrics on port {broker.metrics_port}"
-    print(f"annal broker start: broker {config.broker_id} serving {serving}", flush=True)
     while not stop.wait(0.5) and not broker.must_stop.is_set():
         pass
     broker.shutdown()

@@ -551,16 +551,7 @@ class BrokerServer:
         deadline = time.monotonic() + self.config.zookeeper_session_timeout_ms / 1000 + 5
         while True:
             try:
-                registration = self.registration
-                self.broker_epoch = self.zk.register_broker(registration)
-                # the ports bound (a listener's port 0 is the kernel's pick), as Kafka logs them
-                logger.info(
-                    "registered broker %d with addresses: %s%s", self.config.broker_id,
-                    ", ".join(registration.listeners),
-                    "" if self.metrics_port is None else
-                    f", metrics http://{self.config.metrics_host or '0.0.0.0'}:"
-                    f"{self.metrics_port}/metrics",
-                )  # fmt: skip
+                self.broker_epoch = self.zk.register_broker(self.registration)
                 return
             except BrokerIdTakenError:
                 holder = self.zk.get_broker(self.config.broker_id)

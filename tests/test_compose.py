@@ -262,7 +262,13 @@ def test_prometheus_scrapes_every_brokers_metrics_port() -> None:
         assert settings_of(services[name]["command"])["metrics.port"] == "9404"
         assert settings_of(secure[name]["command"])["metrics.port"] == "9404"
     scrape = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
-    (job,) = scrape["scrape_configs"]
-    (targets,) = job["static_configs"]
+    jobs = {job["job_name"]: job for job in scrape["scrape_configs"]}
+    assert set(jobs) == {"annal-brokers", "annal-console"}
+    (targets,) = jobs["annal-brokers"]["static_configs"]
     assert targets["targets"] == [f"broker-{i}:9404" for i in (1, 2, 3)]
     assert services["prometheus"]["ports"] == ["9090:9090"]
+    # the web console's consumer-group lag (its /metrics, on the port it serves)
+    (console,) = jobs["annal-console"]["static_configs"]
+    assert console["targets"] == ["console:8080"]
+    command = services["console"]["command"]
+    assert command[0] == "console" and command[command.index("--port") + 1] == "8080"

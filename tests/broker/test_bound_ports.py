@@ -1,5 +1,5 @@
 """A broker whose listeners name port 0 binds ports the kernel picks, registers
-those, and says where it serves: clients reach it at the ports it reports."""
+those, and logs where it serves: clients reach it at the ports it reports."""
 
 from __future__ import annotations
 
@@ -27,19 +27,24 @@ def test_port_zero_is_bound_registered_and_reported(zk_connect: str, tmp_path: P
     )  # fmt: skip
     try:
         assert process.stdout is not None
-        for line in process.stdout:  # the broker's log lines come first
-            if line.startswith("annal broker start: broker 7 serving"):
+        metrics_port = 0
+        for line in process.stdout:  # its log, on stderr without --log-file
+            bound = re.search(r"metrics on http://[\d.]+:(\d+)/metrics", line)
+            if bound:
+                metrics_port = int(bound.group(1))
+            if "broker 7 serving on" in line:
                 break
         else:
             pytest.fail("the broker ended without saying where it serves")
         found = re.search(
-            r"GRPC://127\.0\.0\.1:(\d+), PLAINTEXT://127\.0\.0\.1:(\d+), metrics on port (\d+)",
+            r"serving on 127\.0\.0\.1:(\d+) and Kafka's protocol on "
+            r"PLAINTEXT://127\.0\.0\.1:(\d+)",
             line,
         )
         assert found, line
         # the rest of its output is read on, so that a full pipe never holds the broker
         threading.Thread(target=process.stdout.read, daemon=True).start()
-        grpc_port, kafka_port, metrics_port = (int(p) for p in found.groups())
+        grpc_port, kafka_port = (int(p) for p in found.groups())
         assert 0 not in (grpc_port, kafka_port, metrics_port)
         with ZkClient(zk_connect) as zk:
             registered = zk.get_broker(7)
