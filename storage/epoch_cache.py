@@ -4,19 +4,21 @@ An ordered list of ``EpochEntry(epoch, start_offset)``: leader epoch ``epoch``
 wrote the offsets from ``start_offset`` up to the next entry's start (or the
 log end).  Both fields strictly increase.  Followers use it to find where
 their log diverges from the leader's (``end_offset_for``), never truncating by
-high watermark alone.  Persisted to ``leader-epoch-checkpoint`` on every
-change; rebuilt from batch headers when the log is recovered.
+high watermark alone.  Persisted to ``leader-epoch-checkpoint`` (a
+truncation at once, a new epoch at the log's next flush, below); rebuilt
+from batch headers when the log is recovered.
 
 Durability (KAFKA-15046).  A truncation is written tmp → fsync → rename →
 fsync dir.  A new epoch (``assign``, once per partition per leader change,
-on leaders and followers alike) is only renamed into place: an fsync per
-partition would make the first record after an election cost a disk flush on
-every replica.  The entry is made durable by ``sync``, which the log calls
-before it moves its recovery point: an entry not yet synced always starts
-above the recovery point, where recovery after a machine crash rebuilds
-entries from the batches again.  A checkpoint left empty or torn by such a
-crash does not parse; the cache then starts empty and says so (``lost``),
-and the log recovers every segment to rebuild it.
+on leaders and followers alike) is kept in memory only: a file written, let
+alone fsynced, per partition would make the first record after an election
+cost file-system work on every replica (with thousands of partitions, seconds).
+The entries reach the file, durably, in ``sync``, which the log calls before
+it moves its recovery point: an entry not yet written always starts above the
+recovery point, where recovery after a crash (of the process or the machine)
+rebuilds entries from the batches again.  A checkpoint left empty or torn by
+a machine crash does not parse; the cache then starts empty and says so
+(``lost``), and the log recovers every segment to rebuild it.
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ __all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "EpochEntry", "LeaderEpo
 
 
 class LeaderEpochFileCache:
-    """The epoch → start offset entries of one partition, persisted on every change.
+    """The epoch → start offset entries of one partition, persisted as the module
+    docstring says.
 
     Thread-safe: one lock, ``self._lock``, guards the entry list, the
-    checkpoint write that follows each change (so the file always matches a
-    state the cache has been in) and ``_unsynced``.  Readers take the same
+    checkpoint writes (so the file always matches a state the cache has been
+    in) and ``_unwritten``.  Readers take the same
     lock and get copies.
     """
 
@@ -53,7 +56,7 @@ class LeaderEpochFileCache:
         self._checkpoint = checkpoint
         self._lock = threading.RLock()
         self._entries: list[EpochEntry] = []
-        self._unsynced = False  # the file holds an entry not yet fsynced
+        self._unwritten = False  # an entry is in memory only (``assign``)
         self.lost = False  # the checkpoint did not parse: rebuild from the log
         try:
             entries = checkpoint.read()
@@ -82,15 +85,16 @@ class LeaderEpochFileCache:
 
     def _flush(self) -> None:
         self._checkpoint.write(self._entries)
-        self._unsynced = False
+        self._unwritten = False
 
     def sync(self, synced: bool = False) -> None:
-        """Make the entries written by ``assign`` durable (the log's flush);
-        ``synced``: the file systems were synced since (nothing to fsync)."""
+        """Write and make durable the entries ``assign`` made (the log's flush);
+        ``synced``: the file systems are synced after this call (at a clean
+        shutdown), so the file is written but not fsynced."""
         with self._lock:
-            if self._unsynced and not synced:
-                self._checkpoint.sync()
-            self._unsynced = False
+            if self._unwritten:
+                self._checkpoint.write(self._entries, sync=not synced)
+            self._unwritten = False
 
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that ``epoch`` starts at ``start_offset``.
@@ -104,8 +108,7 @@ class LeaderEpochFileCache:
             )
         with self._lock:
             if self._put(EpochEntry(epoch, start_offset)):
-                self._checkpoint.write(self._entries, sync=False)
-                self._unsynced = True
+                self._unwritten = True
 
     @property
     def latest_epoch(self) -> int | None:

@@ -50,6 +50,9 @@ def test_assign_and_persistence(tmp_path: Path) -> None:
     assert cache.latest_epoch == 4
     assert cache.latest_entry == EpochEntry(4, 30)
     assert cache.earliest_entry == EpochEntry(0, 0)
+    # a new epoch is kept in memory until the log's flush (docs/storage.md)
+    assert not (tmp_path / "leader-epoch-checkpoint").exists()
+    cache.sync()
     assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n3\n0 0\n2 10\n4 30\n"
     assert cache_at(tmp_path).epoch_entries() == cache.epoch_entries()
 
@@ -74,6 +77,7 @@ def test_divergent_assign_removes_conflicting_entries(tmp_path: Path) -> None:
     assert cache.epoch_entries() == [EpochEntry(1, 0), EpochEntry(2, 10), EpochEntry(5, 15)]
     cache.assign(2, 40)  # epoch below the latest: later epochs go
     assert cache.epoch_entries() == [EpochEntry(1, 0), EpochEntry(2, 40)]
+    cache.sync()
     assert cache_at(tmp_path).epoch_entries() == cache.epoch_entries()
 
 
@@ -189,7 +193,8 @@ def test_against_a_list_model(
         elif op == "clear":
             cache.clear_and_flush()
             model = []
-        else:
+        else:  # a restart after a clean shutdown, whose flush syncs the cache
+            cache.sync()
             cache = cache_at(directory)
         assert [tuple(e) for e in cache.epoch_entries()] == model
         epochs = [e for e, _ in model]
@@ -204,4 +209,5 @@ def test_against_a_list_model(
     for offset in range(0, 201, 7):
         owners = [e for e, o in model if o <= offset]
         assert cache.epoch_for_offset(offset) == (owners[-1] if owners else None)
+    cache.sync()  # the log's flush: what it wrote is what a restart reads
     assert [tuple(e) for e in cache_at(directory).epoch_entries()] == model

@@ -1,7 +1,7 @@
 """When a leader-epoch entry becomes durable (docs/storage.md, "Leader epochs").
 
-A new epoch is renamed into place without an fsync; the log's flush syncs it
-before the recovery point passes it; a checkpoint torn by a machine crash is
+A new epoch is kept in memory; the log's flush writes and syncs it before the
+recovery point passes it; a checkpoint torn by a machine crash is
 rebuilt from the batches; and a process killed at any moment leaves a cache
 that matches its log.
 """
@@ -56,44 +56,47 @@ def fsynced(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield names
 
 
-def test_a_new_epoch_is_written_at_once_but_fsynced_by_the_next_flush(
+def test_a_new_epoch_is_written_and_fsynced_by_the_next_flush(
     tmp_path: Path, fsynced: list[str]
 ) -> None:
     log = Log.open(tmp_path / "t-0", CONFIG)
     checkpoint = log.directory / files.LEADER_EPOCH_CHECKPOINT
+    before = checkpoint.read_text() if checkpoint.exists() else None
     log.append_as_leader(batch([b"a"]), 3)
     log.append_as_leader(batch([b"b"]), 4)
-    assert checkpoint.read_text() == "0\n2\n3 0\n4 1\n"  # a killed process finds it
-    assert files.LEADER_EPOCH_CHECKPOINT not in fsynced
-    assert fsynced == []  # nor anything else: an append alone fsyncs nothing
+    assert entries(log) == [(3, 0), (4, 1)]
+    # no file work per new epoch: a process killed now recovers them from the batches
+    assert (checkpoint.read_text() if checkpoint.exists() else None) == before
+    assert fsynced == []  # an append alone fsyncs nothing
 
     log.flush()
-    assert fsynced.count(files.LEADER_EPOCH_CHECKPOINT) == 1
+    assert checkpoint.read_text() == "0\n2\n3 0\n4 1\n"
+    assert fsynced.count(f"{files.LEADER_EPOCH_CHECKPOINT}.tmp") == 1
     assert "t-0" in fsynced  # its directory, for the rename
     fsynced.clear()
     log.flush()  # nothing new
     log.append_as_leader(batch([b"c"]), 4)  # the same epoch: no new entry
     log.flush()
-    assert files.LEADER_EPOCH_CHECKPOINT not in fsynced
+    assert f"{files.LEADER_EPOCH_CHECKPOINT}.tmp" not in fsynced
     log.close()
 
 
-def test_the_flush_syncs_the_epochs_before_the_recovery_point_passes_them(
+def test_the_flush_writes_the_epochs_before_the_recovery_point_passes_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = Log.open(tmp_path / "t-0", CONFIG)
     log.append_as_leader(batch([b"a", b"b"]), 7)
-    seen: list[int] = []
+    seen: list[tuple[int, bool]] = []
     checkpoint = log.leader_epoch_cache._checkpoint
-    real = checkpoint.sync
+    real = checkpoint.write
 
-    def sync() -> None:
-        seen.append(log.recovery_point)
-        real()
+    def write(entries: object, *, sync: bool = True) -> None:
+        seen.append((log.recovery_point, sync))
+        real(entries, sync=sync)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(checkpoint, "sync", sync)
+    monkeypatch.setattr(checkpoint, "write", write)
     log.flush()
-    assert seen == [0]  # synced while the recovery point still stood below the entry
+    assert seen == [(0, True)]  # written and fsynced while the recovery point stood below
     assert log.recovery_point == 2
     log.close()
 
