@@ -117,6 +117,10 @@ class _Follow:
     delayed_until: float = 0.0
     lag: int = -1  # the leader's high watermark minus our log end, at the last answer
     errors: dict[ErrorCode, int] = field(default_factory=dict)
+    # what the next fetch asks of it, kept until an answer changes the log (``_store``):
+    # with thousands of partitions, rebuilding every one for every fetch costs the
+    # fetcher more than the fetch itself
+    wanted: Wanted | None = None
 
 
 class FollowOrder(NamedTuple):
@@ -312,8 +316,11 @@ class _FetcherThread:
     def _run(self) -> None:
         while (due := self._ready()) is not None:
             try:
-                self._truncate({tp: f for tp, f in due.items() if not f.truncated})
-                self._fetch({tp: f for tp, f in due.items() if f.truncated})
+                pending = [tp for tp, f in due.items() if not f.truncated]
+                if pending:  # a new leader epoch: truncate first, fetch the others
+                    self._truncate({tp: due[tp] for tp in pending})
+                    due = {tp: f for tp, f in due.items() if f.truncated}
+                self._fetch(due)
             except ListenerUnreachable as exc:
                 if self._stopped:
                     return
@@ -443,10 +450,7 @@ class _FetcherThread:
     def _fetch(self, due: dict[TopicPartition, _Follow]) -> None:
         if not due:
             return
-        wanted = [
-            Wanted(tp, f.log.log_end_offset, f.leader_epoch, f.log.log_start_offset)
-            for tp, f in due.items()
-        ]
+        wanted = [f.wanted or self._wanted(tp, f) for tp, f in due.items()]
         limits = self.settings.limits
         kafka = self._kafka if time.monotonic() >= self._kafka_retry_at else None
         answers = (kafka or self._grpc).fetch(wanted, limits)
@@ -467,8 +471,16 @@ class _FetcherThread:
                 if follow is not None and self._current(tp, follow):
                     self._store(tp, follow, answer)
 
+    @staticmethod
+    def _wanted(tp: TopicPartition, follow: _Follow) -> Wanted:
+        log = follow.log
+        wanted = Wanted(tp, log.log_end_offset, follow.leader_epoch, log.log_start_offset)
+        follow.wanted = wanted
+        return wanted
+
     def _store(self, tp: TopicPartition, follow: _Follow, result: Answer) -> None:
         """Apply one partition's answer (the caller holds ``self._cond``)."""
+        follow.wanted = None  # its log may move: the next fetch asks afresh
         log = follow.log
         error = result.error
         if error == errors.OFFSET_OUT_OF_RANGE:
