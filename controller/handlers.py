@@ -90,11 +90,12 @@ class EventHandlers:
     ) -> tuple[PartitionStateMachine, ReplicaStateMachine]:
         """The state machines; ``just_read``: the context's partition states were
         read in this event, and their first round decides from them."""
+        fresh: set[TopicPartition] = set()  # read or written in this event
         return (
             PartitionStateMachine(self.ctx, self.batched, self.batch, self.fence,
-                                  self.unclean_topics, just_read=just_read),
+                                  self.unclean_topics, just_read=just_read, fresh=fresh),
             ReplicaStateMachine(self.ctx, self.batched, self.batch, self.fence,
-                                just_read=just_read),
+                                just_read=just_read, fresh=fresh),
         )  # fmt: skip
 
     def reassigner(self) -> Reassigner:

@@ -88,11 +88,15 @@ class _StateMachine:
         fence: Callable[[], ControllerEpoch],
         *,
         just_read: bool = False,
+        fresh: set[TopicPartition] | None = None,
     ) -> None:
         self.ctx = ctx
         self.store = store
         self.batch = batch
         self.fence = fence
+        # partitions whose context state was read or written in this event (shared
+        # by the event's state machines): as good as just read
+        self.fresh: set[TopicPartition] = set() if fresh is None else fresh
         # The context's states were read from ZooKeeper in this same event
         # (taking office): the first round decides from them instead of reading
         # again; a state that moved since fails its write on the zkVersion and is
@@ -104,23 +108,38 @@ class _StateMachine:
     ) -> tuple[
         dict[TopicPartition, Versioned], dict[TopicPartition, Versioned], list[TopicPartition]
     ]:
-        """Read the partitions' states (one batched round), ``decide`` each, write
-        the decisions (one batched round); read and decide again those whose
-        state moved meanwhile, a few times.  The states written with their new
-        versions, the states last read, and the partitions still moving."""
+        """Take the partitions' states, ``decide`` each, write the decisions (one
+        batched round); read and decide again those whose state moved meanwhile,
+        a few times.  The states written with their new versions, the states
+        last read, and the partitions still moving.
+
+        The first round decides from the context's states, each with the
+        zkVersion it was written or read at: a write from a state that moved
+        since fails on that version, and the partition is read and decided
+        again.  A decision to write nothing cannot fail that way, so a partition
+        the context says needs no change is read from ZooKeeper and decided
+        again at once (unless the context was read in this same event,
+        ``just_read``, or the partition was read or written in it, ``fresh``),
+        as the context may lag a leader's ISR change.  With
+        thousands of partitions (a broker's controlled shutdown), that saves a
+        ZooKeeper read per partition."""
         written: dict[TopicPartition, Versioned] = {}
         seen: dict[TopicPartition, Versioned] = {}
         remaining = list(partitions)
         for attempt in range(1, STALE_STATE_ATTEMPTS + 1):
             if not remaining:
                 break
-            current = self._states(remaining, first=attempt == 1)
+            current, cached = self._states(remaining, first=attempt == 1)
+            decided = _decisions(remaining, current, decide)
+            unsure = [tp for tp in remaining if tp in cached and tp not in decided]
+            if unsure:
+                current.update(self._read(unsure))
+                decided.update(_decisions(unsure, current, decide))
             seen.update(current)
-            decided: dict[TopicPartition, Versioned] = {}
-            for tp in remaining:
-                if tp in current and (new := decide(tp, *current[tp])) is not None:
-                    decided[tp] = (new, current[tp][1])
             outcomes = self.store.update_partition_states(decided, self.fence()) if decided else {}
+            self.fresh.update(
+                tp for tp, o in outcomes.items() if not isinstance(o, StaleVersionError)
+            )
             remaining = []
             for tp, outcome in outcomes.items():
                 if isinstance(outcome, StaleVersionError):
@@ -132,15 +151,35 @@ class _StateMachine:
 
     def _states(
         self, partitions: Sequence[TopicPartition], first: bool
-    ) -> dict[TopicPartition, Versioned]:
-        if not (first and self.just_read):
-            return self.store.partition_states(partitions)
+    ) -> tuple[dict[TopicPartition, Versioned], set[TopicPartition]]:
+        """The states to decide from, and those of them taken from the context
+        without being just read (see ``_write_in_rounds``)."""
+        if not first:
+            return self._read(partitions), set()
         known = self.ctx.leadership
         found = {tp: (known[tp].state, known[tp].zk_version) for tp in partitions if tp in known}
+        cached = set() if self.just_read else set(found) - self.fresh
         missing = [tp for tp in partitions if tp not in found]
         if missing:
-            found.update(self.store.partition_states(missing))
-        return found
+            found.update(self._read(missing))
+        return found, cached
+
+    def _read(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, Versioned]:
+        states = self.store.partition_states(partitions)
+        self.fresh.update(states)
+        return states
+
+
+def _decisions(
+    partitions: Iterable[TopicPartition], states: Mapping[TopicPartition, Versioned], decide: Decide
+) -> dict[TopicPartition, Versioned]:
+    """The state each partition is to be written with, and the version it was decided
+    from; partitions ``decide`` leaves as they are, or with no state, left out."""
+    decided: dict[TopicPartition, Versioned] = {}
+    for tp in partitions:
+        if tp in states and (new := decide(tp, *states[tp])) is not None:
+            decided[tp] = (new, states[tp][1])
+    return decided
 
 
 class PartitionStateMachine(_StateMachine):
@@ -153,8 +192,9 @@ class PartitionStateMachine(_StateMachine):
         unclean_topics: UncleanTopics,
         *,
         just_read: bool = False,
+        fresh: set[TopicPartition] | None = None,
     ) -> None:
-        super().__init__(ctx, store, batch, fence, just_read=just_read)
+        super().__init__(ctx, store, batch, fence, just_read=just_read, fresh=fresh)
         self.unclean_topics = unclean_topics
 
     def handle_state_changes(

@@ -121,10 +121,11 @@ def machines(
     just_read: bool = False,
 ) -> tuple[PartitionStateMachine, ReplicaStateMachine, RequestBatch]:
     batch = RequestBatch()
+    fresh: set[TopicPartition] = set()  # one event's, as the controller's handlers share it
     return (
         PartitionStateMachine(ctx, store, batch, lambda: FENCE, lambda ts: set(ts) & unclean,
-                              just_read=just_read),
-        ReplicaStateMachine(ctx, store, batch, lambda: FENCE, just_read=just_read),
+                              just_read=just_read, fresh=fresh),
+        ReplicaStateMachine(ctx, store, batch, lambda: FENCE, just_read=just_read, fresh=fresh),
         batch,
     )  # fmt: skip
 
@@ -350,6 +351,38 @@ def test_a_state_that_moved_under_the_election_is_read_and_decided_again() -> No
     assert store.rounds == 2
     assert told(batch)[2] == {"t-0": (2, 4, (2, 3))}
     assert ctx.leadership[tp("t-0")].zk_version == 7
+
+
+def test_controlled_shutdown_decides_from_the_context_and_reads_only_what_it_must() -> None:
+    """Thousands of partitions per shutdown: the context's states are decided from
+    without a read; one the context says needs no write is read again (the context
+    may lag a leader's ISR change) unless it was written in this event (t-0), and
+    one whose write fails on its zkVersion is read too."""
+    ctx, store = cluster(
+        live=[1, 2, 3],
+        shutting_down=[1],
+        partitions={
+            "t-0": ((1, 2), 1, (1, 2)),  # led: moves to 2
+            "t-1": ((2, 1), 2, (2, 1)),  # followed: leaves the ISR
+            "t-2": ((2, 1), 2, (2,)),  # the context: out of sync; ZooKeeper: back in
+            "t-3": ((3, 1), 3, (3, 1)),  # its leader wrote meanwhile (another version)
+        },
+    )
+    store.states[tp("t-2")] = (PartitionState(2, 4, (2, 1), EPOCH - 1), 6)
+    store.stale_once.add(tp("t-3"))
+    partitions, replicas, batch = machines(ctx, store)
+    partitions.handle_state_changes([tp("t-0")], State.ONLINE, Reason.CONTROLLED_SHUTDOWN)
+    assert store.read == []
+    replicas.handle_state_changes([(1, tp(n)) for n in ("t-0", "t-1", "t-2", "t-3")],
+                                  ReplicaState.OFFLINE)  # fmt: skip
+    assert store.read == [tp("t-2"), tp("t-3")]  # unsure, then refused on its version
+    assert dict(store.writes) == {
+        tp("t-0"): PartitionState(2, 4, (2,), EPOCH),
+        tp("t-1"): PartitionState(2, 4, (2,), EPOCH),
+        tp("t-2"): PartitionState(2, 5, (2,), EPOCH),
+        tp("t-3"): PartitionState(3, 4, (3,), EPOCH),
+    }
+    assert told(batch)[2]["t-2"] == (2, 5, (2,))
 
 
 def test_metadata_goes_to_every_live_broker_whole_when_asked() -> None:
