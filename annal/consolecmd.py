@@ -50,7 +50,7 @@ def _zookeeper_connect(value: str) -> str:
     return value
 
 
-def _quiet_kazoo() -> None:
+def quiet_kazoo() -> None:
     """The commands report an unreachable ZooKeeper in one line of their own;
     kazoo's warning for every connection attempt would bury it."""
     logging.getLogger("kazoo").setLevel(logging.ERROR)
@@ -316,7 +316,7 @@ def run_producer(args: argparse.Namespace) -> int:
         options["compression"] = args.compression_codec
     options.setdefault("linger_ms", 5)
     failures = 0
-    _quiet_kazoo()
+    quiet_kazoo()
     try:
         with Producer(
             args.bootstrap_server, zookeeper_connect=args.zookeeper, **options

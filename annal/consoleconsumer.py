@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from annal.clierrors import fail
-from annal.consolecmd import CONSUMER_SETTINGS, _quiet_kazoo, client_settings
+from annal.consolecmd import CONSUMER_SETTINGS, client_settings, quiet_kazoo
 from annal.consoleio import FORMATTERS, MessageFormatter, parse_properties
 from annal.deserializers import DeserializationError
 from annal.topic_partition import TopicPartition
@@ -112,7 +112,7 @@ def run_consumer(args: argparse.Namespace) -> int:
     settings.pop("auto_commit_interval_ms", None)
     earliest = args.from_beginning or reset == "earliest"
     last_data = time.monotonic()
-    _quiet_kazoo()
+    quiet_kazoo()
     try:
         with SimpleConsumer(
             args.bootstrap_server,

@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from .epoch_types import EpochEntry
 from .errors import CheckpointError, MalformedCheckpointError
-from .files import TopicPartition, atomic_write, fsync_dir, fsync_file
+from .files import TopicPartition, atomic_write
 
 VERSION = 0
 T = TypeVar("T")
@@ -147,16 +147,10 @@ class LeaderEpochCheckpointFile:
 
     def write(self, entries: Sequence[EpochEntry], *, sync: bool = True) -> None:
         """Replace the file with ``entries`` in the given order, atomically; with
-        ``sync=False`` not yet durable against a machine crash (``sync``)."""
+        ``sync=False`` not yet durable against a machine crash (a sync of the file
+        systems makes it so)."""
         with self._lock:
             _write(self.path, [f"{e.epoch} {e.start_offset}" for e in entries], sync)
-
-    def sync(self) -> None:
-        """Make the file as last written durable: fsync it and its directory."""
-        with self._lock:
-            if self.path.exists():
-                fsync_file(self.path)
-                fsync_dir(self.path.parent)
 
     def read(self) -> list[EpochEntry]:
         """The checkpointed entries; [] when the file does not exist."""

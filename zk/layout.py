@@ -248,20 +248,13 @@ class BrokerRegistration:
     def kafka_endpoint(self) -> str | None:
         return None if self.kafka_host is None else f"{self.kafka_host}:{self.kafka_port}"
 
-    @property
-    def listeners(self) -> list[str]:
-        """Every listener as ``NAME://host:port``, the gRPC one first."""
-        grpc_listener = "GRPCS" if self.tls else "GRPC"
-        return [f"{grpc_listener}://{self.host}:{self.port}"] + [
-            f"{e.listener}://{e.host}:{e.port}" for e in self.kafka_endpoints
-        ]
-
     def encode(self) -> bytes:
         grpc_listener = "GRPCS" if self.tls else "GRPC"
-        endpoints = self.listeners
+        endpoints = [f"{grpc_listener}://{self.host}:{self.port}"]
         # listener name → security protocol, as Kafka's
         protocols = {grpc_listener: "SSL" if self.tls else "PLAINTEXT"}
         for e in self.kafka_endpoints:
+            endpoints.append(f"{e.listener}://{e.host}:{e.port}")
             protocols[e.listener] = e.security_protocol
         return _dump(
             {
