@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import grpc
+import tenacity
 from annal.broker.admin_manager import AdminManager
 from annal.broker.config import BrokerConfig
 from annal.broker.config_changes import ConfigChangeListener
@@ -81,6 +82,7 @@ from annal.broker.transactions.api import TransactionApi, settings_of
 from annal.broker.transactions.coordinator import TransactionCoordinator, spawn_on
 from annal.broker.transactions.log_schema import TRANSACTION_STATE_TOPIC
 from annal.broker.transactions.markers import MarkerWriter
+from annal.client.retry import Backoff, retrying
 from annal.client.security import SecurityConfigError
 from annal.controller.channel import ControllerChannel
 from annal.controller.controller import Controller
@@ -547,21 +549,27 @@ class BrokerServer:
 
     def _register(self) -> None:
         """Register; a registration left by this broker's own previous process (same
-        id and endpoint, a session not yet expired after a crash) is waited out."""
-        deadline = time.monotonic() + self.config.zookeeper_session_timeout_ms / 1000 + 5
-        while True:
+        id and endpoint, a session not yet expired after a crash) is waited out,
+        with annal's retry policy, for up to the session timeout and 5 s more."""
+
+        def register() -> int:
             try:
-                self.broker_epoch = self.zk.register_broker(self.registration)
-                return
-            except BrokerIdTakenError:
+                return self.zk.register_broker(self.registration)
+            except BrokerIdTakenError as exc:
                 holder = self.zk.get_broker(self.config.broker_id)
-                if holder is None:
-                    continue  # the old session expired just now: register again
-                ours = holder.endpoint == self.registration.endpoint
-                if not ours or time.monotonic() > deadline:
-                    raise
+                if holder is None or holder.endpoint == self.registration.endpoint:
+                    raise _PreviousProcessRegistered(str(exc)) from exc  # expired, or will
+                raise
+
+        def waiting(state: tenacity.RetryCallState) -> None:
+            if state.attempt_number == 1:
                 logger.info("waiting for the session of this broker's previous process to expire")
-                time.sleep(0.2)
+
+        self.broker_epoch = retrying(
+            self.config.zookeeper_session_timeout_ms / 1000 + 5,
+            retry_on=lambda exc: isinstance(exc, _PreviousProcessRegistered),
+            before_sleep=waiting,
+        )(register)
 
     def _leadership_changed(self, tp: TopicPartition, log: Log | None) -> None:
         if tp.topic == OFFSETS_TOPIC:
@@ -629,7 +637,8 @@ class BrokerServer:
         broker never stays unregistered because of one unlucky attempt."""
         lost = False
         connected = True
-        backoff_s = retry_at = 0.0
+        retry_at = 0.0
+        backoff = Backoff(longest_s=5.0)
         # SUSPENDED this long (a third of the session timeout past kazoo's two
         # thirds) and ZooKeeper has expired the session: stop leading then
         fence_after_s = self.config.zookeeper_session_timeout_ms / 3000
@@ -664,7 +673,7 @@ class BrokerServer:
             try:
                 self.broker_epoch = self.zk.register_broker(self.registration)
             except ZkError as exc:
-                backoff_s = min(max(backoff_s * 2, 0.2), 5.0)
+                backoff_s = backoff.next()
                 retry_at = time.monotonic() + backoff_s
                 logger.error(
                     "cannot re-register broker %d (again in %.1f s): %s",
@@ -674,7 +683,7 @@ class BrokerServer:
                 )
                 continue
             lost = False
-            backoff_s = 0.0
+            backoff.reset()
             self.fence.registered_again()
             logger.info("re-registered broker %d", self.config.broker_id)
 
@@ -696,40 +705,60 @@ class BrokerServer:
 
     def _controlled_shutdown(self) -> None:
         """Ask the controller to move this broker's leaderships away (Kafka's
-        controlled.shutdown.*): retried while it reports partitions this broker
-        still leads, then the stop goes on regardless."""
+        controlled.shutdown.*): retried, ``controlled.shutdown.retry.backoff.ms``
+        apart, while it reports partitions this broker still leads, then the stop
+        goes on regardless."""
         config = self.config
         attempts = config.controlled_shutdown_max_retries + 1
+
+        def gave_up(state: tenacity.RetryCallState) -> bool:
+            logger.warning("stopping without a complete controlled shutdown")
+            return False
+
+        def tried(state: tenacity.RetryCallState) -> None:
+            assert state.outcome is not None
+            logger.warning(
+                "controlled shutdown attempt %d of %d: %s",
+                state.attempt_number,
+                attempts,
+                state.outcome.result(),
+            )
+
+        tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(attempts),
+            wait=tenacity.wait_fixed(config.controlled_shutdown_retry_backoff_ms / 1000),
+            retry=tenacity.retry_if_result(lambda refusal: refusal is not None),
+            before_sleep=tried,
+            retry_error_callback=gave_up,
+            sleep=time.sleep,
+        )(self._ask_for_controlled_shutdown)
+
+    def _ask_for_controlled_shutdown(self) -> str | None:
+        """One ControlledShutdown request: None once it is complete, else why not."""
         request = pb.ControlledShutdownRequest(
-            broker_id=config.broker_id, broker_epoch=self.broker_epoch
+            broker_id=self.config.broker_id, broker_epoch=self.broker_epoch
         )
-        for attempt in range(1, attempts + 1):
-            try:
-                controller_id = self.zk.get_controller()
-                controller = None if controller_id is None else self.zk.get_broker(controller_id)
-                if controller is None:
-                    raise ZkError("no controller is registered")
-                with config.inter_broker_security().channel(controller.endpoint) as channel:
-                    response = annal_pb2_grpc.BrokerControlStub(channel).ControlledShutdown(
-                        request, timeout=10
-                    )
-                if response.error == pb.NONE and not response.remaining_partitions:
-                    logger.info("controlled shutdown of broker %d complete", config.broker_id)
-                    return
-                reason = (
-                    errors.from_wire(response.error)
-                    if response.error != pb.NONE
-                    else "still leading "
-                    + ", ".join(f"{p.topic}-{p.partition}" for p in response.remaining_partitions)
+        try:
+            controller_id = self.zk.get_controller()
+            controller = None if controller_id is None else self.zk.get_broker(controller_id)
+            if controller is None:
+                return "no controller is registered"
+            with self.config.inter_broker_security().channel(controller.endpoint) as channel:
+                response = annal_pb2_grpc.BrokerControlStub(channel).ControlledShutdown(
+                    request, timeout=10
                 )
-            except grpc.RpcError as exc:
-                reason = f"{exc.code().name}: {exc.details()}"
-            except ZkError as exc:
-                reason = str(exc)
-            logger.warning("controlled shutdown attempt %d of %d: %s", attempt, attempts, reason)
-            if attempt < attempts:
-                time.sleep(config.controlled_shutdown_retry_backoff_ms / 1000)
-        logger.warning("stopping without a complete controlled shutdown")
+        except grpc.RpcError as exc:
+            return f"{exc.code().name}: {exc.details()}"
+        except ZkError as exc:
+            return str(exc)
+        if response.error != pb.NONE:
+            return str(errors.from_wire(response.error))
+        if response.remaining_partitions:
+            return "still leading " + ", ".join(
+                f"{p.topic}-{p.partition}" for p in response.remaining_partitions
+            )
+        logger.info("controlled shutdown of broker %d complete", self.config.broker_id)
+        return None
 
     def shutdown(self, grace_s: float = 5.0) -> None:
         """Clean stop: the reverse of ``start``, after a controlled shutdown."""
@@ -799,3 +828,8 @@ class _Steps:
         if now - self._at >= 1.0:
             logger.info("stopping: %s took %.1f s", what, now - self._at)
         self._at = now
+
+
+class _PreviousProcessRegistered(BrokerIdTakenError):
+    """The broker's id is held by this broker's own previous process, whose
+    session ZooKeeper has not expired yet (or just has)."""

@@ -1,7 +1,8 @@
-"""The one retry policy of annal's clients: wait 50 ms, then twice as long each time,
-at most 1 s, until the operation's time is up (tenacity).
+"""The one retry policy of annal, clients and brokers alike: wait 50 ms, then
+twice as long each time, at most 1 s (or another ceiling the caller names),
+until the operation's time is up (tenacity).
 
-Two shapes of the same policy:
+Three shapes of the same policy:
 
 * ``retrying(timeout_s, retry_on=..., until=...)`` is a ``tenacity.Retrying`` for an
   operation that is one call: it calls again after an exception ``retry_on``
@@ -10,6 +11,9 @@ Two shapes of the same policy:
 * ``Budget(timeout_s, attempts)`` is for loops that decide at each turn what to do
   (several partitions, some answered): ``exhausted()`` once at least ``attempts``
   retries were made and the time is up, ``sleep()`` between turns.
+* ``Backoff(longest_s)`` is for loops that wait on something else between
+  attempts (a session event, a stop signal): ``next()`` is the wait before the
+  next attempt, ``reset()`` after a success.
 
 Both wait ``delay(n)`` before retry ``n`` (0-based), so every client backs off alike.
 """
@@ -26,9 +30,16 @@ FIRST_S = 0.05
 LONGEST_S = 1.0
 
 
-def delay(retry: int) -> float:
-    """The wait before retry ``retry`` (0, 1, ...): 50 ms doubling, at most 1 s."""
-    return float(min(FIRST_S * 2 ** min(retry, 16), LONGEST_S))
+def delay(retry: int, longest_s: float = LONGEST_S) -> float:
+    """The wait before retry ``retry`` (0, 1, ...): 50 ms doubling, at most
+    ``longest_s`` (1 s)."""
+    return float(min(FIRST_S * 2 ** min(retry, 16), longest_s))
+
+
+def waits(longest_s: float = LONGEST_S) -> tenacity.wait.wait_base:
+    """The policy as tenacity's wait strategy, for a ``tenacity.Retrying`` of the
+    caller's own stop and retry conditions."""
+    return tenacity.wait_exponential(multiplier=FIRST_S, max=longest_s)
 
 
 def retrying(
@@ -47,7 +58,7 @@ def retrying(
         retry = retry | tenacity.retry_if_result(lambda result: not until(result))
     return tenacity.Retrying(
         stop=stop if stop is not None else tenacity.stop_before_delay(timeout_s),
-        wait=tenacity.wait_exponential(multiplier=FIRST_S, max=LONGEST_S),
+        wait=waits(),
         retry=retry,
         reraise=True,
         retry_error_callback=_last_result if until is not None else None,
@@ -89,3 +100,22 @@ class Budget:
 
     def describe(self) -> str:
         return f"{self.done} retries in {time.monotonic() - self.began:.1f} s"
+
+
+class Backoff:
+    """The policy's waits one at a time, for a loop that waits on events of its
+    own between attempts (``threading.Event.wait(backoff.next())``)."""
+
+    def __init__(self, longest_s: float = LONGEST_S) -> None:
+        self.longest_s = longest_s
+        self.failures = 0
+
+    def next(self) -> float:
+        """The wait after one more failure."""
+        wait = delay(self.failures, self.longest_s)
+        self.failures += 1
+        return wait
+
+    def reset(self) -> None:
+        """After a success: the next failure waits the shortest time again."""
+        self.failures = 0

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 import grpc
 from annal.broker.metadata_cache import broker_message
+from annal.client.retry import Backoff
 from annal.client.security import Security
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
@@ -255,7 +256,7 @@ class _BrokerSender:
     def _send(self, what: str, call: _Call, generation: int) -> None:
         retry_for_s = self.owner.retry_for_s
         deadline = None if retry_for_s is None else time.monotonic() + retry_for_s
-        backoff_s = 0.05
+        backoff = Backoff(self.owner.max_backoff_s)
         failing = False
         while True:
             if not self.owner._may_send(generation, self._stopping):
@@ -265,10 +266,11 @@ class _BrokerSender:
                 error = call(self._stub)
             except grpc.RpcError as exc:
                 failed = errors.transport_error(exc)
+                wait_s = backoff.next()
                 if (
                     not failed.retriable
                     or self._draining
-                    or (deadline is not None and time.monotonic() + backoff_s > deadline)
+                    or (deadline is not None and time.monotonic() + wait_s > deadline)
                 ):
                     logger.warning(
                         "%s to broker %d at %s failed: %s",
@@ -287,9 +289,8 @@ class _BrokerSender:
                         self.endpoint,
                         failed,
                     )
-                if self._stopping.wait(backoff_s):
+                if self._stopping.wait(wait_s):
                     return
-                backoff_s = min(backoff_s * 2, self.owner.max_backoff_s)
                 continue
             if error != pb.NONE:
                 logger.warning(

@@ -49,6 +49,7 @@ from typing import Any
 
 from annal.broker.groups.coordinator import OFFSETS_TOPIC, Append, AwaitReplication
 from annal.broker.groups.offsets_schema import partition_for
+from annal.client.retry import Backoff
 from annal.storage.batch import last_header
 from annal.storage.log import Log
 from annal.storage.records import Record, encode_batch, iter_records
@@ -440,7 +441,7 @@ class TransactionCoordinator:
         )
         if not await self._markers.write(marker, lambda: self._current(index, part)):
             return
-        backoff = 0.1
+        backoff = Backoff(longest_s=2.0)
         while self._current(index, part) and meta.state in _PREPARED:
             try:
                 meta.check_not_pending()
@@ -448,8 +449,7 @@ class TransactionCoordinator:
                 await self._write(index, part, meta, transit, replicated=False)
             except TxnError as exc:
                 logger.info("completing the transaction of %s: %s; retrying", meta, exc.message)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                await asyncio.sleep(backoff.next())
 
     # -- timers ----------------------------------------------------------------------
 

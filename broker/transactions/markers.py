@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import grpc
 from annal.broker.metadata_cache import MetadataSnapshot
+from annal.client.retry import Backoff
 from annal.client.security import Security
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
@@ -90,12 +91,10 @@ class MarkerWriter:
         self,
         metadata: Callable[[], MetadataSnapshot],
         security: Security,
-        backoff_s: float = 0.1,
         max_backoff_s: float = 2.0,
     ) -> None:
         self._metadata = metadata
         self._security = security
-        self._backoff_s = backoff_s
         self._max_backoff_s = max_backoff_s
         self._channels: dict[str, grpc.aio.Channel] = {}
 
@@ -113,7 +112,7 @@ class MarkerWriter:
         """True once every partition holds ``marker``; False when this broker may
         no longer complete the transaction (see the module docstring)."""
         remaining = set(marker.partitions)
-        backoff = self._backoff_s
+        backoff = Backoff(self._max_backoff_s)
         while remaining:
             if not still_valid():
                 return False
@@ -139,8 +138,7 @@ class MarkerWriter:
                     return False
                 remaining.difference_update(done)
             if remaining:
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self._max_backoff_s)
+                await asyncio.sleep(backoff.next())
         return True
 
     async def _send(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from annal.client.retry import Budget, delay, retrying
+import tenacity
+from annal.client.retry import Backoff, Budget, delay, retrying, waits
 
 
 def test_the_waits_double_from_50_ms_to_at_most_1_s() -> None:
@@ -52,3 +53,21 @@ def test_a_budget_gives_its_attempts_and_then_the_rest_of_its_time() -> None:
     timed.sleep()
     assert timed.expires_in_next_wait()  # 50 + 100 ms would not
     assert Budget(10).expires_in_next_wait(within_s=0.01)
+
+
+def test_backoff_gives_the_same_waits_one_at_a_time_up_to_its_ceiling() -> None:
+    backoff = Backoff(longest_s=0.3)
+    assert [backoff.next() for _ in range(5)] == [0.05, 0.1, 0.2, 0.3, 0.3]
+    backoff.reset()
+    assert backoff.next() == 0.05
+    assert [Backoff().next() for _ in range(1)] == [delay(0)]
+
+
+def test_tenacity_waits_follow_the_same_policy() -> None:
+    strategy = waits(longest_s=0.3)
+    seen = []
+    for attempt in range(1, 6):
+        state = tenacity.RetryCallState(tenacity.Retrying(), fn=None, args=(), kwargs={})
+        state.attempt_number = attempt
+        seen.append(strategy(state))
+    assert seen == [0.05, 0.1, 0.2, 0.3, 0.3]
