@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -113,4 +114,11 @@ def run_start(args: argparse.Namespace) -> int:
     while not stop.wait(0.5) and not broker.must_stop.is_set():
         pass
     broker.shutdown()
-    return 1 if broker.must_stop.is_set() else 0
+    code = 1 if broker.must_stop.is_set() else 0
+    # Everything is on disk and every connection closed: the process ends now,
+    # as a JVM's System.exit does, without the interpreter tearing down the
+    # objects of thousands of logs one by one (half a second at 6,667).
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -451,38 +451,35 @@ class LogManager:
                 log.close()
             return
         online = list(self.online_logs().values())
-        # As Kafka's shutdown, the recovery threads snapshot and flush the logs
-        # (an idle log has nothing to flush and keeps its snapshot at the log
-        # end), but one sync of the file systems writes what every log holds
-        # unwritten: thousands of logs then cost one disk flush, not an fsync
-        # or three each, and each log's flush only moves its recovery point.
-        # The work is file creation, truncation and flushing in the kernel,
-        # outside the interpreter's lock, so it takes more threads than loading
-        # does (docs/storage.md, "Flushing").
-        # The threads also close the logs (trimming each active segment's
-        # indexes); a second sync makes the trims durable before the marker.
-        per_dir = max(SHUTDOWN_THREADS_PER_DIR, self.settings.recovery_threads_per_data_dir)
+        # As Kafka's shutdown, the recovery threads snapshot, flush and close
+        # the logs (an idle log has nothing to flush and keeps its snapshot at
+        # the log end), but one sync of the file systems then writes what every
+        # log holds unwritten: its records, its snapshot, its leader epochs and
+        # its trimmed indexes.  Thousands of logs cost one disk flush, not an
+        # fsync or three each; each log's flush only moves its recovery point,
+        # which reaches the disk in the checkpoint written after the sync.  The
+        # work is file creation and truncation in the kernel, outside the
+        # interpreter's lock, so it takes more threads than loading does
+        # (docs/storage.md, "Flushing"); each thread takes its share of the
+        # logs at once.
+        workers = max(SHUTDOWN_THREADS_PER_DIR, self.settings.recovery_threads_per_data_dir)
+        workers *= len(self.log_dirs)
         began = time.monotonic()
-        with ThreadPoolExecutor(
-            max_workers=per_dir * len(self.log_dirs), thread_name_prefix="log-close"
-        ) as pool:
-            list(pool.map(_snapshot_for_shutdown, online))
-            snapshots = time.monotonic()
-            os.sync()
-            synced = time.monotonic()
-            list(pool.map(_flush_and_close, online))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-close") as pool:
+            list(pool.map(_close_for_shutdown, [online[i::workers] for i in range(workers)]))
         for log in logs.values():
             log.close()  # those of offline dirs; the others are closed already
         closed = time.monotonic()
         os.sync()
+        synced = time.monotonic()
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()
         if time.monotonic() - began >= 1.0:
             logger.info(
-                "closed %d logs in %.1f s: snapshots %.1f s, sync %.1f s, flush and close "
-                "%.1f s, checkpoints %.1f s", len(logs), time.monotonic() - began,
-                snapshots - began, synced - snapshots, closed - synced, time.monotonic() - closed,
+                "closed %d logs in %.1f s: snapshots, flushes and closes %.1f s, sync %.1f s, "
+                "checkpoints %.1f s", len(logs), time.monotonic() - began, closed - began,
+                synced - closed, time.monotonic() - synced,
             )  # fmt: skip
         for log_dir in self.log_dirs:
             if self.failures.reason(log_dir) is not None:
@@ -495,16 +492,11 @@ class LogManager:
         self._started = False
 
 
-def _snapshot_for_shutdown(log: Log) -> None:
-    try:
-        log.take_producer_snapshot(sync=False)  # synced with everything else
-    except LogDirOfflineError:
-        pass  # the dir went offline now; it is left for recovery
-
-
-def _flush_and_close(log: Log) -> None:
-    try:
-        log.flush(synced=True)  # after the sync: the recovery point moves, nothing fsynced
-    except LogDirOfflineError:
-        pass  # as above
-    log.close()
+def _close_for_shutdown(logs: list[Log]) -> None:
+    for log in logs:
+        try:
+            log.take_producer_snapshot(sync=False)  # synced with everything else
+            log.flush(synced=True)  # the sync follows, before the recovery point is written
+        except LogDirOfflineError:
+            pass  # the dir went offline now; it is left for recovery
+        log.close()

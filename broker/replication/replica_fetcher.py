@@ -260,6 +260,8 @@ class _FetcherThread:
                 kafka_endpoint, broker_id, settings.wait_max_ms, settings.kafka_security
             )
         self._unreachable_since: float | None = None
+        # first refusals of each partition in this pass: logged once per error
+        self._refused: dict[ErrorCode, list[tuple[TopicPartition, str]]] = {}
         self._kafka_retry_at = 0.0  # Kafka listener refused: gRPC until then
         self._thread = threading.Thread(
             target=self._run,
@@ -321,6 +323,7 @@ class _FetcherThread:
                     self._truncate({tp: due[tp] for tp in pending})
                     due = {tp: f for tp, f in due.items() if f.truncated}
                 self._fetch(due)
+                self._report_refusals()
             except ListenerUnreachable as exc:
                 if self._stopped:
                     return
@@ -379,7 +382,27 @@ class _FetcherThread:
         follow.delayed_until = time.monotonic() + backoff_ms / 1000
         follow.errors[error] = seen + 1
         if follow.errors[error] == 1:
-            logger.warning("fetch of %s from leader %d: %s %s", tp, self.leader, error, detail)
+            self._refused.setdefault(error, []).append((tp, detail))
+
+    def _report_refusals(self) -> None:
+        """One line per error for the partitions the leader refused for the first
+        time in this pass (a leader change refuses thousands at once)."""
+        for error, refused in self._refused.items():
+            named = ", ".join(str(tp) for tp, _ in refused[:NAMED_IN_LOG])
+            if len(refused) > NAMED_IN_LOG:
+                named += f" and {len(refused) - NAMED_IN_LOG} more"
+            # expected while leaderships move: the controller's LeaderAndIsr follows
+            level = logging.INFO if error in _AWAITING_THE_CONTROLLER else logging.WARNING
+            logger.log(
+                level,
+                "fetch from leader %d: %s for %d partition(s) (%s): %s",
+                self.leader,
+                error,
+                len(refused),
+                named,
+                refused[0][1] or "no detail",
+            )
+        self._refused.clear()
 
     # -- truncation by leader epoch ------------------------------------------
 
@@ -534,5 +557,10 @@ class _FetcherThread:
             )
             log.truncate_fully_and_start_at(result.log_start_offset)
 
+
+NAMED_IN_LOG = 5  # partitions named in a line about many
+_AWAITING_THE_CONTROLLER = frozenset(
+    {errors.FENCED_LEADER_EPOCH, errors.NOT_LEADER_OR_FOLLOWER, errors.UNKNOWN_LEADER_EPOCH}
+)
 
 _NO_ANSWER = Answer(errors.NONE, "", -1, -1, -1, b"")

@@ -23,6 +23,7 @@ from annal.broker.replication.replica_fetcher import (
     FollowOrder,
     ReplicaFetcherManager,
     _FetcherThread,
+    _Follow,
 )
 from annal.broker.replication.replica_transport import FetchLimits, KafkaReplicaFetch, Wanted
 from annal.broker.requests.fetch_sessions import (
@@ -41,6 +42,8 @@ from annal.storage.log import Log
 from annal.storage.records import iter_records
 from annal.v1 import annal_pb2 as pb
 from annal.v1 import annal_pb2_grpc
+
+from annal import errors
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "storage"))
 from logutil import batch, open_log
@@ -491,3 +494,32 @@ def test_a_leader_and_isr_hands_each_fetcher_thread_its_share_at_once(
         assert all(manager.followed()[o.tp] == 3 for o in moved)
     finally:
         manager.shutdown()
+
+
+def test_thousands_of_partitions_refused_at_once_make_one_line_per_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A leader change refuses every followed partition in one answer: the fetcher
+    says so once per error, naming a few, and at INFO for the refusals that only
+    wait for the controller's LeaderAndIsr."""
+    thread = _FetcherThread(2, 1, 0, "127.0.0.1:1", None, FetcherSettings())
+    log = open_log(tmp_path / "t-0")
+    try:
+        with caplog.at_level("INFO", logger="annal.broker.replication.replica_fetcher"):
+            for partition in range(2000):
+                follow = _Follow(log, 1)
+                tp = TopicPartition("t", partition)
+                thread._delay(tp, follow, errors.FENCED_LEADER_EPOCH, "epoch 1 is old")
+                thread._delay(tp, follow, errors.FENCED_LEADER_EPOCH, "again")  # not first
+            thread._delay(TopicPartition("u", 0), _Follow(log, 1), errors.CORRUPT_MESSAGE, "")
+            thread._report_refusals()
+            thread._report_refusals()  # nothing new
+    finally:
+        thread.stop()
+        log.close()
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert lines == [
+        ("INFO", "fetch from leader 1: FENCED_LEADER_EPOCH for 2000 partition(s) (t-0, t-1, "
+                 "t-2, t-3, t-4 and 1995 more): epoch 1 is old"),
+        ("WARNING", "fetch from leader 1: CORRUPT_MESSAGE for 1 partition(s) (u-0): no detail"),
+    ]  # fmt: skip

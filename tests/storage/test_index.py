@@ -5,11 +5,13 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+import threading
 from pathlib import Path
 
 import pytest
 from annal.storage.errors import CorruptIndexError
 from annal.storage.index import (
+    FIRST_ALLOCATION,
     OffsetIndex,
     OffsetPosition,
     TimeIndex,
@@ -429,3 +431,84 @@ def test_a_new_index_has_its_first_page_on_disk(tmp_path: Path, kind: type) -> N
     finally:
         os.close(fd)
         index.close()
+
+
+@pytest.mark.parametrize("kind", [OffsetIndex, TimeIndex])
+def test_the_file_is_allocated_in_doubling_steps_up_to_the_capacity(
+    tmp_path: Path, kind: type
+) -> None:
+    """A new index's file starts at FIRST_ALLOCATION and doubles as entries reach
+    its end, so closing thousands of barely written logs trims small files."""
+    capacity = 10 << 20
+    index = kind(tmp_path / f"{BASE:020d}{kind.suffix}", BASE, capacity)
+    size = kind.entry_size
+    first = FIRST_ALLOCATION // size * size
+    assert index.path.stat().st_size == first
+    assert index.max_entries == capacity // size  # the capacity, not the file's length
+    sizes = set()
+    n = 3 * first // size + 5
+    for i in range(n):
+        if kind is OffsetIndex:
+            index.append(BASE + i + 1, 10 * i)
+        else:
+            index.maybe_append(i + 1, BASE + i)
+        sizes.add(index.path.stat().st_size)
+    assert sorted(sizes) == [first, 2 * first, 4 * first]
+    assert index.entries == n and not index.is_full
+    if kind is OffsetIndex:  # entries written before each step are still there
+        assert [index.entry(k) for k in (0, first // size, n - 1)] == [
+            OffsetPosition(BASE + k + 1, 10 * k) for k in (0, first // size, n - 1)
+        ]
+        assert index.lookup(BASE + n) == OffsetPosition(BASE + n, 10 * (n - 1))
+    else:
+        assert [index.entry(k) for k in (0, first // size, n - 1)] == [
+            TimestampOffset(k + 1, BASE + k) for k in (0, first // size, n - 1)
+        ]
+    index.close()
+    assert index.path.stat().st_size == n * size
+    reopened = kind(index.path, BASE, capacity)
+    assert reopened.entries == n
+    reopened.sanity_check()
+    reopened.resize(capacity)  # writable again: room in steps, entries kept
+    assert reopened.path.stat().st_size == n * size and reopened.max_entries == capacity // size
+    reopened.close()
+
+
+def test_the_capacity_still_ends_at_segment_index_bytes(tmp_path: Path) -> None:
+    capacity = FIRST_ALLOCATION * 2 + 8 * 3  # not a power of two of the first step
+    index = OffsetIndex(tmp_path / INDEX_NAME, BASE, capacity)
+    for i in range(capacity // 8):
+        index.append(BASE + i + 1, i)
+    assert index.is_full and index.path.stat().st_size == capacity
+    with pytest.raises(CorruptIndexError, match="is full"):
+        index.append(BASE + capacity, 0)
+    index.close()
+
+
+def test_lookups_from_another_thread_while_appends_grow_the_file(tmp_path: Path) -> None:
+    index = OffsetIndex(tmp_path / INDEX_NAME, BASE, 1 << 20)
+    stop = threading.Event()
+    wrong: list[object] = []
+
+    def look() -> None:
+        while not stop.is_set():
+            entries = index.entries
+            if entries:
+                try:
+                    found = index.lookup(BASE + entries)
+                except Exception as exc:  # a map closed under the lookup
+                    wrong.append(exc)
+                    return
+                if found.offset > BASE + entries or found.offset - BASE != found.position + 1:
+                    wrong.append(found)
+
+    reader = threading.Thread(target=look)
+    reader.start()
+    try:
+        for i in range(20_000):
+            index.append(BASE + i + 1, i)
+    finally:
+        stop.set()
+        reader.join()
+    assert not wrong
+    index.close()

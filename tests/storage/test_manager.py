@@ -66,9 +66,12 @@ def test_clean_shutdown_writes_checkpoints_and_marker(tmp_path: Path) -> None:
     again.shutdown()
 
 
-def test_shutdown_syncs_before_the_logs_flush_and_the_marker(
+def test_shutdown_syncs_once_after_every_log_is_closed_and_before_the_checkpoints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Every log's snapshot, leader epochs and trimmed indexes are written with no
+    fsync of their own; one sync writes them all before the recovery points that
+    count on them are checkpointed, and before the clean-shutdown marker."""
     manager = LogManager([tmp_path / "d"], broker_id=1, settings=QUIET)
     manager.startup()
     for p in range(20):
@@ -76,6 +79,8 @@ def test_shutdown_syncs_before_the_logs_flush_and_the_marker(
         log.append_as_leader(batch([b"x" * 50]), 3)  # unflushed, and a new epoch
     events: list[str] = []
     real_fsync, real_sync = os.fsync, os.sync
+    recovery_points = tmp_path / "d" / files.RECOVERY_POINT_CHECKPOINT
+    tp = files.TopicPartition("orders", 7)
 
     def fsync(fd: int) -> None:
         events.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
@@ -83,22 +88,27 @@ def test_shutdown_syncs_before_the_logs_flush_and_the_marker(
 
     def sync() -> None:
         events.append("sync")
-        snapshots = list((tmp_path / "d").glob("orders-*/*.snapshot"))
-        assert len(snapshots) == 20  # written before the one sync
+        logs = sorted((tmp_path / "d").glob("orders-*"))
+        assert len(logs) == 20
+        for log_dir in logs:
+            assert len(list(log_dir.glob("*.snapshot"))) == 1
+            assert "3 0" in (log_dir / files.LEADER_EPOCH_CHECKPOINT).read_text()
+            for index in log_dir.glob("*index"):  # trimmed: closed
+                assert index.stat().st_size in (0, 8, 12), index
+        if recovery_points.exists():  # not yet moved past the unsynced record
+            assert OffsetCheckpointFile(recovery_points).read().get(tp, 0) == 0
+        assert not (tmp_path / "d" / files.CLEAN_SHUTDOWN_FILE).exists()
         real_sync()
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "sync", sync)
     manager.shutdown()
-    assert events.count("sync") == 2  # then another for the closed logs' index trims
-    before = events[: events.index("sync")]
-    assert before == []  # the snapshots were written with no fsync of their own
-    after = events[events.index("sync") + 1 :]
-    # the flushes only move the recovery points: the sync wrote everything
+    assert events.count("sync") == 1
+    assert events.index("sync") == 0  # nothing of the logs' own was fsynced
+    after = events[1:]
     assert not [e for e in after if e.endswith((".snapshot", ".snapshot.tmp", ".log"))]
     assert files.LEADER_EPOCH_CHECKPOINT not in after
-    tp = files.TopicPartition("orders", 7)
-    assert OffsetCheckpointFile(tmp_path / "d" / files.RECOVERY_POINT_CHECKPOINT).read()[tp] == 1
+    assert OffsetCheckpointFile(recovery_points).read()[tp] == 1
     assert (tmp_path / "d" / files.CLEAN_SHUTDOWN_FILE).exists()
 
 
