@@ -167,22 +167,29 @@ class _Index:
                 mm = self._map_locked()
         return mm
 
-    def _unmap_locked(self) -> None:
+    def _unmap_locked(self, sync: bool = True) -> None:
+        """Drop the map; ``sync`` writes its pages to disk first (msync).  Without
+        it they stay in the kernel's cache, to be written by a later fsync or
+        msync of the file (the page cache is the file's, not the map's)."""
         if self._mmap is not None:
-            self._mmap.flush()
+            if sync:
+                self._mmap.flush()
             self._mmap.close()
             self._mmap = None
 
-    def _release_locked(self) -> None:
-        self._unmap_locked()
+    def _release_locked(self, sync: bool = True) -> None:
+        self._unmap_locked(sync)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
-    def _set_length_locked(self, length: int, capacity: int | None = None) -> None:
+    def _set_length_locked(
+        self, length: int, capacity: int | None = None, *, sync: bool = True
+    ) -> None:
         """The file cut or extended to ``length`` bytes, holding at most ``capacity``
-        bytes of entries (``length`` when None: the index is then full)."""
-        self._unmap_locked()
+        bytes of entries (``length`` when None: the index is then full); ``sync``
+        as for ``_unmap_locked``."""
+        self._unmap_locked(sync)
         if self._fd is not None:
             os.ftruncate(self._fd, length)
         else:
@@ -201,7 +208,8 @@ class _Index:
         length = min(capacity, max(2 * self._size, self._round(FIRST_ALLOCATION)))
         with self._lock:
             last = self._last
-            self._set_length_locked(length, capacity)
+            # the next flush's msync of the new map writes these pages too
+            self._set_length_locked(length, capacity, sync=False)
             self._last = last  # the entries are unchanged
 
     def _file_length_locked(self) -> int:
@@ -270,12 +278,13 @@ class _Index:
             if length != self._size or capacity != self.max_entries * self.entry_size:
                 self._set_length_locked(length, capacity)
 
-    def trim_to_valid_size(self) -> None:
-        """Cut the file to exactly ``entries * entry_size`` bytes (no longer written)."""
+    def trim_to_valid_size(self, *, sync: bool = True) -> None:
+        """Cut the file to exactly ``entries * entry_size`` bytes (no longer written);
+        ``sync`` writes what the map held to disk first."""
         with self._lock:
             length = self._entries * self.entry_size
             if length != self._size:
-                self._set_length_locked(length)
+                self._set_length_locked(length, sync=sync)
 
     def flush(self) -> None:
         """Write the mapped pages to disk (nothing to do when unmapped)."""
@@ -283,25 +292,28 @@ class _Index:
             if self._mmap is not None:
                 self._mmap.flush()
 
-    def close(self) -> None:
-        """Trim the file to its entries and release the map and the descriptor."""
+    def close(self, *, sync: bool = True) -> None:
+        """Trim the file to its entries and release the map and the descriptor.
+        ``sync=False`` leaves what the map wrote in the kernel's cache: for a
+        caller that syncs the file system next (a clean shutdown) or deletes the
+        file."""
         if self.closed:
             return
         try:
-            self.trim_to_valid_size()
+            self.trim_to_valid_size(sync=sync)
         except FileNotFoundError:
             # an unopened file already removed (a ``.deleted`` segment past its
             # delay) has nothing left to trim
             if self._fd is not None:
                 raise
         with self._lock:
-            self._release_locked()
+            self._release_locked(sync)
             self.closed = True
 
     def delete(self) -> None:
         """Release the file without trimming it and remove it."""
         with self._lock:
-            self._release_locked()
+            self._release_locked(sync=False)
             self.closed = True
             self.path.unlink(missing_ok=True)
 

@@ -1380,8 +1380,10 @@ class Log:
             return False
         return True
 
-    def close(self) -> None:
-        """Flush nothing, close every file; pending deletions are carried out now."""
+    def close(self, *, sync_indexes: bool = True) -> None:
+        """Flush nothing, close every file; pending deletions are carried out now.
+        ``sync_indexes=False``: the indexes' last pages are left to the kernel, for
+        a caller that syncs the file system next (a clean shutdown)."""
         with self._lock:
             if self._closed:
                 return
@@ -1389,7 +1391,7 @@ class Log:
             self._closed = True
             self._marks.compacted(self, False)
             for segment in self._view.segments:
-                segment.close()
+                segment.close(sync_indexes=sync_indexes)
 
     def delete(self) -> None:
         """Close the log and remove its directory (topic deletion)."""

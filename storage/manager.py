@@ -499,4 +499,4 @@ def _close_for_shutdown(logs: list[Log]) -> None:
             log.flush(synced=True)  # the sync follows, before the recovery point is written
         except LogDirOfflineError:
             pass  # the dir went offline now; it is left for recovery
-        log.close()
+        log.close(sync_indexes=False)  # written by the sync too

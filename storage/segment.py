@@ -612,15 +612,17 @@ class LogSegment:
     def suffix(self) -> str:
         return self._suffix
 
-    def close(self) -> None:
+    def close(self, *, sync_indexes: bool = True) -> None:
+        """Close every file; ``sync_indexes=False`` leaves what the indexes' maps
+        wrote to the kernel, for a caller that syncs the file system next."""
         if self.closed:
             return
         self.closed = True
         self.time_index.maybe_append(
             self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True
         )
-        self.offset_index.close()
-        self.time_index.close()
+        self.offset_index.close(sync=sync_indexes)
+        self.time_index.close(sync=sync_indexes)
         self.txn_index.close()
         os.close(self._fd)
 
@@ -628,8 +630,8 @@ class LogSegment:
         """Close and remove all its files (those already gone are ignored)."""
         if not self.closed:
             self.closed = True
-            self.offset_index.close()
-            self.time_index.close()
+            self.offset_index.close(sync=False)
+            self.time_index.close(sync=False)
             self.txn_index.close()
             os.close(self._fd)
         for path in (

@@ -512,3 +512,25 @@ def test_lookups_from_another_thread_while_appends_grow_the_file(tmp_path: Path)
         reader.join()
     assert not wrong
     index.close()
+
+
+@pytest.mark.parametrize("kind", [OffsetIndex, TimeIndex])
+def test_closing_without_sync_keeps_every_entry(tmp_path: Path, kind: type) -> None:
+    """``close(sync=False)`` leaves the map's pages to the kernel (a clean shutdown
+    syncs the file system next): reopened, the file holds every entry."""
+    index = kind(tmp_path / f"{BASE:020d}{kind.suffix}", BASE, 1 << 20)
+    n = 5000  # past the first allocation: pages written through two maps
+    for i in range(n):
+        if kind is OffsetIndex:
+            index.append(BASE + i + 1, i)
+        else:
+            index.maybe_append(i + 1, BASE + i)
+    index.close(sync=False)
+    reopened = kind(index.path, BASE, 1 << 20)
+    assert reopened.entries == n
+    reopened.sanity_check()
+    if kind is OffsetIndex:
+        assert reopened.entry(n - 1) == OffsetPosition(BASE + n, n - 1)
+    else:
+        assert reopened.entry(n - 1) == TimestampOffset(n, BASE + n - 1)
+    reopened.close()

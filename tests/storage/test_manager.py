@@ -11,6 +11,7 @@ from annal.storage import files
 from annal.storage.checkpoints import OffsetCheckpointFile
 from annal.storage.config import LogConfig
 from annal.storage.errors import LogDirError
+from annal.storage.log import Log
 from annal.storage.manager import LogManager, LogManagerConfig
 from annal.storage.meta import read_meta_properties
 from logutil import FakeClock, batch, read_all
@@ -100,9 +101,18 @@ def test_shutdown_syncs_once_after_every_log_is_closed_and_before_the_checkpoint
         assert not (tmp_path / "d" / files.CLEAN_SHUTDOWN_FILE).exists()
         real_sync()
 
+    closes: list[bool] = []
+    real_close = Log.close
+
+    def close(log: Log, *, sync_indexes: bool = True) -> None:
+        closes.append(sync_indexes)
+        real_close(log, sync_indexes=sync_indexes)
+
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "sync", sync)
+    monkeypatch.setattr(Log, "close", close)
     manager.shutdown()
+    assert closes[:20] == [False] * 20  # no msync of each index: the sync writes them
     assert events.count("sync") == 1
     assert events.index("sync") == 0  # nothing of the logs' own was fsynced
     after = events[1:]
