@@ -223,8 +223,15 @@ class MessageFormatter:
         """The bytes printed for ``record`` (a ``ConsumerRecord``)."""
         if self.kind == "NoOpMessageFormatter":
             return b""
-        key = apply(self.deserialize["key"], record.key)
-        value = apply(self.deserialize["value"], record.value)
+        # As Kafka's formatter, a part is deserialized only when it is printed
+        # (or logged): a key no deserializer can read stops nobody who hides it.
+        logged = self.kind == "LoggingMessageFormatter"
+        key = apply(self.deserialize["key"], record.key) if self.show["key"] or logged else None
+        value = (
+            apply(self.deserialize["value"], record.value)
+            if self.show["value"] or logged
+            else None
+        )
         columns: list[bytes] = []
         if self.show["timestamp"]:
             timestamp = record.timestamp

@@ -16,6 +16,7 @@ from annal.storage.records import Header
 from runcli import annal
 
 from annal.consoleio import LineError, LineReader, MessageFormatter
+from annal.deserializers import DeserializationError
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -168,3 +169,19 @@ def test_line_reader_and_formatter_edge_cases() -> None:
     assert MessageFormatter({"print.partition": "TRUE", "print.value": "false"}).format(
         record
     ) == b"Partition:3\n"
+
+
+def test_the_formatter_reads_only_the_parts_it_prints() -> None:
+    """As Kafka's DefaultMessageFormatter: a key that its deserializer cannot read
+    stops nothing while print.key is false; printed, it is an error."""
+    record = ConsumerRecord("t", 0, 5, -1, b"abc", b"\x00\x00\x00\x07", ())
+    ints = "org.apache.kafka.common.serialization.IntegerDeserializer"
+    hidden = MessageFormatter({"key.deserializer": ints, "value.deserializer": ints})
+    assert hidden.format(record) == b"7\n"
+    shown = MessageFormatter(
+        {"key.deserializer": ints, "value.deserializer": ints, "print.key": "true"}
+    )
+    with pytest.raises(DeserializationError):
+        shown.format(record)
+    no_value = MessageFormatter({"value.deserializer": ints, "print.value": "false"})
+    assert no_value.format(record._replace(value=b"xy")) == b""
