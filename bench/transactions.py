@@ -11,7 +11,13 @@ partitions:
 * transactional: the same producer settings with a ``transactional.id``,
   in transactions of 1,000 records spread over the 6 partitions, each
   committed before the next begins (``commit_transaction`` flushes); the
-  time of each commit is kept for its p50 and p99.
+  time of each commit is kept for its p50 and p99;
+* flushed: the idempotent producer again, with a ``flush`` after every 1,000
+  records, as ``commit_transaction`` does, and nothing else of a transaction.
+  No transactional producer of this shape can go faster than this one, so
+  ``flush_bound_ratio`` (flushed / idempotent) is the ceiling of
+  ``transactional_ratio``, and ``transactional_vs_flushed_ratio`` is what the
+  transaction protocol itself costs (AddPartitionsToTxn, EndTxn, the markers).
 
 Then a consumer in assign mode reads the transactional topic from the start
 with ``isolation.level=read_uncommitted`` and again with ``read_committed``
@@ -21,7 +27,9 @@ compare the modes and not the machine's mood.
 
 The last line is one JSON object: ``idempotent_records_per_s``,
 ``transactional_records_per_s``, ``transactional_ratio`` (target >= 0.8),
-``commit_p50_ms``, ``commit_p99_ms``, ``read_uncommitted_records_per_s``,
+``flushed_records_per_s``, ``flush_bound_ratio``,
+``transactional_vs_flushed_ratio``, ``commit_p50_ms``, ``commit_p99_ms``,
+``read_uncommitted_records_per_s``,
 ``read_committed_records_per_s``, ``read_committed_ratio`` (target >= 0.9),
 and the record count and rounds.
 """
@@ -80,6 +88,16 @@ def idempotent(servers: str, topic: str, records: int) -> float:
     started = time.perf_counter()
     _produce(p, topic, 0, records, value)
     assert p.flush(120) == 0, "records left unsent"
+    return records / (time.perf_counter() - started)
+
+
+def flushed(servers: str, topic: str, records: int) -> float:
+    p = producer(servers)
+    value = b"v" * RECORD_SIZE
+    started = time.perf_counter()
+    for first in range(0, records, PER_TRANSACTION):
+        _produce(p, topic, first, min(PER_TRANSACTION, records - first), value)
+        assert p.flush(60) == 0, "records left unsent"
     return records / (time.perf_counter() - started)
 
 
@@ -144,14 +162,16 @@ def main() -> int:
         return 2
     root = Path(tempfile.mkdtemp(prefix="annal-bench-txn-"))
     cluster = LocalCluster(root)
-    best = {"idempotent": 0.0, "transactional": 0.0, "uncommitted": 0.0, "committed": 0.0}
+    best = dict.fromkeys(
+        ("idempotent", "transactional", "flushed", "uncommitted", "committed"), 0.0
+    )
     commits: list[float] = []
     try:
         state = cluster.up(3)
         servers = ",".join(f"127.0.0.1:{b.kafka_port}" for b in state.brokers)
         with AdminClient(f"127.0.0.1:{state.brokers[0].port}") as admin:
             for r in range(rounds):
-                for side in ("idem", "txn"):
+                for side in ("idem", "txn", "flushed"):
                     admin.create_topic(f"{side}-{r}", PARTITIONS, 3)
         for r in range(rounds):
             txn_rate, txn_commits = transactional(servers, f"txn-{r}", records)
@@ -159,6 +179,7 @@ def main() -> int:
             figures = {
                 "idempotent": idempotent(servers, f"idem-{r}", records),
                 "transactional": txn_rate,
+                "flushed": flushed(servers, f"flushed-{r}", records),
                 "uncommitted": consume(servers, f"txn-{r}", records, "read_uncommitted"),
                 "committed": consume(servers, f"txn-{r}", records, "read_committed"),
             }
@@ -177,6 +198,9 @@ def main() -> int:
         "idempotent_records_per_s": round(best["idempotent"]),
         "transactional_records_per_s": round(best["transactional"]),
         "transactional_ratio": round(best["transactional"] / best["idempotent"], 3),
+        "flushed_records_per_s": round(best["flushed"]),
+        "flush_bound_ratio": round(best["flushed"] / best["idempotent"], 3),
+        "transactional_vs_flushed_ratio": round(best["transactional"] / best["flushed"], 3),
         "commit_p50_ms": round(percentile(commits, 0.5), 1),
         "commit_p99_ms": round(percentile(commits, 0.99), 1),
         "read_uncommitted_records_per_s": round(best["uncommitted"]),
