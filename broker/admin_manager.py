@@ -9,6 +9,11 @@ pool (``blocking``), never on the event loop; the waits for the cache are
 delayed operations in the metadata purgatory, holding no thread.  Metadata
 itself is answered from the cache on the loop.
 
+The handlers take and answer the admin path's own request and answer types
+(``broker/requests/admin_types.py``: Kafka's error numbers); the gRPC service
+(``grpc_admin.py``) and the Kafka listener (``broker/kafka/admin.py``,
+``cluster.py``) each adapt their protocol's messages to them.
+
 Authorization (docs/security.md, "Which operation each API needs"): every
 handler takes the caller's ``Session`` and asks the ``RequestAuthorizer`` on
 the event loop, before any ZooKeeper work, what Kafka 2.x's broker asks:
@@ -39,12 +44,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from annal.broker.config import BrokerConfig
-from annal.broker.data_api import Deadline, code, wait_ms
+from annal.broker.data_api import Deadline, wait_ms
 from annal.broker.dynamic_config import DynamicBrokerConfig
 from annal.broker.dynamic_config_admin import BrokerConfigAdmin, Operation
 from annal.broker.groups.coordinator import OFFSETS_TOPIC
-from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot, broker_message
+from annal.broker.metadata_cache import MetadataCache, MetadataSnapshot
 from annal.broker.replication.leadership_fence import LeadershipFence
+from annal.broker.requests import admin_types as at
 from annal.broker.requests import request_checks as checks
 from annal.broker.requests.delayed import Purgatories
 from annal.broker.requests.request_checks import Refusal
@@ -60,7 +66,6 @@ from annal.broker.transactions.log_schema import TRANSACTION_STATE_TOPIC
 from annal.security.acl import AclOperation, Resource, ResourceType
 from annal.security.session import Session
 from annal.storage.config import LogConfig
-from annal.v1 import annal_pb2 as pb
 from annal.zk.batched import BatchedZk
 from annal.zk.client import StaleVersionError, ZkClient
 from annal.zk.layout import TopicAssignment
@@ -71,6 +76,15 @@ from annal.topic_partition import TopicPartition
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+NONE = errors.NONE.number
+TOPIC_AUTHORIZATION_FAILED = errors.TOPIC_AUTHORIZATION_FAILED.number
+CLUSTER_AUTHORIZATION_FAILED = errors.CLUSTER_AUTHORIZATION_FAILED.number
+INVALID_TOPIC_EXCEPTION = errors.INVALID_TOPIC_EXCEPTION.number
+UNKNOWN_TOPIC_OR_PARTITION = errors.UNKNOWN_TOPIC_OR_PARTITION.number
+LEADER_NOT_AVAILABLE = errors.LEADER_NOT_AVAILABLE.number
+TOPIC_ALREADY_EXISTS = errors.TOPIC_ALREADY_EXISTS.number
+PREFERRED_LEADER_NOT_AVAILABLE = errors.PREFERRED_LEADER_NOT_AVAILABLE.number
 
 ELECTION_RETRY_S = 0.05  # an earlier election request is being handled: milliseconds
 ALTER_CONFIG_ATTEMPTS = 10
@@ -116,15 +130,13 @@ class AdminManager:
     # -- metadata --------------------------------------------------------------------
 
     async def metadata(
-        self, request: pb.MetadataRequest, session: Session = INTERNAL
-    ) -> pb.MetadataResponse:
+        self, request: at.MetadataRequest, session: Session = INTERNAL
+    ) -> at.MetadataResponse:
         """The brokers, and the topics asked for (none: every topic) that the caller
         may Describe; see the module docstring for refusals and auto-creation."""
         cache = self._metadata.snapshot()
-        response = pb.MetadataResponse(
-            brokers=[
-                broker_message(b) for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
-            ],
+        response = at.MetadataResponse(
+            brokers=sorted(cache.brokers.values(), key=lambda b: b.broker_id),
             cluster_id=self._cluster_id() or "",
             controller_id=cache.controller_id,
         )
@@ -140,43 +152,46 @@ class AdminManager:
             names = [n for n in names if n not in hidden]
         for name in names:
             if name in hidden:
-                response.topics.add(name=name, error=pb.TOPIC_AUTHORIZATION_FAILED)
+                response.topics.append(at.TopicMetadata(name, TOPIC_AUTHORIZATION_FAILED))
                 continue
             if checks.topic_name(name):
-                response.topics.add(name=name, error=pb.INVALID_TOPIC_EXCEPTION)
+                response.topics.append(at.TopicMetadata(name, INVALID_TOPIC_EXCEPTION))
                 continue
             partitions = cache.topics.get(name)
             if partitions is None:
                 response.topics.append(await self._unknown_topic(name, request, session))
                 continue
-            topic = response.topics.add(name=name, is_internal=name.startswith("__"))
+            topic = at.TopicMetadata(name, is_internal=name.startswith("__"))
+            response.topics.append(topic)
             me = self._config.broker_id if self._fence.fenced else None
             for partition, view in sorted(partitions.items()):
                 leader = cache.leader_of(name, partition)
                 if leader == me:  # fenced (broker/replication/leadership_fence.py): ask elsewhere
                     leader = -1
-                topic.partitions.add(
-                    partition=partition,
-                    leader=leader,
-                    leader_epoch=view.leader_epoch,
-                    replicas=list(view.replicas),
-                    isr=list(view.isr),
-                    offline_replicas=[r for r in view.replicas if r not in cache.brokers],
-                    error=pb.NONE if leader >= 0 else pb.LEADER_NOT_AVAILABLE,
+                topic.partitions.append(
+                    at.PartitionMetadata(
+                        partition=partition,
+                        leader=leader,
+                        leader_epoch=view.leader_epoch,
+                        replicas=list(view.replicas),
+                        isr=list(view.isr),
+                        offline_replicas=[r for r in view.replicas if r not in cache.brokers],
+                        error=NONE if leader >= 0 else LEADER_NOT_AVAILABLE,
+                    )
                 )
         return response
 
     async def _unknown_topic(
-        self, name: str, request: pb.MetadataRequest, session: Session
-    ) -> pb.TopicMetadata:
+        self, name: str, request: at.MetadataRequest, session: Session
+    ) -> at.TopicMetadata:
         """A topic the cache does not know: created when auto-creation is on and
         asked for (its partitions have no leader yet: clients retry), else unknown.
         Creating it needs Create on the cluster or on the topic, as CreateTopics."""
         if request.allow_auto_topic_creation and self._config.auto_create_topics_enable:
             if self._refused_creations(session, [name]):
-                return pb.TopicMetadata(name=name, error=pb.TOPIC_AUTHORIZATION_FAILED)
+                return at.TopicMetadata(name, TOPIC_AUTHORIZATION_FAILED)
             return await self.blocking(self._auto_create_now, name)
-        return pb.TopicMetadata(name=name, error=pb.UNKNOWN_TOPIC_OR_PARTITION)
+        return at.TopicMetadata(name, UNKNOWN_TOPIC_OR_PARTITION)
 
     def _refused_creations(self, session: Session, names: list[str]) -> dict[str, Refusal]:
         """The topics of ``names`` the caller may not create: none with Create on the
@@ -199,18 +214,16 @@ class AdminManager:
         (Metadata v8+, KIP-430)."""
         return self._authorizer.authorized_operations(session, Resource(ResourceType.TOPIC, topic))
 
-    def _auto_create_now(self, name: str) -> pb.TopicMetadata:
-        self._create_topic_now(
-            pb.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1)
-        )
+    def _auto_create_now(self, name: str) -> at.TopicMetadata:
+        self._create_topic_now(at.CreatableTopic(name, num_partitions=-1, replication_factor=-1))
         found = self._zk.get_topic_assignment(name)
         if found is None:
-            return pb.TopicMetadata(name=name, error=pb.UNKNOWN_TOPIC_OR_PARTITION)
-        return pb.TopicMetadata(
-            name=name,
+            return at.TopicMetadata(name, UNKNOWN_TOPIC_OR_PARTITION)
+        return at.TopicMetadata(
+            name,
             partitions=[
-                pb.PartitionMetadata(
-                    partition=p, leader=-1, replicas=list(replicas), error=pb.LEADER_NOT_AVAILABLE
+                at.PartitionMetadata(
+                    partition=p, leader=-1, replicas=list(replicas), error=LEADER_NOT_AVAILABLE
                 )
                 for p, replicas in sorted(found[0].partitions.items())
             ],
@@ -219,8 +232,8 @@ class AdminManager:
     # -- topics ------------------------------------------------------------------------
 
     async def create_topics(
-        self, request: pb.CreateTopicsRequest, context: Deadline, session: Session = INTERNAL
-    ) -> pb.CreateTopicsResponse:
+        self, request: at.CreateTopicsRequest, context: Deadline, session: Session = INTERNAL
+    ) -> at.CreateTopicsResponse:
         """Create each topic (Create on the cluster, or else on the topic)."""
         checks.check_timeout_ms(request.timeout_ms)
         refused = self._refused_creations(session, [t.name for t in request.topics])
@@ -229,8 +242,8 @@ class AdminManager:
         return response
 
     def _create_topics_now(
-        self, request: pb.CreateTopicsRequest, refused: dict[str, Refusal]
-    ) -> tuple[pb.CreateTopicsResponse, list[TopicPartition]]:
+        self, request: at.CreateTopicsRequest, refused: dict[str, Refusal]
+    ) -> tuple[at.CreateTopicsResponse, list[TopicPartition]]:
         """Every topic is checked first (existing topics read in one batched round),
         then all the accepted ones are written together (``BatchedZk.create_topics``),
         so the controller takes them in one or two events, not one per topic."""
@@ -239,7 +252,7 @@ class AdminManager:
         brokers = [b.broker_id for b in self._zk.get_brokers()]  # read once for all topics
         named = [t.name for t in request.topics if checks.topic_name(t.name) is None]
         existing = set(batched.topic_assignments(named))
-        answers: list[tuple[str, pb.ErrorCode.ValueType, str, int]] = []
+        answers: list[tuple[str, int, str, int]] = []
         plans: dict[str, tuple[TopicAssignment, dict[str, str]]] = {}
         for topic in request.topics:
             refusal = (
@@ -248,22 +261,22 @@ class AdminManager:
                 else refused.get(topic.name)
             )
             if refusal is not None:
-                answers.append((topic.name, code(refusal.error), refusal.message, 0))
+                answers.append((topic.name, refusal.error.number, refusal.message, 0))
                 continue
             planned = self._plan_topic(topic, brokers, topic.name in existing)
             if isinstance(planned, Refusal):
-                answers.append((topic.name, code(planned.error), planned.message, 0))
+                answers.append((topic.name, planned.error.number, planned.message, 0))
                 continue
-            answers.append((topic.name, pb.NONE, "", len(planned)))
+            answers.append((topic.name, NONE, "", len(planned)))
             plans[topic.name] = (TopicAssignment(planned), dict(topic.configs))
         made = {} if request.validate_only else batched.create_topics(plans)
-        response = pb.CreateTopicsResponse()
+        response = at.CreateTopicsResponse()
         created: list[TopicPartition] = []
         for name, error, message, partitions in answers:
-            if error == pb.NONE and made.get(name) is False:
-                error, message = pb.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
-            response.topics.add(name=name, error=error, error_message=message)
-            if error == pb.NONE and not request.validate_only:
+            if error == NONE and made.get(name) is False:
+                error, message = TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+            response.topics.append(at.TopicResult(name, error, message))
+            if error == NONE and not request.validate_only:
                 created.append(TopicPartition(name, partitions))
         return response, created
 
@@ -281,7 +294,7 @@ class AdminManager:
         await self.wait_for_cache(led, timeout_ms)
 
     def _plan_topic(
-        self, topic: pb.CreatableTopic, brokers: list[int], exists: bool
+        self, topic: at.CreatableTopic, brokers: list[int], exists: bool
     ) -> dict[int, tuple[int, ...]] | Refusal:
         """One topic of CreateTopics checked in Kafka's order (the name, whether it
         exists, its configs, then its partitions and replicas): its assignment,
@@ -296,35 +309,35 @@ class AdminManager:
         return checks.new_topic_assignment(
             topic.num_partitions,
             topic.replication_factor,
-            {p: list(r.brokers) for p, r in topic.assignment.items()},
+            {p: list(r) for p, r in topic.assignment.items()},
             brokers,
             config.num_partitions,
             config.default_replication_factor,
         )
 
-    def _create_topic_now(self, topic: pb.CreatableTopic) -> tuple[pb.ErrorCode.ValueType, str]:
+    def _create_topic_now(self, topic: at.CreatableTopic) -> tuple[int, str]:
         """Create one topic (auto-creation, the offsets topic): (error, message)."""
         zk = self._zk
         named = checks.topic_name(topic.name) is None
         exists = named and zk.get_topic_assignment(topic.name) is not None
         planned = self._plan_topic(topic, [b.broker_id for b in zk.get_brokers()], exists)
         if isinstance(planned, Refusal):
-            return code(planned.error), planned.message
+            return planned.error.number, planned.message
         if not zk.create_topic(topic.name, TopicAssignment(planned), dict(topic.configs)):
-            return pb.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists"
-        return pb.NONE, ""
+            return TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists"
+        return NONE, ""
 
     def create_offsets_topic_now(self, live_brokers: int) -> None:
         """``__consumer_offsets`` on first use (FindCoordinator), Kafka's settings."""
         config = self._config
-        topic = pb.CreatableTopic(
+        topic = at.CreatableTopic(
             name=OFFSETS_TOPIC,
             num_partitions=config.offsets_topic_num_partitions,
             replication_factor=max(1, min(config.offsets_topic_replication_factor, live_brokers)),
             configs={"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
         )
         error, message = self._create_topic_now(topic)
-        if error not in (pb.NONE, pb.TOPIC_ALREADY_EXISTS):
+        if error not in (NONE, TOPIC_ALREADY_EXISTS):
             logger.warning("cannot create %s: %s", OFFSETS_TOPIC, message)
 
     def create_transaction_state_topic_now(self, live_brokers: int) -> None:
@@ -334,7 +347,7 @@ class AdminManager:
         election."""
         config = self._config
         replicas = max(1, min(config.transaction_state_log_replication_factor, live_brokers))
-        topic = pb.CreatableTopic(
+        topic = at.CreatableTopic(
             name=TRANSACTION_STATE_TOPIC,
             num_partitions=config.transaction_state_log_num_partitions,
             replication_factor=replicas,
@@ -347,7 +360,7 @@ class AdminManager:
             },
         )
         error, message = self._create_topic_now(topic)
-        if error not in (pb.NONE, pb.TOPIC_ALREADY_EXISTS):
+        if error not in (NONE, TOPIC_ALREADY_EXISTS):
             logger.warning("cannot create %s: %s", TRANSACTION_STATE_TOPIC, message)
 
     def _topic_refusal_now(self, name: str) -> Refusal | None:
@@ -360,8 +373,8 @@ class AdminManager:
         return None
 
     async def create_partitions(
-        self, request: pb.CreatePartitionsRequest, context: Deadline, session: Session = INTERNAL
-    ) -> pb.CreatePartitionsResponse:
+        self, request: at.CreatePartitionsRequest, context: Deadline, session: Session = INTERNAL
+    ) -> at.CreatePartitionsResponse:
         """Add partitions to each topic (Alter on the topic)."""
         checks.check_timeout_ms(request.timeout_ms)
         refused = self._authorizer.refused_topics(
@@ -372,10 +385,10 @@ class AdminManager:
         return response
 
     def _create_partitions_now(
-        self, request: pb.CreatePartitionsRequest, refused: dict[str, Refusal]
-    ) -> tuple[pb.CreatePartitionsResponse, list[TopicPartition]]:
+        self, request: at.CreatePartitionsRequest, refused: dict[str, Refusal]
+    ) -> tuple[at.CreatePartitionsResponse, list[TopicPartition]]:
         repeated = checks.repeated(t.name for t in request.topics)
-        response = pb.CreatePartitionsResponse()
+        response = at.CreatePartitionsResponse()
         grown: list[TopicPartition] = []
         for topic in request.topics:
             if topic.name in repeated:
@@ -384,17 +397,19 @@ class AdminManager:
                 refusal = refused.get(topic.name) or self._grow_topic_now(
                     topic, request.validate_only
                 )
-            response.topics.add(
-                name=topic.name,
-                error=code(refusal.error) if refusal else pb.NONE,
-                error_message=refusal.message if refusal else "",
+            response.topics.append(
+                at.TopicResult(
+                    topic.name,
+                    refusal.error.number if refusal else NONE,
+                    refusal.message if refusal else "",
+                )
             )
             if refusal is None and not request.validate_only:
                 grown.append(TopicPartition(topic.name, topic.count))
         return response, grown
 
     def _grow_topic_now(
-        self, topic: pb.CreatePartitionsTopic, validate_only: bool
+        self, topic: at.CreatePartitionsTopic, validate_only: bool
     ) -> Refusal | None:
         """Extend the topic's assignment in ZooKeeper; the controller's watch on
         the topic brings the new partitions online."""
@@ -412,7 +427,7 @@ class AdminManager:
             name,
             topic.count,
             assignment.partitions,
-            [list(r.brokers) for r in topic.assignment],
+            [list(r) for r in topic.assignment],
             [b.broker_id for b in zk.get_brokers()],
         )
         if isinstance(new, Refusal):
@@ -431,18 +446,18 @@ class AdminManager:
         return None
 
     async def delete_topics(
-        self, request: pb.DeleteTopicsRequest, context: Deadline, session: Session = INTERNAL
-    ) -> pb.DeleteTopicsResponse:
+        self, request: at.DeleteTopicsRequest, context: Deadline, session: Session = INTERNAL
+    ) -> at.DeleteTopicsResponse:
         """Mark each topic for deletion (Delete on the topic), then wait for this
         broker's cache to drop it; every topic is refused TOPIC_DELETION_DISABLED
         when ``delete.topic.enable`` is false."""
         checks.check_timeout_ms(request.timeout_ms)
         if not self._config.delete_topic_enable:
-            return pb.DeleteTopicsResponse(
+            return at.DeleteTopicsResponse(
                 topics=[
-                    pb.TopicResult(
+                    at.TopicResult(
                         name=name,
-                        error=pb.TOPIC_DELETION_DISABLED,
+                        error=errors.TOPIC_DELETION_DISABLED.number,
                         error_message="topic deletion is disabled on this cluster "
                         "(delete.topic.enable=false)",
                     )
@@ -461,40 +476,38 @@ class AdminManager:
         return response
 
     def _delete_topics_now(
-        self, request: pb.DeleteTopicsRequest, refused: dict[str, Refusal]
-    ) -> tuple[pb.DeleteTopicsResponse, list[str]]:
+        self, request: at.DeleteTopicsRequest, refused: dict[str, Refusal]
+    ) -> tuple[at.DeleteTopicsResponse, list[str]]:
         repeated = checks.repeated(request.topics)
-        response = pb.DeleteTopicsResponse()
+        response = at.DeleteTopicsResponse()
         marked = []
         for name in request.topics:
             refusal = checks.repeated_refusal(name) if name in repeated else refused.get(name)
             if refusal := refusal or self._topic_refusal_now(name):
-                response.topics.add(
-                    name=name, error=code(refusal.error), error_message=refusal.message
-                )
+                response.topics.append(at.TopicResult(name, refusal.error.number, refusal.message))
                 continue
             self._zk.mark_topic_for_deletion(name)
             marked.append(name)
-            response.topics.add(name=name)
+            response.topics.append(at.TopicResult(name))
         return response, marked
 
     # -- configs -----------------------------------------------------------------------
 
     async def describe_configs(
-        self, request: pb.DescribeConfigsRequest, session: Session = INTERNAL
-    ) -> pb.DescribeConfigsResponse:
+        self, request: at.DescribeConfigsRequest, session: Session = INTERNAL
+    ) -> at.DescribeConfigsResponse:
         """Each topic's configs (DescribeConfigs on the topic), each broker resource's
         (DescribeConfigs on the cluster)."""
         refused = self._authorizer.refused_topics(
             session, AclOperation.DESCRIBE_CONFIGS, list(request.topics)
         )
-        response = pb.DescribeConfigsResponse()
+        response = at.DescribeConfigsResponse()
         if request.topics:
             response = await self.blocking(self._describe_configs_now, request, refused)
         for name in request.brokers:
             if refusal := self.broker_configs_refusal(session):
-                response.brokers.add(
-                    name=name, error=code(refusal.error), error_message=refusal.message
+                response.brokers.append(
+                    at.BrokerConfigs(name, refusal.error.number, refusal.message)
                 )
             else:
                 response.brokers.append(
@@ -506,9 +519,9 @@ class AdminManager:
         """The broker's own read of a topic's overrides (with its defaults too), None
         for a topic that does not exist.  Not authorized: for the Kafka listener's
         AlterConfigs, which reads before it alters, and whose alteration is checked."""
-        request = pb.DescribeConfigsRequest(topics=[topic], include_defaults=include_defaults)
+        request = at.DescribeConfigsRequest(topics=[topic], include_defaults=include_defaults)
         found = (await self.blocking(self._describe_configs_now, request, {})).topics[0]
-        return None if found.error != pb.NONE else {e.name: e.value for e in found.entries}
+        return None if found.error != NONE else {e.name: e.value for e in found.entries}
 
     def broker_configs_refusal(self, session: Session, alter: bool = False) -> Refusal | None:
         """Why the caller may not describe (DescribeConfigs on the cluster) or, with
@@ -519,48 +532,49 @@ class AdminManager:
         return Refusal(errors.CLUSTER_AUTHORIZATION_FAILED, cluster_denial(session, operation))
 
     def _describe_configs_now(
-        self, request: pb.DescribeConfigsRequest, refused: dict[str, Refusal]
-    ) -> pb.DescribeConfigsResponse:
+        self, request: at.DescribeConfigsRequest, refused: dict[str, Refusal]
+    ) -> at.DescribeConfigsResponse:
         defaults = self.broker_configs.dynamic.current().log_config()
-        response = pb.DescribeConfigsResponse()
+        response = at.DescribeConfigsResponse()
         for name in request.topics:
             if refusal := refused.get(name) or self._topic_refusal_now(name):
-                response.topics.add(
-                    name=name, error=code(refusal.error), error_message=refusal.message
-                )
+                response.topics.append(at.TopicConfigs(name, refusal.error.number, refusal.message))
                 continue
             overrides = self._zk.get_topic_config(name)
             shown = dict(overrides)
             if request.include_defaults:
                 effective = LogConfig.from_properties(overrides, defaults).to_properties()
                 shown = {**effective, **overrides}
-            response.topics.add(
-                name=name,
-                entries=[
-                    pb.ConfigEntry(name=k, value=v, is_default=k not in overrides)
-                    for k, v in sorted(shown.items())
-                ],
+            response.topics.append(
+                at.TopicConfigs(
+                    name,
+                    entries=[
+                        at.ConfigEntry(k, v, is_default=k not in overrides)
+                        for k, v in sorted(shown.items())
+                    ],
+                )
             )
         return response
 
     async def alter_configs(
-        self, request: pb.AlterConfigsRequest, session: Session = INTERNAL
-    ) -> pb.AlterConfigsResponse:
+        self, request: at.AlterConfigsRequest, session: Session = INTERNAL
+    ) -> at.AlterConfigsResponse:
         """Change each topic's overrides (AlterConfigs on the topic), each broker
         resource's dynamic settings (AlterConfigs on the cluster)."""
         refused = self._authorizer.refused_topics(
             session, AclOperation.ALTER_CONFIGS, [t.name for t in request.topics], audited=True
         )
-        response = pb.AlterConfigsResponse()
+        response = at.AlterConfigsResponse()
         if request.topics:
             response = await self.blocking(self._alter_configs_now, request, refused)
         for change in request.brokers:
             refusal = self.broker_configs_refusal(session, alter=True) or await self.blocking(
                 self.broker_configs.alter_now, change, request.validate_only
             )
-            result = response.brokers.add(name=change.name)
+            result = at.TopicResult(change.name)
+            response.brokers.append(result)
             if refusal is not None:
-                result.error, result.error_message = code(refusal.error), refusal.message
+                result.error, result.error_message = refusal.error.number, refusal.message
         return response
 
     async def incremental_alter_broker_configs(
@@ -581,25 +595,26 @@ class AdminManager:
         return result
 
     def _alter_configs_now(
-        self, request: pb.AlterConfigsRequest, refused: dict[str, Refusal]
-    ) -> pb.AlterConfigsResponse:
+        self, request: at.AlterConfigsRequest, refused: dict[str, Refusal]
+    ) -> at.AlterConfigsResponse:
         """Validate each topic's new overrides as a whole, then write them (the
         brokers hosting it follow ``/config/changes``)."""
-        response = pb.AlterConfigsResponse()
+        response = at.AlterConfigsResponse()
         for change in request.topics:
-            result = response.topics.add(name=change.name)
+            result = at.TopicResult(change.name)
+            response.topics.append(result)
             refusal = (
                 refused.get(change.name)
                 or self._topic_refusal_now(change.name)
                 or self._alter_topic_config_now(change, request.validate_only)
             )
             if refusal is not None:
-                result.error = code(refusal.error)
+                result.error = refusal.error.number
                 result.error_message = refusal.message
         return response
 
     def _alter_topic_config_now(
-        self, change: pb.TopicConfigChange, validate_only: bool
+        self, change: at.ConfigChange, validate_only: bool
     ) -> Refusal | None:
         """Read, change and write one topic's overrides, conditioned on the znode's
         version; a concurrent writer makes it read and apply the change again."""
@@ -631,8 +646,8 @@ class AdminManager:
     # -- elections and reassignments -----------------------------------------------------
 
     async def elect_leaders(
-        self, request: pb.ElectLeadersRequest, context: Deadline, session: Session = INTERNAL
-    ) -> pb.ElectLeadersResponse:
+        self, request: at.ElectLeadersRequest, context: Deadline, session: Session = INTERNAL
+    ) -> at.ElectLeadersResponse:
         """Preferred leader election: asks the controller through
         ``/admin/preferred_replica_election`` (as kafka-preferred-replica-election.sh
         did) and answers once this broker's cache shows the new leaders.  Needs
@@ -641,14 +656,14 @@ class AdminManager:
         checks.check_timeout_ms(request.timeout_ms)
         if not self._authorizer.cluster(session, AclOperation.ALTER, audited=True):
             message = cluster_denial(session, AclOperation.ALTER)
-            return pb.ElectLeadersResponse(
-                error=pb.CLUSTER_AUTHORIZATION_FAILED,
+            return at.ElectLeadersResponse(
+                error=CLUSTER_AUTHORIZATION_FAILED,
                 error_message=message,
                 results=[
-                    pb.ElectionResult(
+                    at.ElectionResult(
                         topic=entry.topic,
                         partition=partition,
-                        error=pb.CLUSTER_AUTHORIZATION_FAILED,
+                        error=CLUSTER_AUTHORIZATION_FAILED,
                         error_message=message,
                     )
                     for entry in request.topic_partitions
@@ -657,14 +672,14 @@ class AdminManager:
             )
         deadline = time.monotonic() + wait_ms(request.timeout_ms, context) / 1000
         cache = self._metadata.snapshot()
-        outcome: dict[TopicPartition, tuple[pb.ErrorCode.ValueType, str]] = {}
+        outcome: dict[TopicPartition, tuple[int, str]] = {}
         asked: list[TopicPartition] = []
         if request.topic_partitions:
             for entry in request.topic_partitions:
                 if refusal := checks.topic_name(entry.topic):
                     for partition in list(entry.partitions) or [-1]:
                         outcome[TopicPartition(entry.topic, partition)] = (
-                            code(refusal.error),
+                            refusal.error.number,
                             refusal.message,
                         )
                     continue
@@ -672,14 +687,14 @@ class AdminManager:
                 for partition in list(entry.partitions) or sorted(known):
                     if refusal := checks.partition_index(entry.topic, partition):
                         outcome[TopicPartition(entry.topic, partition)] = (
-                            code(refusal.error),
+                            refusal.error.number,
                             refusal.message,
                         )
                     else:
                         asked.append(TopicPartition(entry.topic, partition))
                 if not known and not entry.partitions:
                     outcome[TopicPartition(entry.topic, -1)] = (
-                        pb.UNKNOWN_TOPIC_OR_PARTITION,
+                        UNKNOWN_TOPIC_OR_PARTITION,
                         f"unknown topic {entry.topic}",
                     )
         else:
@@ -706,12 +721,12 @@ class AdminManager:
             final = self._metadata.snapshot()
             for key in pending:
                 outcome[key] = preferred_verdict(final, *key, after=True) or (
-                    pb.REQUEST_TIMED_OUT,
+                    errors.REQUEST_TIMED_OUT.number,
                     f"the controller did not move {key[0]}-{key[1]} in time",
                 )
-        return pb.ElectLeadersResponse(
+        return at.ElectLeadersResponse(
             results=[
-                pb.ElectionResult(topic=t, partition=p, error=error, error_message=message)
+                at.ElectionResult(topic=t, partition=p, error=error, error_message=message)
                 for (t, p), (error, message) in outcome.items()
             ]
         )
@@ -740,27 +755,27 @@ class AdminManager:
         return {} if found is None else found[0]
 
     async def alter_partition_reassignments(
-        self, request: pb.AlterPartitionReassignmentsRequest, session: Session = INTERNAL
-    ) -> pb.AlterPartitionReassignmentsResponse:
+        self, request: at.AlterPartitionReassignmentsRequest, session: Session = INTERNAL
+    ) -> at.AlterPartitionReassignmentsResponse:
         """Checks each target and writes ``/admin/reassign_partitions`` for the
         controller; answers at once (a move takes as long as copying the data).
         Needs Alter on the cluster (else every partition is
         CLUSTER_AUTHORIZATION_FAILED)."""
         if not self._authorizer.cluster(session, AclOperation.ALTER, audited=True):
             message = cluster_denial(session, AclOperation.ALTER)
-            return pb.AlterPartitionReassignmentsResponse(
+            return at.AlterPartitionReassignmentsResponse(
                 results=[
-                    pb.ReassignmentResult(
+                    at.ReassignmentResult(
                         topic=wanted.topic,
                         partition=wanted.partition,
-                        error=pb.CLUSTER_AUTHORIZATION_FAILED,
+                        error=CLUSTER_AUTHORIZATION_FAILED,
                         error_message=message,
                     )
                     for wanted in request.partitions
                 ]
             )
         cache = self._metadata.snapshot()
-        results: list[pb.ReassignmentResult] = []
+        results: list[at.ReassignmentResult] = []
         targets: dict[TopicPartition, tuple[int, ...]] = {}
         for wanted in request.partitions:
             refusal = checks.topic_partition(wanted.topic, wanted.partition)
@@ -775,40 +790,40 @@ class AdminManager:
             if refusal is None:
                 targets[TopicPartition(wanted.topic, wanted.partition)] = tuple(wanted.replicas)
             results.append(
-                pb.ReassignmentResult(
+                at.ReassignmentResult(
                     topic=wanted.topic,
                     partition=wanted.partition,
-                    error=code(refusal.error) if refusal else pb.NONE,
+                    error=refusal.error.number if refusal else NONE,
                     error_message=refusal.message if refusal else "",
                 )
             )
         if targets and not await self.blocking(self._zk.request_reassignments, targets):
             for result in results:
-                if result.error == pb.NONE:
-                    result.error = pb.REASSIGNMENT_IN_PROGRESS
+                if result.error == NONE:
+                    result.error = errors.REASSIGNMENT_IN_PROGRESS.number
                     result.error_message = "another reassignment is still running"
-        return pb.AlterPartitionReassignmentsResponse(results=results)
+        return at.AlterPartitionReassignmentsResponse(results=results)
 
 
 def preferred_verdict(
     cache: MetadataSnapshot, topic: str, partition: int, after: bool = False
-) -> tuple[pb.ErrorCode.ValueType, str] | None:
+) -> tuple[int, str] | None:
     """How a preferred election of one partition ends, judged from ``cache``: None
     while it can still happen.  ``after`` the request, the preferred replica leading
     is a success rather than an election not needed."""
     view = cache.topics.get(topic, {}).get(partition)
     if view is None:
-        return pb.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{partition}"
+        return UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{partition}"
     preferred = view.replicas[0] if view.replicas else -1
     if view.leader == preferred:
         if after:
-            return pb.NONE, ""
-        return pb.ELECTION_NOT_NEEDED, f"the preferred replica {preferred} leads already"
+            return NONE, ""
+        return errors.ELECTION_NOT_NEEDED.number, f"the preferred replica {preferred} leads already"
     if preferred not in cache.brokers:
-        return pb.PREFERRED_LEADER_NOT_AVAILABLE, f"the preferred replica {preferred} is down"
+        return PREFERRED_LEADER_NOT_AVAILABLE, f"the preferred replica {preferred} is down"
     if preferred not in view.isr:
         return (
-            pb.PREFERRED_LEADER_NOT_AVAILABLE,
+            PREFERRED_LEADER_NOT_AVAILABLE,
             f"the preferred replica {preferred} is not in the ISR {list(view.isr)}",
         )
     return None

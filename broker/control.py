@@ -38,10 +38,9 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
-from annal.broker.data_api import code
 from annal.broker.listeners import PLAINTEXT
 from annal.broker.metadata_cache import (
     MetadataCache,
@@ -50,7 +49,9 @@ from annal.broker.metadata_cache import (
 )
 from annal.broker.replication.partition import LeaderAndIsrState
 from annal.broker.replication.replica_manager import ReplicaManager
+from annal.broker.requests import grpc_txn
 from annal.broker.requests import request_checks as checks
+from annal.broker.requests import txn_types as tt
 from annal.broker.requests.service import grpc_session
 from annal.broker.security.authorization import ALLOW_ALL, RequestAuthorizer
 from annal.broker.transactions.leader_markers import (
@@ -181,14 +182,17 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
         self, request: pb.WriteTxnMarkersRequest, context: grpc.aio.ServicerContext
     ) -> pb.WriteTxnMarkersResponse:
         timeout_ms = checks.bounded_wait_ms(0, DEFAULT_TIMEOUT_MS, context.time_remaining())
-        return await self.write_txn_markers(request, grpc_session(context), timeout_ms)
+        answer = await self.write_txn_markers(
+            grpc_txn.markers_request(request), grpc_session(context), timeout_ms
+        )
+        return grpc_txn.markers_response(answer)
 
     async def write_txn_markers(
         self,
-        request: pb.WriteTxnMarkersRequest,
+        request: tt.WriteTxnMarkersRequest,
         session: Session,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
-    ) -> pb.WriteTxnMarkersResponse:
+    ) -> tt.WriteTxnMarkersResponse:
         """WriteTxnMarkers from ``session`` (either listener): ClusterAction on the
         cluster, then each marker written by this leader (``txn_markers.py``)."""
         if not self._authorizer.cluster_action(session):
@@ -323,4 +327,5 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
 
 
 def _partition_error(topic: str, partition: int, error: ErrorCode) -> pb.PartitionError:
-    return pb.PartitionError(topic=topic, partition=partition, error=code(error))
+    wire = cast(pb.ErrorCode.ValueType, error.number)  # annal.v1's numbers are Kafka's
+    return pb.PartitionError(topic=topic, partition=partition, error=wire)

@@ -49,11 +49,12 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol
 
 from annal.broker.metrics import BrokerMetrics
 from annal.broker.replication.replica_manager import AppendResult, ReadResult, ReplicaManager
 from annal.broker.replication.replica_selector import ClientMetadata
+from annal.broker.requests import admin_types as at
 from annal.broker.requests import data_types as dt
 from annal.broker.requests import request_checks as checks
 from annal.broker.requests.delayed import (
@@ -89,7 +90,6 @@ from annal.security.acl import AclOperation
 from annal.security.session import Session
 from annal.storage.batch import count_records
 from annal.storage.files import TopicPartition
-from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 from annal.errors import ErrorCode
@@ -99,11 +99,6 @@ DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024
 # How often an incremental fetch looks at every partition of its session (``_sweep``):
 # this, or a quarter of replica.lag.time.max.ms when that is shorter.
 SESSION_SWEEP_S = 10.0
-
-
-def code(error: ErrorCode) -> pb.ErrorCode.ValueType:
-    """The wire value of ``error`` (``annal.v1.ErrorCode`` numbers are Kafka's)."""
-    return cast(pb.ErrorCode.ValueType, error.number)
 
 
 class Deadline(Protocol):
@@ -628,28 +623,29 @@ class DataApi:
     # -- log dirs ------------------------------------------------------------------
 
     def describe_log_dirs(
-        self, request: pb.DescribeLogDirsRequest, session: Session = INTERNAL
-    ) -> pb.DescribeLogDirsResponse:
+        self, request: at.DescribeLogDirsRequest, session: Session = INTERNAL
+    ) -> at.DescribeLogDirsResponse:
         """Each log dir of this broker with the partitions in it (their size), as
         Kafka's DescribeLogDirs answers; ``topics`` narrows the partitions.  A
         caller that may not Describe the cluster is answered no log dirs, as
         Kafka 2.x answers it."""
-        response = pb.DescribeLogDirsResponse()
+        response = at.DescribeLogDirsResponse()
         if not self._authorizer.cluster(session, AclOperation.DESCRIBE):
             return response
         logs = self._replicas.logs
         wanted = set(request.topics)
-        by_dir = {str(d): response.log_dirs.add(path=str(d)) for d in logs.log_dirs}
+        response.log_dirs = [at.LogDirDescription(str(d)) for d in logs.log_dirs]
+        by_dir = {entry.path: entry for entry in response.log_dirs}
         offline = {str(d) for d in logs.failures.offline_dirs()}
         for path, entry in by_dir.items():
             if path in offline:  # Kafka answers an offline dir this way (KIP-113)
-                entry.error = code(errors.KAFKA_STORAGE_ERROR)
+                entry.error = errors.KAFKA_STORAGE_ERROR.number
                 entry.total_bytes = entry.usable_bytes = -1
                 continue
             try:
                 usage = shutil.disk_usage(path)
             except OSError:
-                entry.error = code(errors.KAFKA_STORAGE_ERROR)
+                entry.error = errors.KAFKA_STORAGE_ERROR.number
                 entry.total_bytes = entry.usable_bytes = -1
                 continue
             entry.total_bytes, entry.usable_bytes = usage.total, usage.free
@@ -657,12 +653,14 @@ class DataApi:
             where = logs.log_dir_of(tp)
             if (wanted and tp.topic not in wanted) or where is None or str(where) in offline:
                 continue
-            by_dir[str(where)].partitions.add(
-                topic=tp.topic,
-                partition=tp.partition,
-                size=log.size,
-                offset_lag=max(log.high_watermark - log.log_end_offset, 0),
-                is_future=False,
+            by_dir[str(where)].partitions.append(
+                at.LogDirPartition(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    size=log.size,
+                    offset_lag=max(log.high_watermark - log.log_end_offset, 0),
+                    is_future=False,
+                )
             )
         return response
 
@@ -743,8 +741,8 @@ class DataApi:
     # -- delete records ------------------------------------------------------------
 
     async def delete_records(
-        self, request: pb.DeleteRecordsRequest, context: Deadline, session: Session = INTERNAL
-    ) -> pb.DeleteRecordsResponse:
+        self, request: at.DeleteRecordsRequest, context: Deadline, session: Session = INTERNAL
+    ) -> at.DeleteRecordsResponse:
         """Move each partition's log start on its leader (this broker), then answer
         once the in-sync followers have followed (or the wait ran out).  Needs
         Delete on the topic."""
@@ -780,15 +778,17 @@ class DataApi:
             done = await self._purgatories.delete_records.wait(operation, targets, timeout_ms)
             for slot, tp in slots.items():
                 outcomes[slot] = done[tp]
-        response = pb.DeleteRecordsResponse()
+        response = at.DeleteRecordsResponse()
         for slot, wanted in enumerate(request.partitions):
             error, low_watermark, message = outcomes[slot]
-            response.results.add(
-                topic=wanted.topic,
-                partition=wanted.partition,
-                low_watermark=low_watermark,
-                error=code(error),
-                error_message=message,
+            response.results.append(
+                at.DeleteRecordsResult(
+                    topic=wanted.topic,
+                    partition=wanted.partition,
+                    low_watermark=low_watermark,
+                    error=error.number,
+                    error_message=message,
+                )
             )
         return response
 

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import cast
 
 from annal.broker.config import SETTINGS
-from annal.broker.data_api import code
 from annal.broker.dynamic_config import (
     LIST_SETTINGS,
     ConfigSource,
@@ -29,8 +27,8 @@ from annal.broker.dynamic_config import (
     DynamicBrokerConfig,
     DynamicConfigError,
 )
+from annal.broker.requests import admin_types as at
 from annal.broker.requests.request_checks import Refusal
-from annal.v1 import annal_pb2 as pb
 from annal.zk.broker_configs import DEFAULT_ENTITY
 from annal.zk.client import StaleVersionError, ZkClient
 
@@ -68,14 +66,14 @@ class BrokerConfigAdmin:
             )
         return own
 
-    def describe(self, name: str, include_synonyms: bool) -> pb.BrokerConfigs:
+    def describe(self, name: str, include_synonyms: bool) -> at.BrokerConfigs:
         found = self.entity(name, describing=True)
         if isinstance(found, Refusal):
-            return pb.BrokerConfigs(name=name, error=code(found.error), error_message=found.message)
+            return at.BrokerConfigs(name, found.error.number, found.message)
         entries = self.dynamic.describe(per_broker=found != DEFAULT_ENTITY)
-        return pb.BrokerConfigs(name=name, entries=[_entry(e, include_synonyms) for e in entries])
+        return at.BrokerConfigs(name, entries=[_entry(e, include_synonyms) for e in entries])
 
-    def alter_now(self, change: pb.BrokerConfigChange, validate_only: bool) -> Refusal | None:
+    def alter_now(self, change: at.ConfigChange, validate_only: bool) -> Refusal | None:
         """Set and delete settings of one level (AlterConfigs; the legacy API's
         whole-level replacement arrives as the deletions of what it leaves out)."""
         operations: list[Operation] = [(k, SET, v) for k, v in sorted(change.set.items())]
@@ -174,23 +172,19 @@ def _check_operations(operations: Sequence[Operation]) -> Refusal | None:
 _OPERATIONS = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
 
-def _entry(found: DescribedConfig, include_synonyms: bool) -> pb.BrokerConfigEntry:
-    return pb.BrokerConfigEntry(
-        name=found.name,
-        value=found.value or "",
-        has_value=found.value is not None,
-        source=_source(found.source),
-        read_only=found.read_only,
-        sensitive=found.sensitive,
-        synonyms=[
-            pb.ConfigSynonym(name=s.name, value=s.value or "", source=_source(s.source))
-            for s in found.synonyms
-        ]
+def _entry(found: DescribedConfig, include_synonyms: bool) -> at.BrokerConfigEntry:
+    return at.BrokerConfigEntry(
+        found.name,
+        found.value,
+        _source(found.source),
+        found.read_only,
+        found.sensitive,
+        [at.ConfigSynonym(s.name, s.value, _source(s.source)) for s in found.synonyms]
         if include_synonyms
         else [],
     )
 
 
-def _source(source: ConfigSource) -> pb.ConfigSource.ValueType:
-    """The wire value of ``source`` (``annal.v1.ConfigSource`` numbers are Kafka's)."""
-    return cast(pb.ConfigSource.ValueType, int(source))
+def _source(source: ConfigSource) -> int:
+    """Kafka's number of ``source`` (as DescribeConfigs answers it)."""
+    return int(source)

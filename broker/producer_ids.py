@@ -18,6 +18,9 @@ transactional id) needs IdempotentWrite on the cluster or Write on some topic
 (else CLUSTER_AUTHORIZATION_FAILED); a transactional id needs Write on it
 (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 
+Requests and answers are the broker's own types (``broker/requests/producer_types.py``),
+which each protocol's edge adapts to.
+
 Thread safety: ``ProducerIdManager`` is thread-safe.  ``_lock`` guards the
 current block and the next id; ``_reserve_lock`` lets one thread at a time
 reserve a block.  Handing out an id from the current block runs inline on
@@ -30,6 +33,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from annal.broker.requests import producer_types as pt
 from annal.broker.security.authorization import (
     ALLOW_ALL,
     INTERNAL,
@@ -41,7 +45,6 @@ from annal.broker.security.authorization import (
 )
 from annal.security.acl import AclOperation, Resource
 from annal.security.session import Session
-from annal.v1 import annal_pb2 as pb
 from annal.zk.client import ZkError
 from annal.zk.layout import ProducerIdBlock
 
@@ -110,8 +113,8 @@ class InitProducerIdApi:
         return producer_id
 
     async def init_producer_id(
-        self, request: pb.InitProducerIdRequest, session: Session = INTERNAL
-    ) -> pb.InitProducerIdResponse:
+        self, request: pt.InitProducerIdRequest, session: Session = INTERNAL
+    ) -> pt.InitProducerIdResponse:
         """A new producer id at epoch 0, if the caller may have one (module docstring)."""
         authorizer = self._authorizer
         if request.transactional_id:
@@ -140,14 +143,9 @@ class InitProducerIdApi:
             return refused_init(
                 errors.COORDINATOR_NOT_AVAILABLE, f"cannot reserve producer ids: {exc}"
             )
-        return pb.InitProducerIdResponse(error=pb.NONE, producer_id=producer_id, producer_epoch=0)
+        return pt.InitProducerIdResponse(errors.NONE.number, producer_id, 0)
 
 
-def refused_init(error: ErrorCode, message: str) -> pb.InitProducerIdResponse:
+def refused_init(error: ErrorCode, message: str) -> pt.InitProducerIdResponse:
     """An InitProducerId answer refusing with ``error`` (no producer id or epoch)."""
-    return pb.InitProducerIdResponse(
-        error=cast(pb.ErrorCode.ValueType, error.number),
-        producer_id=-1,
-        producer_epoch=-1,
-        error_message=message,
-    )
+    return pt.InitProducerIdResponse(error.number, pt.NO_PRODUCER_ID, pt.NO_PRODUCER_EPOCH, message)

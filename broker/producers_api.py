@@ -20,6 +20,9 @@ by); a negative index, or a partition neither hosted here nor in the
 metadata cache, UNKNOWN_TOPIC_OR_PARTITION; a storage failure reading the
 state, its own code.
 
+Requests and answers are the broker's own types (``broker/requests/producer_types.py``):
+one topic answered per topic asked for, its partitions in the order asked.
+
 Thread safety: runs on the broker's event loop; reading a log's producer
 state takes that log's lock for a copy of the table.
 """
@@ -28,9 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from annal.broker.data_api import code
 from annal.broker.metadata_cache import MetadataSnapshot
 from annal.broker.replication.replica_manager import ReplicaManager
+from annal.broker.requests import producer_types as pt
 from annal.broker.requests import request_checks as checks
 from annal.broker.security.authorization import ALLOW_ALL, RequestAuthorizer
 from annal.security.acl import AclOperation
@@ -38,7 +41,6 @@ from annal.security.session import Session
 from annal.storage.errors import StorageError
 from annal.storage.files import TopicPartition
 from annal.storage.producer_state import ProducerStateEntry
-from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 from annal.errors import ErrorCode
@@ -60,21 +62,24 @@ class ProducersApi:
         self._metadata = metadata or MetadataSnapshot
 
     def describe_producers(
-        self, request: pb.DescribeProducersRequest, session: Session
-    ) -> pb.DescribeProducersResponse:
-        response = pb.DescribeProducersResponse()
+        self, request: pt.DescribeProducersRequest, session: Session
+    ) -> pt.DescribeProducersResponse:
+        response = pt.DescribeProducersResponse()
         cache = self._metadata()
         refused = self._authorizer.refused_topics(
-            session, AclOperation.READ, {t.topic for t in request.topics}
+            session, AclOperation.READ, {t.name for t in request.topics}
         )
         for topic in request.topics:
-            refusal = checks.topic_name(topic.topic)
+            refusal = checks.topic_name(topic.name)
             error, message = (refusal.error, refusal.message) if refusal else (errors.NONE, "")
-            if error is errors.NONE and topic.topic in refused:
-                error, message = errors.TOPIC_AUTHORIZATION_FAILED, refused[topic.topic].message
-            for index in topic.partitions:
-                out = response.partitions.add(topic=topic.topic, partition=index)
-                tp = TopicPartition(topic.topic, index)
+            if error is errors.NONE and topic.name in refused:
+                error, message = errors.TOPIC_AUTHORIZATION_FAILED, refused[topic.name].message
+            answered = pt.TopicProducers(topic.name)
+            response.topics.append(answered)
+            for index in topic.partition_indexes:
+                out = pt.PartitionProducers(index)
+                answered.partitions.append(out)
+                tp = TopicPartition(topic.name, index)
                 if error is errors.NONE:
                     self._describe(tp, cache, out)
                 else:
@@ -82,7 +87,7 @@ class ProducersApi:
         return response
 
     def _describe(
-        self, tp: TopicPartition, cache: MetadataSnapshot, out: pb.PartitionProducers
+        self, tp: TopicPartition, cache: MetadataSnapshot, out: pt.PartitionProducers
     ) -> None:
         partition = self._replicas.partition(tp) if tp.partition >= 0 else None
         if partition is None:
@@ -106,21 +111,21 @@ class ProducersApi:
         except StorageError as exc:
             _refuse(out, exc.code, str(exc))
             return
-        out.producers.extend(producer_state(e) for _, e in sorted(producers.items()))
+        out.active_producers.extend(producer_state(e) for _, e in sorted(producers.items()))
 
 
-def producer_state(entry: ProducerStateEntry) -> pb.ProducerState:
+def producer_state(entry: ProducerStateEntry) -> pt.ProducerState:
     """One producer of a partition's producer state, as DescribeProducers gives it."""
-    return pb.ProducerState(
-        producer_id=entry.producer_id,
-        producer_epoch=entry.producer_epoch,
-        last_sequence=entry.last_seq,
-        last_timestamp_ms=entry.last_timestamp,
-        coordinator_epoch=entry.coordinator_epoch,
-        current_txn_start_offset=entry.current_txn_first_offset,
+    return pt.ProducerState(
+        entry.producer_id,
+        entry.producer_epoch,
+        entry.last_seq,
+        entry.last_timestamp,
+        entry.coordinator_epoch,
+        entry.current_txn_first_offset,
     )
 
 
-def _refuse(out: pb.PartitionProducers, error: ErrorCode, message: str) -> None:
-    out.error = code(error)
+def _refuse(out: pt.PartitionProducers, error: ErrorCode, message: str) -> None:
+    out.error = error.number
     out.error_message = message

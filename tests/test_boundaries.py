@@ -94,3 +94,27 @@ def test_kafkaproto_is_a_library_of_the_wire() -> None:
         if names & forbidden
     }
     assert offenders == {}
+
+
+def test_only_the_grpc_edges_build_protobuf_messages() -> None:
+    """The broker's services take and give request and answer types of their own
+    (broker/requests/*_types.py); each protocol edge adapts to them: the gRPC
+    servicers (and the inter-broker gRPC clients) use annal.v1's messages, the
+    Kafka listener never does."""
+    grpc_edges = {
+        "broker/control.py",  # the BrokerControl servicer
+        "broker/server.py",  # ControlledShutdown, a gRPC client call
+        "broker/metadata_cache.py",  # UpdateMetadata's brokers, the controller's gRPC
+        "broker/replication/replica_fetcher.py",  # fetching from a leader over gRPC
+        "broker/replication/replica_transport.py",
+        "broker/transactions/markers.py",  # WriteTxnMarkers to other brokers
+        "broker/requests/service.py",  # the Annal servicer
+    }
+    offenders = sorted(
+        f
+        for f, names in imported_modules("broker").items()
+        if "annal.v1" in names
+        and f not in grpc_edges
+        and not Path(f).name.startswith("grpc_")
+    )
+    assert offenders == []

@@ -5,6 +5,8 @@ protocols come here: the gRPC service and the Kafka listener
 (``broker/kafka/groups.py``), whose JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 DescribeGroups, DeleteGroups and OffsetDelete reach the membership through
 this class too, so that every group request is authorized in one place.
+Requests and answers are the broker's own types (``broker/requests/group_types.py``),
+which each protocol's edge adapts to.
 
 Authorization (docs/security.md), for the caller's ``Session``, as Kafka 2.x:
 
@@ -37,11 +39,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from annal.broker.admin_manager import AdminManager
-from annal.broker.data_api import Deadline, code, wait_ms
+from annal.broker.data_api import Deadline, wait_ms
 from annal.broker.groups.coordinator import OFFSETS_TOPIC, CommitEntry, OffsetsCoordinator
 from annal.broker.groups.group_membership import Group, GroupMembership, JoinResult, SyncResult
 from annal.broker.metadata_cache import MetadataCache, PartitionView
+from annal.broker.requests import group_types as gt
 from annal.broker.requests import request_checks as checks
+from annal.broker.requests.group_types import TRANSACTION_KEY
 from annal.broker.security.authorization import (
     ALLOW_ALL,
     GROUP,
@@ -53,7 +57,6 @@ from annal.broker.security.authorization import (
 from annal.kafkaproto.wire import read_entity
 from annal.security.acl import AclOperation, Resource, ResourceType
 from annal.security.session import Session
-from annal.v1 import annal_pb2 as pb
 from kio.schema.consumer_protocol_assignment.v0.data import (
     ConsumerProtocolAssignment as AssignmentV0,
 )
@@ -74,8 +77,6 @@ from annal.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     from annal.broker.transactions.api import TransactionApi
-
-TRANSACTION_KEY = 1  # FindCoordinator's key type of a transactional id
 
 _ASSIGNMENTS: list[Any] = [AssignmentV0, AssignmentV1, AssignmentV2, AssignmentV3]
 DELETE_TIMEOUT_MS = 30_000  # OffsetDelete's wait for its tombstones to be replicated
@@ -127,41 +128,39 @@ class GroupApi:
     # -- coordinators --------------------------------------------------------------------
 
     async def find_coordinator(
-        self, request: pb.FindCoordinatorRequest, session: Session = INTERNAL
-    ) -> pb.FindCoordinatorResponse:
+        self, request: gt.FindCoordinatorRequest, session: Session = INTERNAL
+    ) -> gt.FindCoordinatorResponse:
         """The leader of the group's offsets partition; the offsets topic is
         created on first use (COORDINATOR_NOT_AVAILABLE until it has leaders).
         Needs Describe on the group.  Key type 1 asks for a transactional id's
         transaction coordinator (``broker/transactions/api.py``)."""
         if request.key_type == TRANSACTION_KEY:
             if self.transactions is None:
-                return pb.FindCoordinatorResponse(
-                    error=pb.COORDINATOR_NOT_AVAILABLE,
-                    error_message="the transaction coordinator is starting",
+                return gt.FindCoordinatorResponse(
+                    errors.COORDINATOR_NOT_AVAILABLE.number,
+                    "the transaction coordinator is starting",
                 )
-            return await self.transactions.find_coordinator(request.group, session)
-        refusal = self._group_refusal(session, AclOperation.DESCRIBE, request.group)
-        if refusal := refusal or checks.group_id(request.group):
-            return pb.FindCoordinatorResponse(
-                error=code(refusal.error), error_message=refusal.message
-            )
+            return await self.transactions.find_coordinator(request.key, session)
+        refusal = self._group_refusal(session, AclOperation.DESCRIBE, request.key)
+        if refusal := refusal or checks.group_id(request.key):
+            return gt.FindCoordinatorResponse(refusal.error.number, refusal.message)
         cache = self._metadata.snapshot()
         if OFFSETS_TOPIC not in cache.topics:
             await self._admin.blocking(self._admin.create_offsets_topic_now, len(cache.brokers))
-            return pb.FindCoordinatorResponse(
-                error=pb.COORDINATOR_NOT_AVAILABLE,
-                error_message=f"{OFFSETS_TOPIC} is being created; ask again",
+            return gt.FindCoordinatorResponse(
+                errors.COORDINATOR_NOT_AVAILABLE.number,
+                f"{OFFSETS_TOPIC} is being created; ask again",
             )
-        index = self._coordinator.partition_of(request.group)
+        index = self._coordinator.partition_of(request.key)
         leader = cache.leader_of(OFFSETS_TOPIC, index)
         if leader < 0:
-            return pb.FindCoordinatorResponse(
-                error=pb.COORDINATOR_NOT_AVAILABLE,
-                error_message=f"{OFFSETS_TOPIC}-{index} has no leader now",
+            return gt.FindCoordinatorResponse(
+                errors.COORDINATOR_NOT_AVAILABLE.number,
+                f"{OFFSETS_TOPIC}-{index} has no leader now",
             )
         broker = cache.brokers[leader]
-        return pb.FindCoordinatorResponse(
-            coordinator=pb.Broker(id=broker.broker_id, host=broker.host, port=broker.port)
+        return gt.FindCoordinatorResponse(
+            coordinator=gt.Coordinator(broker.broker_id, broker.host, broker.port)
         )
 
     # -- membership (Kafka's clients) ------------------------------------------------------
@@ -227,12 +226,12 @@ class GroupApi:
 
     async def offset_commit(
         self,
-        request: pb.OffsetCommitRequest,
+        request: gt.OffsetCommitRequest,
         context: Deadline,
         session: Session = INTERNAL,
         member: CommitMember | None = None,
         known_partitions_only: bool = False,
-    ) -> pb.OffsetCommitResponse:
+    ) -> gt.OffsetCommitResponse:
         """Commit each partition's offset: Read on the group (else every partition
         is GROUP_AUTHORIZATION_FAILED), then Read on each topic.  ``member``: the
         Kafka client's generation and member id, checked against the group's
@@ -240,7 +239,7 @@ class GroupApi:
         ``known_partitions_only`` (Kafka's clients): an authorized partition the
         metadata does not know is UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers it."""
         checks.check_timeout_ms(request.timeout_ms)
-        group_refusal = self._group_refusal(session, AclOperation.READ, request.group)
+        group_refusal = self._group_refusal(session, AclOperation.READ, request.group_id)
         refused = (
             {}
             if group_refusal
@@ -248,7 +247,7 @@ class GroupApi:
                 session, AclOperation.READ, [t.name for t in request.topics]
             )
         )
-        group_refusal = group_refusal or checks.group_id(request.group)
+        group_refusal = group_refusal or checks.group_id(request.group_id)
         known = self._metadata.snapshot().topics
         outcome: dict[TopicPartition, tuple[ErrorCode, str]] = {}
         entries = []
@@ -257,19 +256,22 @@ class GroupApi:
                 refusal = (
                     group_refusal
                     or refused.get(t.name)
-                    or checks.commit_partition(t.name, p.partition, p.offset, p.leader_epoch)
+                    or checks.commit_partition(
+                        t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch
+                    )
                 )
                 if refusal is None and known_partitions_only:
-                    refusal = _unknown_partition(known, t.name, p.partition)
+                    refusal = _unknown_partition(known, t.name, p.partition_index)
                 if refusal is not None:
-                    outcome[TopicPartition(t.name, p.partition)] = (refusal.error, refusal.message)
-                else:
-                    entries.append(
-                        CommitEntry(t.name, p.partition, p.offset, p.leader_epoch, p.metadata)
+                    outcome[TopicPartition(t.name, p.partition_index)] = (
+                        refusal.error,
+                        refusal.message,
                     )
+                else:
+                    entries.append(_entry(t.name, p))
         if entries and member is not None:
             error = self._membership.check_commit(
-                request.group, member.generation, member.member_id, member.instance_id
+                request.group_id, member.generation, member.member_id, member.instance_id
             )
             if error != errors.NONE:
                 for e in entries:
@@ -278,17 +280,17 @@ class GroupApi:
         if entries:
             outcome.update(
                 await self._coordinator.commit(
-                    request.group, entries, wait_ms(request.timeout_ms, context)
+                    request.group_id, entries, wait_ms(request.timeout_ms, context)
                 )
             )
         return _commit_response(request.topics, outcome)
 
     async def txn_offset_commit(
         self,
-        request: pb.TxnOffsetCommitRequest,
+        request: gt.TxnOffsetCommitRequest,
         context: Deadline,
         session: Session = INTERNAL,
-    ) -> pb.OffsetCommitResponse:
+    ) -> gt.OffsetCommitResponse:
         """Commit offsets inside the producer's transaction (Kafka's
         handleTxnOffsetCommitRequest): Write on the transactional id (else every
         partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED), Read on the group
@@ -304,7 +306,7 @@ class GroupApi:
                 errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                 denial(session, AclOperation.WRITE, resource),
             )
-        refusal = refusal or self._group_refusal(session, AclOperation.READ, request.group)
+        refusal = refusal or self._group_refusal(session, AclOperation.READ, request.group_id)
         refused = (
             {}
             if refusal
@@ -312,7 +314,7 @@ class GroupApi:
                 session, AclOperation.READ, [t.name for t in request.topics]
             )
         )
-        refusal = refusal or checks.group_id(request.group) or _producer(request)
+        refusal = refusal or checks.group_id(request.group_id) or _producer(request)
         known = self._metadata.snapshot().topics
         outcome: dict[TopicPartition, tuple[ErrorCode, str]] = {}
         entries = []
@@ -321,18 +323,21 @@ class GroupApi:
                 found = (
                     refusal
                     or refused.get(t.name)
-                    or checks.commit_partition(t.name, p.partition, p.offset, p.leader_epoch)
-                    or _unknown_partition(known, t.name, p.partition)
+                    or checks.commit_partition(
+                        t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch
+                    )
+                    or _unknown_partition(known, t.name, p.partition_index)
                 )
                 if found is not None:
-                    outcome[TopicPartition(t.name, p.partition)] = (found.error, found.message)
-                else:
-                    entries.append(
-                        CommitEntry(t.name, p.partition, p.offset, p.leader_epoch, p.metadata)
+                    outcome[TopicPartition(t.name, p.partition_index)] = (
+                        found.error,
+                        found.message,
                     )
+                else:
+                    entries.append(_entry(t.name, p))
         if entries:
             error = self._membership.check_txn_commit(
-                request.group,
+                request.group_id,
                 request.generation_id,
                 request.member_id,
                 request.group_instance_id or None,
@@ -342,7 +347,7 @@ class GroupApi:
             else:
                 outcome.update(
                     await self._coordinator.txn_commit(
-                        request.group,
+                        request.group_id,
                         request.producer_id,
                         request.producer_epoch,
                         entries,
@@ -352,69 +357,66 @@ class GroupApi:
         return _commit_response(request.topics, outcome)
 
     def offset_fetch(
-        self,
-        request: pb.OffsetFetchRequest,
-        session: Session = INTERNAL,
-        require_stable: bool = False,
-    ) -> pb.OffsetFetchResponse:
+        self, request: gt.OffsetFetchRequest, session: Session = INTERNAL
+    ) -> gt.OffsetFetchResponse:
         """The group's committed offsets; the response has one error field, so a
         refused group id, topic name or partition answers the whole request.
         Needs Describe on the group (else GROUP_AUTHORIZATION_FAILED), then
         Describe on each topic: a partition asked for by name of a topic the
         caller may not describe is answered TOPIC_AUTHORIZATION_FAILED, and such
         topics are left out of an answer about every partition.  With
-        ``require_stable`` (Kafka's OffsetFetch v7, KIP-447) a partition with
+        ``require_stable`` (Kafka's OffsetFetch v7+, KIP-447) a partition with
         transactional offsets pending is UNSTABLE_OFFSET_COMMIT, offset -1."""
-        refusal = self._group_refusal(session, AclOperation.DESCRIBE, request.group)
-        refusal = refusal or checks.group_id(request.group)
+        refusal = self._group_refusal(session, AclOperation.DESCRIBE, request.group_id)
+        refusal = refusal or checks.group_id(request.group_id)
         for t in request.topics:
-            refusal = refusal or checks.topic_name(t.topic)
-            for p in t.partitions:
-                refusal = refusal or checks.partition_index(t.topic, p)
+            refusal = refusal or checks.topic_name(t.name)
+            for p in t.partition_indexes:
+                refusal = refusal or checks.partition_index(t.name, p)
         if refusal is not None:
-            return pb.OffsetFetchResponse(error=code(refusal.error), error_message=refusal.message)
-        asked = [TopicPartition(t.topic, p) for t in request.topics for p in t.partitions]
+            return gt.OffsetFetchResponse(refusal.error.number, refusal.message)
+        asked = [TopicPartition(t.name, p) for t in request.topics for p in t.partition_indexes]
         if asked:
             hidden = self._authorizer.refused_topics(
                 session, AclOperation.DESCRIBE, [tp.topic for tp in asked]
             )
             wanted = [tp for tp in asked if tp.topic not in hidden]
-            error, found = self._coordinator.fetch(request.group, wanted)
+            error, found = self._coordinator.fetch(request.group_id, wanted)
             if error == errors.NONE:
                 found.update((tp, None) for tp in asked if tp.topic in hidden)
         else:  # every partition: what the caller may not describe is left out
-            error, found = self._coordinator.fetch(request.group, None)
+            error, found = self._coordinator.fetch(request.group_id, None)
             hidden = self._authorizer.refused_topics(
                 session, AclOperation.DESCRIBE, sorted({tp.topic for tp in found}), log_denied=False
             )
             found = {tp: value for tp, value in found.items() if tp.topic not in hidden}
-        response = pb.OffsetFetchResponse(error=code(error))
+        response = gt.OffsetFetchResponse(error.number)
         unstable: set[TopicPartition] = set()
-        if require_stable and error == errors.NONE:
+        if request.require_stable and error == errors.NONE:
             shown = [tp for tp in found if tp.topic not in hidden]
-            unstable = self._coordinator.unstable(request.group, shown)
-        by_topic: dict[str, pb.OffsetFetchTopic] = {}
+            unstable = self._coordinator.unstable(request.group_id, shown)
+        by_topic: dict[str, gt.OffsetFetchTopicResponse] = {}
         for (topic, partition), value in sorted(found.items()):
             out = by_topic.get(topic)
             if out is None:
-                out = by_topic[topic] = response.topics.add(name=topic)
+                out = by_topic[topic] = gt.OffsetFetchTopicResponse(topic)
+                response.topics.append(out)
             if topic in hidden or (topic, partition) in unstable:
-                out.partitions.add(
-                    partition=partition,
-                    offset=-1,
-                    leader_epoch=-1,
-                    error=pb.TOPIC_AUTHORIZATION_FAILED
+                refused = (
+                    errors.TOPIC_AUTHORIZATION_FAILED
                     if topic in hidden
-                    else pb.UNSTABLE_OFFSET_COMMIT,
+                    else errors.UNSTABLE_OFFSET_COMMIT
+                )
+                out.partitions.append(
+                    gt.OffsetFetchPartitionResponse(partition, error=refused.number)
                 )
             elif value is None:
-                out.partitions.add(partition=partition, offset=-1, leader_epoch=-1)
+                out.partitions.append(gt.OffsetFetchPartitionResponse(partition))
             else:
-                out.partitions.add(
-                    partition=partition,
-                    offset=value.offset,
-                    leader_epoch=value.leader_epoch,
-                    metadata=value.metadata,
+                out.partitions.append(
+                    gt.OffsetFetchPartitionResponse(
+                        partition, value.offset, value.leader_epoch, value.metadata
+                    )
                 )
         return response
 
@@ -459,11 +461,17 @@ class GroupApi:
         )
         return [listed for listed in groups if listed[0] not in hidden]
 
-    def list_groups(self, session: Session = INTERNAL) -> pb.ListGroupsResponse:
-        return pb.ListGroupsResponse(
+    def list_groups(
+        self, request: gt.ListGroupsRequest, session: Session = INTERNAL
+    ) -> gt.ListGroupsResponse:
+        """The groups of ``listing``, only those in one of the states asked for
+        (ListGroups v4+, KIP-518) when it names any."""
+        states = request.states_filter
+        return gt.ListGroupsResponse(
             groups=[
-                pb.GroupListing(group=g, protocol_type=t, state=s)
+                gt.ListedGroup(g, t, s)
                 for g, t, s in self.listing(session)
+                if not states or s in states
             ]
         )
 
@@ -475,17 +483,17 @@ class GroupApi:
         return await self._membership.delete(group)
 
     async def delete_group(
-        self, request: pb.DeleteGroupRequest, session: Session = INTERNAL
-    ) -> pb.DeleteGroupResponse:
-        refusal = self._group_refusal(session, AclOperation.DELETE, request.group, audited=True)
-        if refusal := refusal or checks.group_id(request.group):
-            return pb.DeleteGroupResponse(error=code(refusal.error), error_message=refusal.message)
-        error = await self._membership.delete(request.group)
+        self, request: gt.DeleteGroupRequest, session: Session = INTERNAL
+    ) -> gt.DeleteGroupResponse:
+        refusal = self._group_refusal(session, AclOperation.DELETE, request.group_id, audited=True)
+        if refusal := refusal or checks.group_id(request.group_id):
+            return gt.DeleteGroupResponse(refusal.error.number, refusal.message)
+        error = await self._membership.delete(request.group_id)
         messages = {
-            errors.NON_EMPTY_GROUP: f"group {request.group!r} has live members",
-            errors.GROUP_ID_NOT_FOUND: f"no group {request.group!r}",
+            errors.NON_EMPTY_GROUP: f"group {request.group_id!r} has live members",
+            errors.GROUP_ID_NOT_FOUND: f"no group {request.group_id!r}",
         }
-        return pb.DeleteGroupResponse(error=code(error), error_message=messages.get(error, ""))
+        return gt.DeleteGroupResponse(error.number, messages.get(error, ""))
 
     def describe(self, session: Session, group: str) -> tuple[ErrorCode, Group | None]:
         """The group's membership (``GroupMembership.describe``), with Describe on the
@@ -500,52 +508,59 @@ class GroupApi:
         return self._authorizer.authorized_operations(session, Resource(ResourceType.GROUP, group))
 
     def describe_group(
-        self, request: pb.DescribeGroupRequest, session: Session = INTERNAL
-    ) -> pb.DescribeGroupResponse:
-        refusal = self._group_refusal(session, AclOperation.DESCRIBE, request.group)
-        if refusal := refusal or checks.group_id(request.group):
-            return pb.DescribeGroupResponse(
-                error=code(refusal.error), error_message=refusal.message
-            )
-        error, group = self._membership.describe(request.group)
+        self, request: gt.DescribeGroupRequest, session: Session = INTERNAL
+    ) -> gt.DescribeGroupResponse:
+        refusal = self._group_refusal(session, AclOperation.DESCRIBE, request.group_id)
+        if refusal := refusal or checks.group_id(request.group_id):
+            return gt.DescribeGroupResponse(refusal.error.number, refusal.message)
+        error, group = self._membership.describe(request.group_id)
         if error != errors.NONE:
-            return pb.DescribeGroupResponse(error=code(error))
+            return gt.DescribeGroupResponse(error.number)
         if group is None:
-            return pb.DescribeGroupResponse(state="Empty")
-        return pb.DescribeGroupResponse(
-            state=group.state.value,
+            return gt.DescribeGroupResponse(group_state="Empty")
+        return gt.DescribeGroupResponse(
+            group_state=group.state.value,
             protocol_type=group.protocol_type or "",
-            protocol=group.protocol or "",
+            protocol_data=group.protocol or "",
             members=[
-                pb.GroupMemberInfo(
-                    member_id=m.member_id,
-                    group_instance_id=m.instance_id or "",
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    assignment=[
-                        pb.TopicPartitions(topic=t, partitions=ps)
-                        for t, ps in consumer_assignment(m.assignment)
-                    ],
+                gt.DescribedGroupMember(
+                    m.member_id,
+                    m.instance_id or None,
+                    m.client_id,
+                    m.client_host,
+                    [gt.AssignedPartitions(t, ps) for t, ps in consumer_assignment(m.assignment)],
                 )
                 for m in group.members.values()
             ],
         )
 
 
+def _entry(topic: str, p: gt.OffsetCommitPartition) -> CommitEntry:
+    return CommitEntry(
+        topic, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata
+    )
+
+
 def _commit_response(
-    topics: Iterable[pb.OffsetCommitTopic],
+    topics: Iterable[gt.OffsetCommitTopic],
     outcome: Mapping[TopicPartition, tuple[ErrorCode, str]],
-) -> pb.OffsetCommitResponse:
-    response = pb.OffsetCommitResponse()
-    for t in topics:
-        out = response.topics.add(name=t.name)
-        for p in t.partitions:
-            error, message = outcome[TopicPartition(t.name, p.partition)]
-            out.partitions.add(partition=p.partition, error=code(error), error_message=message)
-    return response
+) -> gt.OffsetCommitResponse:
+    return gt.OffsetCommitResponse(
+        [
+            gt.OffsetCommitTopicResponse(
+                t.name,
+                [
+                    gt.OffsetCommitPartitionResponse(p.partition_index, error.number, message)
+                    for p in t.partitions
+                    for error, message in [outcome[TopicPartition(t.name, p.partition_index)]]
+                ],
+            )
+            for t in topics
+        ]
+    )
 
 
-def _producer(request: pb.TxnOffsetCommitRequest) -> checks.Refusal | None:
+def _producer(request: gt.TxnOffsetCommitRequest) -> checks.Refusal | None:
     """INVALID_REQUEST unless the request names a producer id and an epoch (int16)."""
     if request.producer_id < 0:
         return checks.Refusal(

@@ -1,10 +1,10 @@
 """Kafka's admin APIs on annal's admin path: topics, partitions, configs, records,
 log dirs, elections and reassignments.
 
-Each handler turns the Kafka request into annal's request of the same name and
-hands it to ``AdminManager`` (or ``DataApi`` for DeleteRecords and
-DescribeLogDirs), the code the
-gRPC service runs; the answers go back per topic and partition.  Where
+Each handler builds the broker's own request of the same name
+(``broker/requests/admin_types.py``) from the Kafka request and hands it to
+``AdminManager`` (or ``DataApi`` for DeleteRecords and DescribeLogDirs), the
+code the gRPC service runs; the answers go back per topic and partition.  Where
 Kafka's API and annal's differ:
 
 * AlterConfigs (the legacy one) replaces a topic's overrides as a whole:
@@ -45,9 +45,9 @@ from annal.broker.kafka.apis import KafkaApis, Values
 from annal.broker.kafka.cluster import NO_TOPIC_ID
 from annal.broker.kafka.data import NO_DEADLINE
 from annal.broker.metadata_cache import MetadataCache
+from annal.broker.requests import admin_types as at
 from annal.broker.requests.request_checks import Refusal
 from annal.kafkaproto.wire import Request, millis
-from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 from annal.topic_partition import TopicPartition
@@ -96,18 +96,19 @@ class AdminApis:
 
     async def create_topics(self, request: Request) -> Values:
         body = request.body
-        ask = pb.CreateTopicsRequest(
+        ask = at.CreateTopicsRequest(
             timeout_ms=millis(body.timeout), validate_only=body.validate_only
         )
         for topic in body.topics:
-            wanted = ask.topics.add(
+            wanted = at.CreatableTopic(
                 name=topic.name,
                 num_partitions=topic.num_partitions,
                 replication_factor=topic.replication_factor,
                 configs={c.name: c.value for c in topic.configs if c.value is not None},
             )
+            ask.topics.append(wanted)
             for a in topic.assignments:
-                wanted.assignment[a.partition_index].brokers.extend(a.broker_ids)
+                wanted.assignment.setdefault(a.partition_index, []).extend(a.broker_ids)
         answer = await self._admin.create_topics(ask, NO_DEADLINE, request.session)
         cache = self._metadata.snapshot()
         results = []
@@ -124,7 +125,7 @@ class AdminApis:
     async def delete_topics(self, request: Request) -> Values:
         body = request.body
         answer = await self._admin.delete_topics(
-            pb.DeleteTopicsRequest(topics=list(body.topic_names), timeout_ms=millis(body.timeout)),
+            at.DeleteTopicsRequest(topics=list(body.topic_names), timeout_ms=millis(body.timeout)),
             NO_DEADLINE,
             request.session,
         )
@@ -137,22 +138,29 @@ class AdminApis:
 
     async def create_partitions(self, request: Request) -> Values:
         body = request.body
-        ask = pb.CreatePartitionsRequest(
-            timeout_ms=millis(body.timeout), validate_only=body.validate_only
+        ask = at.CreatePartitionsRequest(
+            [
+                at.CreatePartitionsTopic(
+                    topic.name, topic.count, [list(a.broker_ids) for a in topic.assignments or ()]
+                )
+                for topic in body.topics
+            ],
+            timeout_ms=millis(body.timeout),
+            validate_only=body.validate_only,
         )
-        for topic in body.topics:
-            wanted = ask.topics.add(name=topic.name, count=topic.count)
-            for a in topic.assignments or ():
-                wanted.assignment.add(brokers=list(a.broker_ids))
         answer = await self._admin.create_partitions(ask, NO_DEADLINE, request.session)
         return {"throttle_time": 0, "results": _topic_results(answer.topics)}
 
     async def delete_records(self, request: Request) -> Values:
         body = request.body
-        ask = pb.DeleteRecordsRequest(timeout_ms=millis(body.timeout))
-        for topic in body.topics:
-            for p in topic.partitions:
-                ask.partitions.add(topic=topic.name, partition=p.partition_index, offset=p.offset)
+        ask = at.DeleteRecordsRequest(
+            [
+                at.DeleteRecordsPartition(topic.name, p.partition_index, p.offset)
+                for topic in body.topics
+                for p in topic.partitions
+            ],
+            timeout_ms=millis(body.timeout),
+        )
         answer = await self._data.delete_records(ask, NO_DEADLINE, request.session)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for r in answer.results:
@@ -176,7 +184,7 @@ class AdminApis:
         if wanted is not None and not wanted:
             return {"throttle_time": 0, "error_code": errors.NONE.number, "results": []}
         answer = self._data.describe_log_dirs(
-            pb.DescribeLogDirsRequest(topics=topics), request.session
+            at.DescribeLogDirsRequest(topics=topics), request.session
         )
         if not answer.log_dirs:  # every broker has a log dir: none means refused
             error = CLUSTER_AUTHORIZATION_FAILED
@@ -212,7 +220,7 @@ class AdminApis:
                 results.append(_resource_refused(resource, INVALID_REQUEST, "unknown resource"))
                 continue
             answer = await self._admin.describe_configs(
-                pb.DescribeConfigsRequest(topics=[resource.resource_name], include_defaults=True),
+                at.DescribeConfigsRequest(topics=[resource.resource_name], include_defaults=True),
                 request.session,
             )
             found = answer.topics[0]
@@ -229,7 +237,7 @@ class AdminApis:
             })  # fmt: skip
         return {"throttle_time": 0, "results": results}
 
-    def _topic_source(self, entry: pb.ConfigEntry) -> int:
+    def _topic_source(self, entry: at.ConfigEntry) -> int:
         """A topic config's source: its override, else where the broker default it
         takes comes from (Kafka's topic describe names the broker synonym's level)."""
         if not entry.is_default:
@@ -241,21 +249,21 @@ class AdminApis:
         DescribeConfigs on the cluster and answers for this broker's id only)."""
         keys = resource.configuration_keys
         answer = await self._admin.describe_configs(
-            pb.DescribeConfigsRequest(brokers=[resource.resource_name], include_synonyms=synonyms),
+            at.DescribeConfigsRequest(brokers=[resource.resource_name], include_synonyms=synonyms),
             request.session,
         )
         found = answer.brokers[0]
-        if found.error != pb.NONE:
+        if found.error != errors.NONE.number:
             return _resource_refused(resource, found.error, found.error_message)
         return {
             "error_code": errors.NONE.number, "error_message": None,
             "resource_type": BROKER, "resource_name": resource.resource_name,
             "configs": [
-                {"name": e.name, "value": e.value if e.has_value else None,
+                {"name": e.name, "value": e.value,
                  "read_only": e.read_only, "is_default": False, "config_source": e.source,
                  "is_sensitive": e.sensitive,
                  "synonyms": [
-                     {"name": s.name, "value": None if e.sensitive else s.value,
+                     {"name": s.name, "value": None if e.sensitive else s.value or "",
                       "source": s.source}
                      for s in e.synonyms
                  ]}
@@ -279,7 +287,7 @@ class AdminApis:
                 continue
             wanted = {c.name: c.value for c in resource.configs if c.value is not None}
             current = await self._overrides(resource.resource_name)
-            change = pb.TopicConfigChange(
+            change = at.ConfigChange(
                 name=resource.resource_name,
                 set=wanted,
                 delete=sorted(set(current or {}) - set(wanted)),
@@ -315,7 +323,7 @@ class AdminApis:
                 continue
             current = await self._effective(resource.resource_name)
             overrides = await self._overrides(resource.resource_name) or {}
-            change = pb.TopicConfigChange(name=resource.resource_name)
+            change = at.ConfigChange(name=resource.resource_name)
             for c in resource.configs:
                 if c.config_operation == SET and c.value is not None:
                     change.set[c.name] = c.value
@@ -331,7 +339,7 @@ class AdminApis:
                         items = [v for v in items if v not in given]
                     change.set[c.name] = ",".join(items)
                 else:
-                    change = pb.TopicConfigChange()
+                    change = at.ConfigChange(name="")
                     responses.append(_altered(
                         resource, INVALID_CONFIG, f"operation {c.config_operation} on {c.name}"
                     ))  # fmt: skip
@@ -349,10 +357,10 @@ class AdminApis:
         return await self._admin.topic_configs(topic, include_defaults=True) or {}
 
     async def _alter(
-        self, request: Request, resource: Any, change: pb.TopicConfigChange, only: bool
+        self, request: Request, resource: Any, change: at.ConfigChange, only: bool
     ) -> dict[str, Any]:
         answer = await self._admin.alter_configs(
-            pb.AlterConfigsRequest(topics=[change], validate_only=only), request.session
+            at.AlterConfigsRequest(topics=[change], validate_only=only), request.session
         )
         result = answer.topics[0]
         return _altered(resource, result.error, result.error_message)
@@ -364,9 +372,13 @@ class AdminApis:
         if getattr(body, "election_type", PREFERRED) != PREFERRED:
             return {"throttle_time": 0, "error_code": INVALID_REQUEST,
                     "replica_election_results": []}  # fmt: skip
-        ask = pb.ElectLeadersRequest(timeout_ms=millis(body.timeout))
-        for entry in body.topic_partitions or ():
-            ask.topic_partitions.add(topic=entry.topic, partitions=list(entry.partitions))
+        ask = at.ElectLeadersRequest(
+            [
+                at.TopicPartitions(entry.topic, list(entry.partitions))
+                for entry in body.topic_partitions or ()
+            ],
+            timeout_ms=millis(body.timeout),
+        )
         answer = await self._admin.elect_leaders(ask, NO_DEADLINE, request.session)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for r in answer.results:
@@ -383,15 +395,15 @@ class AdminApis:
         }
 
     async def alter_reassignments(self, request: Request) -> Values:
-        ask = pb.AlterPartitionReassignmentsRequest()
+        ask = at.AlterPartitionReassignmentsRequest()
         cancels: list[TopicPartition] = []
         for topic in request.body.topics:
             for p in topic.partitions:
                 if p.replicas is None:
                     cancels.append(TopicPartition(topic.name, p.partition_index))
                 else:
-                    ask.partitions.add(
-                        topic=topic.name, partition=p.partition_index, replicas=list(p.replicas)
+                    ask.partitions.append(
+                        at.ReassignablePartition(topic.name, p.partition_index, list(p.replicas))
                     )
         results = (await self._admin.alter_partition_reassignments(ask, request.session)).results
         by_topic: dict[str, list[dict[str, Any]]] = {}

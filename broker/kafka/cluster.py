@@ -38,8 +38,8 @@ from typing import Any
 from annal.broker.admin_manager import AdminManager
 from annal.broker.kafka.apis import KafkaApis, Values
 from annal.broker.metadata_cache import MetadataCache
+from annal.broker.requests import admin_types as at
 from annal.kafkaproto.wire import Request
-from annal.v1 import annal_pb2 as pb
 from kio.schema.errors import ErrorCode as KioErrorCode
 
 from annal import errors
@@ -102,7 +102,7 @@ class ClusterApis:
                     values["topics"] = by_id
                     return values
         answer = await self._admin.metadata(
-            pb.MetadataRequest(
+            at.MetadataRequest(
                 topics=[] if everything else [t.name for t in names],
                 allow_auto_topic_creation=getattr(body, "allow_auto_topic_creation", True),
             ),

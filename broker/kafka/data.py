@@ -1,9 +1,10 @@
 """Kafka's data APIs on annal's data path: Produce, Fetch, ListOffsets,
 OffsetForLeaderEpoch, InitProducerId.
 
-Each handler turns the decoded Kafka request into the request of the same
-name that annal's gRPC service takes, hands it to the same broker code
-(``DataApi``, ``InitProducerIdApi``), and turns the answer back.  Record
+Each handler builds the broker's own request of the same name
+(``broker/requests/data_types.py``, ``producer_types.py``) from the decoded
+Kafka request, hands it to the code the gRPC service runs too (``DataApi``,
+``InitProducerIdApi``), and builds Kafka's answer from the service's.  Record
 batches are the same bytes both ways.
 
 Versions that predate message format v2 are served as a Kafka 2.x broker
@@ -81,6 +82,7 @@ from annal.broker.kafka.apis import KafkaApis, Values
 from annal.broker.producer_ids import InitProducerIdApi
 from annal.broker.replication.replica_selector import ClientMetadata
 from annal.broker.requests import data_types as dt
+from annal.broker.requests import producer_types as pt
 from annal.broker.requests.fetch_sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionError
 from annal.broker.transactions.data_path import READ_COMMITTED
 from annal.kafkaproto import legacy_versions
@@ -88,7 +90,6 @@ from annal.kafkaproto.wire import Request, millis
 from annal.storage.downconvert import UnsupportedCompressionError, down_convert
 from annal.storage.errors import CorruptRecordError
 from annal.storage.files import TopicPartition
-from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 
@@ -331,16 +332,14 @@ class DataApis:
 
     async def init_producer_id(self, request: Request) -> Values:
         body = request.body
-        ask = pb.InitProducerIdRequest(
-            transactional_id=body.transactional_id or "",
-            transaction_timeout_ms=millis(body.transaction_timeout),
+        ask = pt.InitProducerIdRequest(
+            body.transactional_id or "",
+            millis(body.transaction_timeout),
+            getattr(body, "producer_id", pt.NO_PRODUCER_ID),  # v3+ (KIP-360)
+            getattr(body, "producer_epoch", pt.NO_PRODUCER_EPOCH),
         )
-        producer_id = getattr(body, "producer_id", -1)  # v3+ (KIP-360)
-        if producer_id >= 0:
-            ask.producer_id = producer_id
-            ask.producer_epoch = body.producer_epoch
         answer = await self._producer_ids.init_producer_id(ask, request.session)
-        error = int(answer.error)
+        error = answer.error
         if error == errors.PRODUCER_FENCED.number and request.head.api_version < 4:
             error = errors.INVALID_PRODUCER_EPOCH.number  # older clients' word (KIP-588)
         return {

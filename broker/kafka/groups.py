@@ -32,8 +32,9 @@ answers it ``Dead`` with no error, as Kafka does; a group with committed
 offsets and no members is ``Empty``.
 
 Every request goes through ``GroupApi`` with the connection's session, which
-authorizes it (docs/security.md); this module only maps the answers onto
-Kafka's responses.  A refused group is GROUP_AUTHORIZATION_FAILED where the
+authorizes it (docs/security.md); this module only builds the group services'
+own requests (``broker/requests/group_types.py``) from Kafka's and maps their
+answers onto Kafka's responses.  A refused group is GROUP_AUTHORIZATION_FAILED where the
 response carries its error: the top-level code, each partition of an
 OffsetCommit (and of an OffsetFetch v1, which has no top-level code), each
 group of DescribeGroups or DeleteGroups.
@@ -51,15 +52,16 @@ from annal.broker.groups.group_membership import GroupMembership
 from annal.broker.kafka.apis import KafkaApis, Values
 from annal.broker.kafka.data import NO_DEADLINE
 from annal.broker.metadata_cache import MetadataCache
+from annal.broker.requests import group_types as gt
 from annal.kafkaproto.wire import Request, millis
 from annal.security.session import Session
-from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 from annal.topic_partition import TopicPartition
 
 COMMIT_TIMEOUT_MS = 30_000
-GROUP_KEY = 0
+GROUP_KEY = gt.GROUP_KEY
+NONE = errors.NONE.number
 
 
 class GroupApis:
@@ -108,16 +110,17 @@ class GroupApis:
     async def _coordinator_of(self, key: str, key_type: int, session: Session) -> dict[str, Any]:
         listener = session.listener or "PLAINTEXT"
         answer = await self._groups.find_coordinator(
-            pb.FindCoordinatorRequest(group=key, key_type=key_type), session
+            gt.FindCoordinatorRequest(key, key_type), session
         )
-        broker = self._metadata.snapshot().brokers.get(answer.coordinator.id)
+        found = answer.coordinator
+        broker = None if found is None else self._metadata.snapshot().brokers.get(found.node_id)
         endpoint = None if broker is None else broker.kafka_endpoint_for(listener)
-        if answer.error == pb.NONE and endpoint is None:
-            answer = pb.FindCoordinatorResponse(
-                error=pb.COORDINATOR_NOT_AVAILABLE,
-                error_message=f"the coordinator has no {listener} listener",
+        if answer.error == NONE and endpoint is None:
+            answer = gt.FindCoordinatorResponse(
+                errors.COORDINATOR_NOT_AVAILABLE.number,
+                f"the coordinator has no {listener} listener",
             )
-        ok = answer.error == pb.NONE and broker is not None and endpoint is not None
+        ok = answer.error == NONE and broker is not None and endpoint is not None
         return {
             "key": key,
             "error_code": answer.error,
@@ -213,16 +216,7 @@ class GroupApis:
             getattr(body, "member_id", ""),
             getattr(body, "group_instance_id", None),
         )
-        ask = pb.OffsetCommitRequest(group=body.group_id, timeout_ms=COMMIT_TIMEOUT_MS)
-        for t in body.topics:
-            out = ask.topics.add(name=t.name)
-            for p in t.partitions:
-                out.partitions.add(
-                    partition=p.partition_index,
-                    offset=p.committed_offset,
-                    leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                    metadata=p.committed_metadata or "",
-                )
+        ask = gt.OffsetCommitRequest(body.group_id, _commit_topics(body), COMMIT_TIMEOUT_MS)
         answer = await self._groups.offset_commit(
             ask, NO_DEADLINE, request.session, member, known_partitions_only=True
         )
@@ -230,7 +224,7 @@ class GroupApis:
             "throttle_time": 0,
             "topics": [
                 {"name": t.name, "partitions": [
-                    {"partition_index": p.partition, "error_code": p.error}
+                    {"partition_index": p.partition_index, "error_code": p.error}
                     for p in t.partitions]}
                 for t in answer.topics
             ],
@@ -238,32 +232,25 @@ class GroupApis:
 
     async def txn_offset_commit(self, request: Request) -> Values:
         body = request.body
-        ask = pb.TxnOffsetCommitRequest(
-            transactional_id=body.transactional_id,
-            group=body.group_id,
-            producer_id=body.producer_id,
-            producer_epoch=body.producer_epoch,
-            member_id=getattr(body, "member_id", ""),
-            generation_id=getattr(body, "generation_id", -1),
-            group_instance_id=getattr(body, "group_instance_id", None) or "",
+        ask = gt.TxnOffsetCommitRequest(
+            body.transactional_id,
+            body.group_id,
+            body.producer_id,
+            body.producer_epoch,
+            _commit_topics(body),
+            getattr(body, "member_id", ""),  # v3+ (KIP-447)
+            getattr(body, "generation_id", -1),
+            getattr(body, "group_instance_id", None) or None,
         )
-        for t in body.topics:
-            out = ask.topics.add(name=t.name)
-            for p in t.partitions:
-                out.partitions.add(
-                    partition=p.partition_index,
-                    offset=p.committed_offset,
-                    leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                    metadata=p.committed_metadata or "",
-                )
         answer = await self._groups.txn_offset_commit(ask, NO_DEADLINE, request.session)
         old = request.head.api_version < 2  # its clients may not retry a loading one
-        loading, unavailable = pb.COORDINATOR_LOAD_IN_PROGRESS, pb.COORDINATOR_NOT_AVAILABLE
+        loading = errors.COORDINATOR_LOAD_IN_PROGRESS.number
+        unavailable = errors.COORDINATOR_NOT_AVAILABLE.number
         return {
             "throttle_time": 0,
             "topics": [
                 {"name": t.name, "partitions": [
-                    {"partition_index": p.partition,
+                    {"partition_index": p.partition_index,
                      "error_code": unavailable if old and p.error == loading else p.error}
                     for p in t.partitions]}
                 for t in answer.topics
@@ -272,12 +259,13 @@ class GroupApis:
 
     async def offset_fetch(self, request: Request) -> Values:
         body = request.body
-        ask = pb.OffsetFetchRequest(group=body.group_id)
-        for t in body.topics or ():
-            ask.topics.add(topic=t.name, partitions=list(t.partition_indexes))
-        require_stable = bool(getattr(body, "require_stable", False))  # v7+ (KIP-447)
-        answer = self._groups.offset_fetch(ask, request.session, require_stable)
-        if request.head.api_version < 2 and answer.error != pb.NONE:
+        ask = gt.OffsetFetchRequest(
+            body.group_id,
+            [gt.OffsetFetchTopic(t.name, list(t.partition_indexes)) for t in body.topics or ()],
+            bool(getattr(body, "require_stable", False)),  # v7+ (KIP-447)
+        )
+        answer = self._groups.offset_fetch(ask, request.session)
+        if request.head.api_version < 2 and answer.error != NONE:
             # no top-level code before v2: each partition asked about carries it
             return {"throttle_time": 0, "topics": [
                 {"name": t.name, "partitions": [
@@ -291,8 +279,9 @@ class GroupApis:
             "error_code": answer.error,
             "topics": [
                 {"name": t.name, "partitions": [
-                    {"partition_index": p.partition, "committed_offset": p.offset,
-                     "committed_leader_epoch": p.leader_epoch, "metadata": p.metadata,
+                    {"partition_index": p.partition_index,
+                     "committed_offset": p.committed_offset,
+                     "committed_leader_epoch": p.committed_leader_epoch, "metadata": p.metadata,
                      "error_code": p.error}
                     for p in t.partitions]}
                 for t in answer.topics
@@ -353,16 +342,17 @@ class GroupApis:
         return {"throttle_time": 0, "groups": described}
 
     async def list_groups(self, request: Request) -> Values:
-        states = getattr(request.body, "states_filter", None) or ()
+        states = getattr(request.body, "states_filter", None) or ()  # v4+ (KIP-518)
+        answer = self._groups.list_groups(gt.ListGroupsRequest(list(states)), request.session)
         return {
             "throttle_time": 0,
-            "error_code": errors.NONE.number,
+            "error_code": answer.error,
             "groups": [
-                {"group_id": g, "protocol_type": t, "group_state": s}
-                for g, t, s in self._groups.listing(request.session)
-                if not states or s in states
+                {"group_id": g.group_id, "protocol_type": g.protocol_type,
+                 "group_state": g.group_state}
+                for g in answer.groups
             ],
-        }
+        }  # fmt: skip
 
     async def delete_groups(self, request: Request) -> Values:
         results = []
@@ -370,3 +360,22 @@ class GroupApis:
             error = await self._groups.delete(request.session, name)
             results.append({"group_id": name, "error_code": error.number})
         return {"throttle_time": 0, "results": results}
+
+
+def _commit_topics(body: Any) -> list[gt.OffsetCommitTopic]:
+    """The offsets an OffsetCommit or a TxnOffsetCommit carries."""
+    return [
+        gt.OffsetCommitTopic(
+            t.name,
+            [
+                gt.OffsetCommitPartition(
+                    p.partition_index,
+                    p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1),  # OffsetCommit v6+, Txn v2+
+                    p.committed_metadata or "",
+                )
+                for p in t.partitions
+            ],
+        )
+        for t in body.topics
+    ]

@@ -1,14 +1,15 @@
 """Kafka's ACL and SCRAM credential APIs on annal's ``SecurityAdmin``.
 
-Each handler turns the Kafka request into annal's message of the same name, hands it to
-``broker.security_admin.SecurityAdmin`` (which the gRPC service shares) and turns the
-answer back.  Served versions are those kio has schemas for: CreateAcls, DescribeAcls
-and DeleteAcls 1-3 (v0, without pattern types, is gone from Kafka's own schemas), and
-DescribeUserScramCredentials and AlterUserScramCredentials 0 (KIP-554).  Where the
-Kafka messages and annal's differ:
+Each handler builds ``SecurityAdmin``'s own request of the same name
+(``broker/requests/security_types.py``) from the decoded Kafka request, hands it to
+``broker/security/security_admin.py`` (which the gRPC service shares) and builds Kafka's
+answer from the own answer.  Served versions are those kio has schemas for: CreateAcls,
+DescribeAcls and DeleteAcls 1-3 (v0, without pattern types, is gone from Kafka's own
+schemas), and DescribeUserScramCredentials and AlterUserScramCredentials 0 (KIP-554).
+Where the Kafka messages and the own types differ:
 
 * SCRAM mechanisms travel as Kafka's one-byte types (1 SCRAM-SHA-256, 2 SCRAM-SHA-512)
-  and as names in annal's messages; an unknown type is answered
+  and as names in the own types; an unknown type is answered
   UNSUPPORTED_SASL_MECHANISM, naming it;
 * DescribeAcls answers ACLs grouped by resource pattern, as Kafka does.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from annal.broker.kafka.apis import KafkaApis, Values
+from annal.broker.requests import security_types as st
 from annal.broker.security.security_admin import (
     ALTER_SCRAM_ACCESS,
     CREATE_ACLS_ACCESS,
@@ -33,7 +35,6 @@ from annal.broker.security.security_admin import (
 )
 from annal.kafkaproto.wire import Request
 from annal.security.scram import SCRAM_SHA_256, SCRAM_SHA_512
-from annal.v1 import annal_pb2 as pb
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
@@ -83,16 +84,16 @@ class SecurityAdminApis:
 
     async def create_acls(self, request: Request) -> Values:
         """Needs CREATE_ACLS_ACCESS: Alter on the cluster."""
-        ask = pb.CreateAclsRequest(
-            creations=[
-                pb.AclBinding(
-                    resource_type=c.resource_type,
-                    resource_name=c.resource_name,
-                    pattern_type=c.resource_pattern_type,
-                    principal=c.principal,
-                    host=c.host,
-                    operation=c.operation,
-                    permission_type=c.permission_type,
+        ask = st.CreateAclsRequest(
+            [
+                st.AclBinding(
+                    c.resource_type,
+                    c.resource_name,
+                    c.resource_pattern_type,
+                    c.principal,
+                    c.host,
+                    c.operation,
+                    c.permission_type,
                 )
                 for c in request.body.creations
             ]
@@ -109,7 +110,7 @@ class SecurityAdminApis:
     async def describe_acls(self, request: Request) -> Values:
         """Needs DESCRIBE_ACLS_ACCESS: Describe on the cluster."""
         answer = await self._security.describe_acls(
-            pb.DescribeAclsRequest(filter=_filter(request.body)), request.session
+            st.DescribeAclsRequest(_filter(request.body)), request.session
         )
         resources: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
         for acl in answer.acls:
@@ -130,7 +131,7 @@ class SecurityAdminApis:
 
     async def delete_acls(self, request: Request) -> Values:
         """Needs DELETE_ACLS_ACCESS: Alter on the cluster."""
-        ask = pb.DeleteAclsRequest(filters=[_filter(f) for f in request.body.filters])
+        ask = st.DeleteAclsRequest([_filter(f) for f in request.body.filters])
         answer = await self._security.delete_acls(ask, request.session)
         return {
             "throttle_time": 0,
@@ -150,7 +151,7 @@ class SecurityAdminApis:
         """Needs DESCRIBE_SCRAM_ACCESS: Describe on the cluster."""
         users = [u.name for u in request.body.users or ()]
         answer = await self._security.describe_user_scram_credentials(
-            pb.DescribeUserScramCredentialsRequest(users=users), request.session
+            st.DescribeUserScramCredentialsRequest(users), request.session
         )
         return {
             "throttle_time": 0,
@@ -173,18 +174,14 @@ class SecurityAdminApis:
     async def alter_user_scram_credentials(self, request: Request) -> Values:
         """Needs ALTER_SCRAM_ACCESS: Alter on the cluster."""
         body = request.body
-        ask = pb.AlterUserScramCredentialsRequest(
-            deletions=[
-                pb.ScramCredentialDeletion(user=d.name, mechanism=mechanism_name(d.mechanism))
+        ask = st.AlterUserScramCredentialsRequest(
+            [
+                st.ScramCredentialDeletion(d.name, mechanism_name(d.mechanism))
                 for d in body.deletions
             ],
-            upsertions=[
-                pb.ScramCredentialUpsertion(
-                    user=u.name,
-                    mechanism=mechanism_name(u.mechanism),
-                    iterations=u.iterations,
-                    salt=u.salt,
-                    salted_password=u.salted_password,
+            [
+                st.ScramCredentialUpsertion(
+                    u.name, mechanism_name(u.mechanism), u.iterations, u.salt, u.salted_password
                 )
                 for u in body.upsertions
             ],
@@ -199,24 +196,21 @@ class SecurityAdminApis:
         }
 
 
-def _filter(body: Any) -> pb.AclBindingFilter:
-    """annal's filter from a DescribeAcls request or a DeleteAcls filter (same fields)."""
-    message = pb.AclBindingFilter(
-        resource_type=body.resource_type_filter,
-        pattern_type=body.pattern_type_filter,
-        operation=body.operation,
-        permission_type=body.permission_type,
+def _filter(body: Any) -> st.AclBindingFilter:
+    """The filter of a DescribeAcls request or a DeleteAcls filter (same fields; null
+    strings match every value)."""
+    return st.AclBindingFilter(
+        body.resource_type_filter,
+        body.resource_name_filter,
+        body.pattern_type_filter,
+        body.principal_filter,
+        body.host_filter,
+        body.operation,
+        body.permission_type,
     )
-    if body.resource_name_filter is not None:
-        message.resource_name = body.resource_name_filter
-    if body.principal_filter is not None:
-        message.principal = body.principal_filter
-    if body.host_filter is not None:
-        message.host = body.host_filter
-    return message
 
 
-def _deleted(deleted: pb.DeletedAcl) -> dict[str, Any]:
+def _deleted(deleted: st.DeletedAcl) -> dict[str, Any]:
     acl = deleted.acl
     return {
         "error_code": deleted.error,

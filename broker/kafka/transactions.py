@@ -4,8 +4,10 @@ ListTransactions.  InitProducerId is in ``data.py``, FindCoordinator with key
 type 1 in ``groups.py``, TxnOffsetCommit in ``groups.py`` (the group
 coordinator's), WriteTxnMarkers beside the other inter-broker requests.
 
-Each handler turns the decoded request into annal's gRPC request of the same
-name and hands it to ``broker/transactions/api.py``, which authorizes it.
+Each handler builds the broker's own request of the same name
+(``broker/requests/txn_types.py``) from the decoded one and hands it to
+``broker/transactions/api.py``, which authorizes it; the answer is built from
+the broker's own answer.
 Clients older than KIP-588 (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn
 before v2) do not know PRODUCER_FENCED and are told INVALID_PRODUCER_EPOCH,
 as Kafka tells them.
@@ -18,9 +20,9 @@ from __future__ import annotations
 import datetime
 
 from annal.broker.kafka.apis import KafkaApis, Values
+from annal.broker.requests import txn_types as tt
 from annal.broker.transactions.api import TransactionApi
 from annal.kafkaproto.wire import Request
-from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 
@@ -60,12 +62,12 @@ class TransactionApis:
     async def add_partitions(self, request: Request) -> Values:
         body = request.body
         answer = await self._txn.add_partitions(
-            pb.AddPartitionsToTxnRequest(
-                transactional_id=body.v3_and_below_transactional_id,
-                producer_id=body.v3_and_below_producer_id,
-                producer_epoch=body.v3_and_below_producer_epoch,
-                topics=[
-                    pb.TopicPartitions(topic=t.name, partitions=t.partitions)
+            tt.AddPartitionsToTxnRequest(
+                body.v3_and_below_transactional_id,
+                body.v3_and_below_producer_id,
+                body.v3_and_below_producer_epoch,
+                [
+                    tt.AddPartitionsToTxnTopic(t.name, list(t.partitions))
                     for t in body.v3_and_below_topics
                 ],
             ),
@@ -89,11 +91,8 @@ class TransactionApis:
     async def add_offsets(self, request: Request) -> Values:
         body = request.body
         answer = await self._txn.add_offsets(
-            pb.AddOffsetsToTxnRequest(
-                transactional_id=body.transactional_id,
-                producer_id=body.producer_id,
-                producer_epoch=body.producer_epoch,
-                group=body.group_id,
+            tt.AddOffsetsToTxnRequest(
+                body.transactional_id, body.producer_id, body.producer_epoch, body.group_id
             ),
             request.session,
         )
@@ -105,11 +104,8 @@ class TransactionApis:
     async def end_txn(self, request: Request) -> Values:
         body = request.body
         answer = await self._txn.end_txn(
-            pb.EndTxnRequest(
-                transactional_id=body.transactional_id,
-                producer_id=body.producer_id,
-                producer_epoch=body.producer_epoch,
-                commit=body.committed,
+            tt.EndTxnRequest(
+                body.transactional_id, body.producer_id, body.producer_epoch, body.committed
             ),
             request.session,
         )
@@ -120,7 +116,7 @@ class TransactionApis:
 
     async def describe(self, request: Request) -> Values:
         answer = self._txn.describe(
-            pb.DescribeTransactionsRequest(transactional_ids=request.body.transactional_ids),
+            tt.DescribeTransactionsRequest(list(request.body.transactional_ids)),
             request.session,
         )
         return {
@@ -129,27 +125,27 @@ class TransactionApis:
                 {
                     "error_code": t.error,
                     "transactional_id": t.transactional_id,
-                    "transaction_state": t.state,
+                    "transaction_state": t.transaction_state,
                     "transaction_timeout": t.transaction_timeout_ms,
                     # an error carries Java's default (0); Empty and Complete
                     # states -1, as Kafka answers them
-                    "transaction_start_time": _time(t.transaction_start_time_ms if t.state else 0),
+                    "transaction_start_time": _time(
+                        t.transaction_start_time_ms if t.transaction_state else 0
+                    ),
                     "producer_id": t.producer_id,
                     "producer_epoch": t.producer_epoch,
                     "topics": [
                         {"topic": tp.topic, "partitions": list(tp.partitions)} for tp in t.topics
                     ],
                 }
-                for t in answer.transactions
+                for t in answer.transaction_states
             ],
         }
 
     async def listing(self, request: Request) -> Values:
         body = request.body
         answer = self._txn.listing(
-            pb.ListTransactionsRequest(
-                state_filters=body.state_filters, producer_id_filters=body.producer_id_filters
-            ),
+            tt.ListTransactionsRequest(list(body.state_filters), list(body.producer_id_filters)),
             request.session,
         )
         return {
@@ -160,8 +156,8 @@ class TransactionApis:
                 {
                     "transactional_id": t.transactional_id,
                     "producer_id": t.producer_id,
-                    "transaction_state": t.state,
+                    "transaction_state": t.transaction_state,
                 }
-                for t in answer.transactions
+                for t in answer.transaction_states
             ],
         }

@@ -33,7 +33,14 @@ from annal.broker.data_api import DataApi
 from annal.broker.groups.group_api import GroupApi
 from annal.broker.producer_ids import InitProducerIdApi
 from annal.broker.producers_api import ProducersApi
-from annal.broker.requests import grpc_data
+from annal.broker.requests import (
+    grpc_admin,
+    grpc_data,
+    grpc_groups,
+    grpc_producers,
+    grpc_security,
+    grpc_txn,
+)
 from annal.broker.requests.grpc_auth import metadata_value
 from annal.broker.security.security_admin import SecurityAdmin
 from annal.broker.transactions.api import TransactionApi
@@ -77,7 +84,10 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         return self._security
 
     async def Metadata(self, request: pb.MetadataRequest, context: Context) -> pb.MetadataResponse:
-        return await self._admin.metadata(request, grpc_session(context))
+        answer = await self._admin.metadata(
+            grpc_admin.metadata_request(request), grpc_session(context)
+        )
+        return grpc_admin.metadata_response(answer)
 
     async def Produce(self, request: pb.ProduceRequest, context: Context) -> pb.ProduceResponse:
         answer = await self._data.produce(
@@ -110,87 +120,138 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     async def DescribeLogDirs(
         self, request: pb.DescribeLogDirsRequest, context: Context
     ) -> pb.DescribeLogDirsResponse:
-        return self._data.describe_log_dirs(request, grpc_session(context))
+        answer = self._data.describe_log_dirs(
+            grpc_admin.log_dirs_request(request), grpc_session(context)
+        )
+        return grpc_admin.log_dirs_response(answer)
 
     async def DeleteRecords(
         self, request: pb.DeleteRecordsRequest, context: Context
     ) -> pb.DeleteRecordsResponse:
-        return await self._data.delete_records(request, context, grpc_session(context))
+        answer = await self._data.delete_records(
+            grpc_admin.delete_records_request(request), context, grpc_session(context)
+        )
+        return grpc_admin.delete_records_response(answer)
 
     async def CreateTopics(
         self, request: pb.CreateTopicsRequest, context: Context
     ) -> pb.CreateTopicsResponse:
-        return await self._admin.create_topics(request, context, grpc_session(context))
+        answer = await self._admin.create_topics(
+            grpc_admin.create_topics_request(request), context, grpc_session(context)
+        )
+        return grpc_admin.create_topics_response(answer)
 
     async def CreatePartitions(
         self, request: pb.CreatePartitionsRequest, context: Context
     ) -> pb.CreatePartitionsResponse:
-        return await self._admin.create_partitions(request, context, grpc_session(context))
+        answer = await self._admin.create_partitions(
+            grpc_admin.create_partitions_request(request), context, grpc_session(context)
+        )
+        return grpc_admin.create_partitions_response(answer)
 
     async def DeleteTopics(
         self, request: pb.DeleteTopicsRequest, context: Context
     ) -> pb.DeleteTopicsResponse:
-        return await self._admin.delete_topics(request, context, grpc_session(context))
+        answer = await self._admin.delete_topics(
+            grpc_admin.delete_topics_request(request), context, grpc_session(context)
+        )
+        return grpc_admin.delete_topics_response(answer)
 
     async def DescribeConfigs(
         self, request: pb.DescribeConfigsRequest, context: Context
     ) -> pb.DescribeConfigsResponse:
-        return await self._admin.describe_configs(request, grpc_session(context))
+        answer = await self._admin.describe_configs(
+            grpc_admin.describe_configs_request(request), grpc_session(context)
+        )
+        return grpc_admin.describe_configs_response(answer)
 
     async def AlterConfigs(
         self, request: pb.AlterConfigsRequest, context: Context
     ) -> pb.AlterConfigsResponse:
-        return await self._admin.alter_configs(request, grpc_session(context))
+        answer = await self._admin.alter_configs(
+            grpc_admin.alter_configs_request(request), grpc_session(context)
+        )
+        return grpc_admin.alter_configs_response(answer)
 
     async def ElectLeaders(
         self, request: pb.ElectLeadersRequest, context: Context
     ) -> pb.ElectLeadersResponse:
-        return await self._admin.elect_leaders(request, context, grpc_session(context))
+        answer = await self._admin.elect_leaders(
+            grpc_admin.elect_leaders_request(request), context, grpc_session(context)
+        )
+        return grpc_admin.elect_leaders_response(answer)
 
     async def AlterPartitionReassignments(
         self, request: pb.AlterPartitionReassignmentsRequest, context: Context
     ) -> pb.AlterPartitionReassignmentsResponse:
-        return await self._admin.alter_partition_reassignments(request, grpc_session(context))
+        answer = await self._admin.alter_partition_reassignments(
+            grpc_admin.reassignments_request(request), grpc_session(context)
+        )
+        return grpc_admin.reassignments_response(answer)
 
     async def FindCoordinator(
         self, request: pb.FindCoordinatorRequest, context: Context
     ) -> pb.FindCoordinatorResponse:
-        return await self._groups.find_coordinator(request, grpc_session(context))
+        answer = await self._groups.find_coordinator(
+            grpc_groups.find_coordinator_request(request), grpc_session(context)
+        )
+        return grpc_groups.find_coordinator_response(answer)
 
     async def OffsetCommit(
         self, request: pb.OffsetCommitRequest, context: Context
     ) -> pb.OffsetCommitResponse:
-        return await self._groups.offset_commit(request, context, grpc_session(context))
+        answer = await self._groups.offset_commit(
+            grpc_groups.offset_commit_request(request), context, grpc_session(context)
+        )
+        return grpc_groups.offset_commit_response(answer)
 
     async def OffsetFetch(
         self, request: pb.OffsetFetchRequest, context: Context
     ) -> pb.OffsetFetchResponse:
-        return self._groups.offset_fetch(request, grpc_session(context))
+        answer = self._groups.offset_fetch(
+            grpc_groups.offset_fetch_request(request), grpc_session(context)
+        )
+        return grpc_groups.offset_fetch_response(answer)
 
     async def TxnOffsetCommit(
         self, request: pb.TxnOffsetCommitRequest, context: Context
     ) -> pb.OffsetCommitResponse:
-        return await self._groups.txn_offset_commit(request, context, grpc_session(context))
+        answer = await self._groups.txn_offset_commit(
+            grpc_groups.txn_offset_commit_request(request), context, grpc_session(context)
+        )
+        return grpc_groups.offset_commit_response(answer)
 
     async def ListGroups(
         self, request: pb.ListGroupsRequest, context: Context
     ) -> pb.ListGroupsResponse:
-        return self._groups.list_groups(grpc_session(context))
+        answer = self._groups.list_groups(
+            grpc_groups.list_groups_request(request), grpc_session(context)
+        )
+        return grpc_groups.list_groups_response(answer)
 
     async def DeleteGroup(
         self, request: pb.DeleteGroupRequest, context: Context
     ) -> pb.DeleteGroupResponse:
-        return await self._groups.delete_group(request, grpc_session(context))
+        answer = await self._groups.delete_group(
+            grpc_groups.delete_group_request(request), grpc_session(context)
+        )
+        return grpc_groups.delete_group_response(answer)
 
     async def DescribeGroup(
         self, request: pb.DescribeGroupRequest, context: Context
     ) -> pb.DescribeGroupResponse:
-        return self._groups.describe_group(request, grpc_session(context))
+        answer = self._groups.describe_group(
+            grpc_groups.describe_group_request(request), grpc_session(context)
+        )
+        return grpc_groups.describe_group_response(answer)
 
     async def InitProducerId(
         self, request: pb.InitProducerIdRequest, context: Context
     ) -> pb.InitProducerIdResponse:
-        return await self._producer_ids.init_producer_id(request, grpc_session(context))
+        answer = await self._producer_ids.init_producer_id(
+            grpc_producers.init_producer_id_request(request), grpc_session(context)
+        )
+        return grpc_producers.init_producer_id_response(answer)
 
     # Transactions (broker/transactions/api.py)
 
@@ -205,25 +266,40 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
     async def AddPartitionsToTxn(
         self, request: pb.AddPartitionsToTxnRequest, context: Context
     ) -> pb.AddPartitionsToTxnResponse:
-        return await (await self._txn(context)).add_partitions(request, grpc_session(context))
+        answer = await (await self._txn(context)).add_partitions(
+            grpc_txn.add_partitions_request(request), grpc_session(context)
+        )
+        return grpc_txn.add_partitions_response(answer)
 
     async def AddOffsetsToTxn(
         self, request: pb.AddOffsetsToTxnRequest, context: Context
     ) -> pb.TxnResponse:
-        return await (await self._txn(context)).add_offsets(request, grpc_session(context))
+        answer = await (await self._txn(context)).add_offsets(
+            grpc_txn.add_offsets_request(request), grpc_session(context)
+        )
+        return grpc_txn.txn_response(answer)
 
     async def EndTxn(self, request: pb.EndTxnRequest, context: Context) -> pb.TxnResponse:
-        return await (await self._txn(context)).end_txn(request, grpc_session(context))
+        answer = await (await self._txn(context)).end_txn(
+            grpc_txn.end_txn_request(request), grpc_session(context)
+        )
+        return grpc_txn.txn_response(answer)
 
     async def DescribeTransactions(
         self, request: pb.DescribeTransactionsRequest, context: Context
     ) -> pb.DescribeTransactionsResponse:
-        return (await self._txn(context)).describe(request, grpc_session(context))
+        answer = (await self._txn(context)).describe(
+            grpc_txn.describe_request(request), grpc_session(context)
+        )
+        return grpc_txn.describe_response(answer)
 
     async def ListTransactions(
         self, request: pb.ListTransactionsRequest, context: Context
     ) -> pb.ListTransactionsResponse:
-        return (await self._txn(context)).listing(request, grpc_session(context))
+        answer = (await self._txn(context)).listing(
+            grpc_txn.list_request(request), grpc_session(context)
+        )
+        return grpc_txn.list_response(answer)
 
     async def DescribeProducers(
         self, request: pb.DescribeProducersRequest, context: Context
@@ -233,7 +309,10 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
                 grpc.StatusCode.UNIMPLEMENTED, "this broker serves no DescribeProducers"
             )
         assert self._producers is not None
-        return self._producers.describe_producers(request, grpc_session(context))
+        answer = self._producers.describe_producers(
+            grpc_producers.describe_producers_request(request), grpc_session(context)
+        )
+        return grpc_producers.describe_producers_response(answer)
 
     # ACLs and SCRAM credentials; what a caller needs: security_admin.REQUIRED_ACCESS
 
@@ -241,31 +320,46 @@ class AnnalService(annal_pb2_grpc.AnnalServicer):
         self, request: pb.CreateAclsRequest, context: Context
     ) -> pb.CreateAclsResponse:
         security = await self._security_admin(context)
-        return await security.create_acls(request, grpc_session(context))
+        answer = await security.create_acls(
+            grpc_security.create_acls_request(request), grpc_session(context)
+        )
+        return grpc_security.create_acls_response(answer)
 
     async def DescribeAcls(
         self, request: pb.DescribeAclsRequest, context: Context
     ) -> pb.DescribeAclsResponse:
         security = await self._security_admin(context)
-        return await security.describe_acls(request, grpc_session(context))
+        answer = await security.describe_acls(
+            grpc_security.describe_acls_request(request), grpc_session(context)
+        )
+        return grpc_security.describe_acls_response(answer)
 
     async def DeleteAcls(
         self, request: pb.DeleteAclsRequest, context: Context
     ) -> pb.DeleteAclsResponse:
         security = await self._security_admin(context)
-        return await security.delete_acls(request, grpc_session(context))
+        answer = await security.delete_acls(
+            grpc_security.delete_acls_request(request), grpc_session(context)
+        )
+        return grpc_security.delete_acls_response(answer)
 
     async def DescribeUserScramCredentials(
         self, request: pb.DescribeUserScramCredentialsRequest, context: Context
     ) -> pb.DescribeUserScramCredentialsResponse:
         security = await self._security_admin(context)
-        return await security.describe_user_scram_credentials(request, grpc_session(context))
+        answer = await security.describe_user_scram_credentials(
+            grpc_security.describe_scram_request(request), grpc_session(context)
+        )
+        return grpc_security.describe_scram_response(answer)
 
     async def AlterUserScramCredentials(
         self, request: pb.AlterUserScramCredentialsRequest, context: Context
     ) -> pb.AlterUserScramCredentialsResponse:
         security = await self._security_admin(context)
-        return await security.alter_user_scram_credentials(request, grpc_session(context))
+        answer = await security.alter_user_scram_credentials(
+            grpc_security.alter_scram_request(request), grpc_session(context)
+        )
+        return grpc_security.alter_scram_response(answer)
 
 
 def grpc_session(context: Context) -> Session:

@@ -1,9 +1,10 @@
 """Administration of ACLs and SCRAM credentials, for both protocols.
 
 The gRPC service (``service.py``) and the Kafka listener (``broker/kafka/security_admin.py``)
-both hand their requests here as annal's messages (``annal.v1``).  Requests are checked
-first (``security_requests.py``); ZooKeeper work runs on the broker's admin pool, never
-on the event loop:
+both hand their requests here, and take the answers back, as the broker's own types
+(``broker/requests/security_types.py``), each adapting to them once.  Requests are checked
+first (``security_requests.py``); ZooKeeper work runs on the broker's admin pool, never on
+the event loop:
 
 * CreateAcls adds each pattern's new entries with one versioned write of the pattern's
   znode (then a change notification: every broker re-reads the pattern);
@@ -42,16 +43,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from annal.broker.data_api import code
+from annal.broker.requests import security_types as st
 from annal.broker.requests.request_checks import Refusal
 from annal.broker.security.authorization import ALLOW_ALL, INTERNAL, RequestAuthorizer, denial
 from annal.broker.security.security_requests import (
     UserAlterations,
     alteration_items,
-    binding_from_pb,
-    binding_to_pb,
+    binding_answer,
+    binding_from_request,
     credential_from_salted_password,
-    filter_from_pb,
+    filter_from_request,
     named_patterns,
     plan_alterations,
 )
@@ -66,7 +67,6 @@ from annal.security.acl import (
 )
 from annal.security.scram import MECHANISMS, ScramConfigError
 from annal.security.session import Session
-from annal.v1 import annal_pb2 as pb
 from annal.zk.client import CredentialNotFoundError, ZkClient, ZkError
 from annal.zk.layout import LayoutError
 
@@ -149,21 +149,21 @@ class SecurityAdmin:
     # -- ACLs ---------------------------------------------------------------------------
 
     async def create_acls(
-        self, request: pb.CreateAclsRequest, session: Session = INTERNAL
-    ) -> pb.CreateAclsResponse:
+        self, request: st.CreateAclsRequest, session: Session = INTERNAL
+    ) -> st.CreateAclsResponse:
         """Authorization: CREATE_ACLS_ACCESS (Alter on the cluster)."""
         refused = self._refusal(session, CREATE_ACLS_ACCESS, audited=True)
         if refused is None and not self._acls_enabled:
             refused = _DISABLED
         if refused is not None:
-            return pb.CreateAclsResponse(results=[_result(refused)] * len(request.creations))
+            return st.CreateAclsResponse([_result(refused) for _ in request.creations])
         return await self._blocking(self._create_acls_now, request)
 
-    def _create_acls_now(self, request: pb.CreateAclsRequest) -> pb.CreateAclsResponse:
+    def _create_acls_now(self, request: st.CreateAclsRequest) -> st.CreateAclsResponse:
         results: list[Refusal | None] = [None] * len(request.creations)
         wanted: dict[ResourcePattern, list[tuple[int, AccessControlEntry]]] = {}
         for index, creation in enumerate(request.creations):
-            parsed = binding_from_pb(creation)
+            parsed = binding_from_request(creation)
             if isinstance(parsed, Refusal):
                 results[index] = parsed
             else:
@@ -179,42 +179,43 @@ class SecurityAdmin:
                 continue
             for entry in sorted(after - before):
                 logger.info("ACL added: %s", AclBinding(pattern, entry))
-        return pb.CreateAclsResponse(results=[_result(r) for r in results])
+        return st.CreateAclsResponse([_result(r) for r in results])
 
     async def describe_acls(
-        self, request: pb.DescribeAclsRequest, session: Session = INTERNAL
-    ) -> pb.DescribeAclsResponse:
+        self, request: st.DescribeAclsRequest, session: Session = INTERNAL
+    ) -> st.DescribeAclsResponse:
         """Authorization: DESCRIBE_ACLS_ACCESS (Describe on the cluster)."""
         parsed = self._refusal(session, DESCRIBE_ACLS_ACCESS) or (
-            filter_from_pb(request.filter) if self._acls_enabled else _DISABLED
+            filter_from_request(request.filter) if self._acls_enabled else _DISABLED
         )
         if isinstance(parsed, Refusal):
-            return pb.DescribeAclsResponse(error=code(parsed.error), error_message=parsed.message)
-        return pb.DescribeAclsResponse(
-            acls=[binding_to_pb(b) for b in self._store.acls.acls(parsed)]
+            return st.DescribeAclsResponse(parsed.error.number, parsed.message)
+        return st.DescribeAclsResponse(
+            acls=[binding_answer(b) for b in self._store.acls.acls(parsed)]
         )
 
     async def delete_acls(
-        self, request: pb.DeleteAclsRequest, session: Session = INTERNAL
-    ) -> pb.DeleteAclsResponse:
+        self, request: st.DeleteAclsRequest, session: Session = INTERNAL
+    ) -> st.DeleteAclsResponse:
         """Authorization: DELETE_ACLS_ACCESS (Alter on the cluster)."""
         refused = self._refusal(session, DELETE_ACLS_ACCESS, audited=True)
         if refused is None and not self._acls_enabled:
             refused = _DISABLED
         if refused is not None:
-            return pb.DeleteAclsResponse(
-                results=[pb.DeleteAclsResult(**_fields(refused)) for _ in request.filters]
+            return st.DeleteAclsResponse(
+                [st.DeleteAclsResult(**_fields(refused)) for _ in request.filters]
             )
         return await self._blocking(self._delete_acls_now, request)
 
-    def _delete_acls_now(self, request: pb.DeleteAclsRequest) -> pb.DeleteAclsResponse:
-        response = pb.DeleteAclsResponse()
+    def _delete_acls_now(self, request: st.DeleteAclsRequest) -> st.DeleteAclsResponse:
+        response = st.DeleteAclsResponse()
         filters: list[tuple[int, AclBindingFilter]] = []
         for index, message in enumerate(request.filters):
-            parsed = filter_from_pb(message)
-            result = response.results.add()
+            parsed = filter_from_request(message)
+            result = st.DeleteAclsResult()
+            response.results.append(result)
             if isinstance(parsed, Refusal):
-                result.error, result.error_message = code(parsed.error), parsed.message
+                result.error, result.error_message = parsed.error.number, parsed.message
             else:
                 filters.append((index, parsed))
         patterns = set(self._store.acls.patterns())
@@ -232,7 +233,7 @@ class SecurityAdmin:
         self,
         pattern: ResourcePattern,
         matching: list[tuple[int, AclBindingFilter]],
-        response: pb.DeleteAclsResponse,
+        response: st.DeleteAclsResponse,
     ) -> None:
         """Remove the pattern's entries the filters select; record each under its first."""
         doomed: dict[AccessControlEntry, int] = {}
@@ -253,90 +254,93 @@ class SecurityAdmin:
             if not doomed:  # nothing was read: say so on every filter that looked here
                 for index, _ in matching:
                     result = response.results[index]
-                    result.error, result.error_message = code(refusal.error), refusal.message
+                    result.error, result.error_message = refusal.error.number, refusal.message
             for entry, index in doomed.items():
-                response.results[index].deleted.add(
-                    error=code(refusal.error),
-                    error_message=refusal.message,
-                    acl=binding_to_pb(AclBinding(pattern, entry)),
+                response.results[index].deleted.append(
+                    st.DeletedAcl(
+                        binding_answer(AclBinding(pattern, entry)),
+                        refusal.error.number,
+                        refusal.message,
+                    )
                 )
             return
         for entry, index in sorted(doomed.items()):
             binding = AclBinding(pattern, entry)
             logger.info("ACL removed: %s", binding)
-            response.results[index].deleted.add(acl=binding_to_pb(binding))
+            response.results[index].deleted.append(st.DeletedAcl(binding_answer(binding)))
 
     # -- SCRAM credentials ------------------------------------------------------------------
 
     async def describe_user_scram_credentials(
-        self, request: pb.DescribeUserScramCredentialsRequest, session: Session = INTERNAL
-    ) -> pb.DescribeUserScramCredentialsResponse:
+        self, request: st.DescribeUserScramCredentialsRequest, session: Session = INTERNAL
+    ) -> st.DescribeUserScramCredentialsResponse:
         """Authorization: DESCRIBE_SCRAM_ACCESS (Describe on the cluster)."""
         if refused := self._refusal(session, DESCRIBE_SCRAM_ACCESS):
-            return pb.DescribeUserScramCredentialsResponse(**_fields(refused))
+            return st.DescribeUserScramCredentialsResponse(**_fields(refused))
         return await self._blocking(self._describe_scram_now, list(request.users))
 
-    def _describe_scram_now(self, asked: list[str]) -> pb.DescribeUserScramCredentialsResponse:
-        response = pb.DescribeUserScramCredentialsResponse()
+    def _describe_scram_now(self, asked: list[str]) -> st.DescribeUserScramCredentialsResponse:
+        response = st.DescribeUserScramCredentialsResponse()
         try:
             users = asked or self._zk.scram_users()
         except ZkError as exc:
             refusal = _failed(exc)
-            response.error, response.error_message = code(refusal.error), refusal.message
+            response.error, response.error_message = refusal.error.number, refusal.message
             return response
         done: set[str] = set()
         for user in users:
             if user in done:
                 continue
             done.add(user)
-            result = response.results.add(user=user)
+            result = st.UserScramCredentials(user)
+            response.results.append(result)
             if not user:
-                result.error = pb.RESOURCE_NOT_FOUND
+                result.error = errors.RESOURCE_NOT_FOUND.number
                 result.error_message = "cannot describe the credentials of an empty user name"
             elif asked.count(user) > 1:
-                result.error = pb.DUPLICATE_RESOURCE
+                result.error = errors.DUPLICATE_RESOURCE.number
                 result.error_message = f"user {user!r} is asked about twice in one request"
             else:
                 self._describe_user(result, explicit=bool(asked))
         return response
 
-    def _describe_user(self, result: pb.UserScramCredentials, explicit: bool) -> None:
+    def _describe_user(self, result: st.UserScramCredentials, explicit: bool) -> None:
         try:
             found = self._zk.get_user_scram_credentials(result.user)
         except (ZkError, ScramConfigError, LayoutError) as exc:
             refusal = _failed(exc)
-            result.error, result.error_message = code(refusal.error), refusal.message
+            result.error, result.error_message = refusal.error.number, refusal.message
             return
         if not found and explicit:
-            result.error = pb.RESOURCE_NOT_FOUND
+            result.error = errors.RESOURCE_NOT_FOUND.number
             result.error_message = f"user {result.user!r} has no SCRAM credential"
         for mechanism in MECHANISMS:
             if mechanism in found:
-                result.credentials.add(mechanism=mechanism, iterations=found[mechanism].iterations)
+                result.credentials.append(
+                    st.ScramCredentialInfo(mechanism, found[mechanism].iterations)
+                )
 
     async def alter_user_scram_credentials(
-        self, request: pb.AlterUserScramCredentialsRequest, session: Session = INTERNAL
-    ) -> pb.AlterUserScramCredentialsResponse:
+        self, request: st.AlterUserScramCredentialsRequest, session: Session = INTERNAL
+    ) -> st.AlterUserScramCredentialsResponse:
         """Authorization: ALTER_SCRAM_ACCESS (Alter on the cluster)."""
         if refused := self._refusal(session, ALTER_SCRAM_ACCESS, audited=True):
             users = dict.fromkeys(item.user for item in alteration_items(request))
-            return pb.AlterUserScramCredentialsResponse(
-                results=[pb.AlterUserScramResult(user=user, **_fields(refused)) for user in users]
+            return st.AlterUserScramCredentialsResponse(
+                [st.AlterUserScramResult(user, **_fields(refused)) for user in users]
             )
         return await self._blocking(self._alter_scram_now, request)
 
     def _alter_scram_now(
-        self, request: pb.AlterUserScramCredentialsRequest
-    ) -> pb.AlterUserScramCredentialsResponse:
+        self, request: st.AlterUserScramCredentialsRequest
+    ) -> st.AlterUserScramCredentialsResponse:
         refused, plans = plan_alterations(request)
         outcome: dict[str, Refusal | None] = dict(refused)
         for plan in plans:
             outcome[plan.user] = self._alter_user(plan)
         users = [*dict.fromkeys(item.user for item in alteration_items(request))]
-        return pb.AlterUserScramCredentialsResponse(
-            results=[
-                pb.AlterUserScramResult(user=user, **_fields(outcome.get(user))) for user in users
-            ]
+        return st.AlterUserScramCredentialsResponse(
+            [st.AlterUserScramResult(user, **_fields(outcome.get(user))) for user in users]
         )
 
     def _alter_user(self, plan: UserAlterations) -> Refusal | None:
@@ -365,17 +369,17 @@ class SecurityAdmin:
         return None
 
 
-def _result(refusal: Refusal | None) -> pb.AclResult:
-    return pb.AclResult(**_fields(refusal))
+def _result(refusal: Refusal | None) -> st.AclResult:
+    return st.AclResult(**_fields(refusal))
 
 
 def _fields(refusal: Refusal | None) -> dict[str, Any]:
     if refusal is None:
         return {}
-    return {"error": code(refusal.error), "error_message": refusal.message}
+    return {"error": refusal.error.number, "error_message": refusal.message}
 
 
-def _sort_key(message: pb.AclBinding) -> tuple[Any, ...]:
+def _sort_key(message: st.AclBinding) -> tuple[Any, ...]:
     return (
         message.resource_type,
         message.pattern_type,

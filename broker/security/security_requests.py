@@ -1,8 +1,9 @@
 """The checks and conversions of ACL and SCRAM admin requests, as pure functions.
 
-``SecurityAdmin`` (``security_admin.py``) serves both protocols from annal's own
-messages (``annal.v1``); what arrives there is turned into ``annal.security`` values
-here, each bad field answered with Kafka's code and a message naming the value:
+``SecurityAdmin`` (``security_admin.py``) serves both protocols from its own request
+types (``broker/requests/security_types.py``); what arrives there is turned into
+``annal.security`` values here, each bad field answered with Kafka's code and a message
+naming the value:
 
 * an ACL to store needs a resource type that can hold ACLs, a LITERAL or PREFIXED
   pattern with a non-empty name that can be a znode name (no ``/``), the cluster named
@@ -25,9 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from annal.broker.requests import security_types as st
 from annal.broker.requests.request_checks import Refusal
-from annal.client.acl_messages import binding_to_pb as binding_to_pb  # re-exported
-from annal.client.acl_messages import filter_to_pb as filter_to_pb  # re-exported
 from annal.security.acl import (
     AccessControlEntry,
     AccessControlEntryFilter,
@@ -48,7 +48,6 @@ from annal.security.scram import (
     MIN_ITERATIONS,
     ScramCredential,
 )
-from annal.v1 import annal_pb2 as pb
 from annal.zk import acls
 from scramp import ScramMechanism  # type: ignore[import-untyped]
 from scramp.utils import h as scramp_h  # type: ignore[import-untyped]
@@ -70,7 +69,7 @@ def _names(kind: type[ResourceType | AclOperation | AclPermissionType | PatternT
 # -- ACLs ---------------------------------------------------------------------------
 
 
-def binding_from_pb(message: pb.AclBinding) -> AclBinding | Refusal:
+def binding_from_request(message: st.AclBinding) -> AclBinding | Refusal:
     """The ACL to store, or why it cannot be stored (INVALID_REQUEST)."""
     resource_type = ResourceType.from_code(message.resource_type)
     if resource_type.value <= ResourceType.ANY:
@@ -105,7 +104,21 @@ def binding_from_pb(message: pb.AclBinding) -> AclBinding | Refusal:
     return AclBinding(pattern, entry)
 
 
-def filter_from_pb(message: pb.AclBindingFilter) -> AclBindingFilter | Refusal:
+def binding_answer(binding: AclBinding) -> st.AclBinding:
+    """A stored ACL as an answer carries it (Kafka's codes)."""
+    pattern, entry = binding.pattern, binding.entry
+    return st.AclBinding(
+        pattern.resource_type.value,
+        pattern.name,
+        pattern.pattern_type.value,
+        entry.principal,
+        entry.host,
+        entry.operation.value,
+        entry.permission_type.value,
+    )
+
+
+def filter_from_request(message: st.AclBindingFilter) -> AclBindingFilter | Refusal:
     """The filter, or why it is not one (INVALID_REQUEST): a code annal does not know
     (UNKNOWN, 0 or a newer one) or a principal not of the form ``<type>:<name>``."""
     resource_type = ResourceType.from_code(message.resource_type)
@@ -120,7 +133,7 @@ def filter_from_pb(message: pb.AclBindingFilter) -> AclBindingFilter | Refusal:
     ):
         if member.value == 0:
             return _invalid(f"the filter's {field} {code} is unknown")
-    principal = message.principal if message.HasField("principal") else None
+    principal = message.principal
     if principal is not None:
         try:
             KafkaPrincipal.parse(principal)
@@ -129,12 +142,12 @@ def filter_from_pb(message: pb.AclBindingFilter) -> AclBindingFilter | Refusal:
     return AclBindingFilter(
         ResourcePatternFilter(
             resource_type,
-            message.resource_name if message.HasField("resource_name") else None,
+            message.resource_name,
             pattern_type,
         ),
         AccessControlEntryFilter(
             principal,
-            message.host if message.HasField("host") else None,
+            message.host,
             operation,
             permission,
         ),
@@ -171,7 +184,7 @@ class UserAlterations:
 
     user: str
     deletions: tuple[str, ...]
-    upsertions: tuple[pb.ScramCredentialUpsertion, ...]
+    upsertions: tuple[st.ScramCredentialUpsertion, ...]
 
 
 def _unacceptable(message: str) -> Refusal:
@@ -191,7 +204,7 @@ def check_mechanism(user: str, mechanism: str) -> Refusal | None:
     return None
 
 
-def check_upsertion(upsertion: pb.ScramCredentialUpsertion) -> Refusal | None:
+def check_upsertion(upsertion: st.ScramCredentialUpsertion) -> Refusal | None:
     user, mechanism = upsertion.user, upsertion.mechanism
     if refusal := check_mechanism(user, mechanism):
         return refusal
@@ -211,16 +224,16 @@ def check_upsertion(upsertion: pb.ScramCredentialUpsertion) -> Refusal | None:
     return None
 
 
-Alteration = pb.ScramCredentialDeletion | pb.ScramCredentialUpsertion
+Alteration = st.ScramCredentialDeletion | st.ScramCredentialUpsertion
 
 
-def alteration_items(request: pb.AlterUserScramCredentialsRequest) -> list[Alteration]:
+def alteration_items(request: st.AlterUserScramCredentialsRequest) -> list[Alteration]:
     """The deletions, then the upsertions, of a request."""
     return [*request.deletions, *request.upsertions]
 
 
 def plan_alterations(
-    request: pb.AlterUserScramCredentialsRequest,
+    request: st.AlterUserScramCredentialsRequest,
 ) -> tuple[dict[str, Refusal], list[UserAlterations]]:
     """Each user's refusal (its first bad item; DUPLICATE_RESOURCE when one mechanism
     of the user is named twice), and the alterations of the users left, in the order
@@ -233,7 +246,7 @@ def plan_alterations(
             order.append(item.user)
         if item.user in refused:
             continue
-        if isinstance(item, pb.ScramCredentialUpsertion):
+        if isinstance(item, st.ScramCredentialUpsertion):
             refusal = check_upsertion(item)
         else:
             refusal = check_mechanism(item.user, item.mechanism)

@@ -15,6 +15,10 @@ Authorization, as Kafka's KafkaApis checks it:
 ``__transaction_state`` is created on the first FindCoordinator for a
 transactional id (COORDINATOR_NOT_AVAILABLE until it has leaders).
 
+Requests and answers are the broker's own types (``broker/requests/txn_types.py``;
+FindCoordinator's ``group_types.py``, InitProducerId's ``producer_types.py``),
+which each protocol's edge adapts to.
+
 Thread safety: runs on the broker's event loop.
 """
 
@@ -23,9 +27,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from annal.broker.config import BrokerConfig
-from annal.broker.data_api import code
 from annal.broker.metadata_cache import MetadataCache
 from annal.broker.producer_ids import refused_init
+from annal.broker.requests import group_types as gt
+from annal.broker.requests import producer_types as pt
+from annal.broker.requests import txn_types as tt
 from annal.broker.security.authorization import (
     ALLOW_ALL,
     GROUP,
@@ -36,7 +42,6 @@ from annal.broker.security.authorization import (
 )
 from annal.security.acl import AclOperation, Resource
 from annal.security.session import Session
-from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 from annal.errors import ErrorCode
@@ -72,55 +77,56 @@ class TransactionApi:
 
     async def find_coordinator(
         self, transactional_id: str, session: Session = INTERNAL
-    ) -> pb.FindCoordinatorResponse:
+    ) -> gt.FindCoordinatorResponse:
         """The leader of the id's ``__transaction_state`` partition."""
         refusal = self._id_refusal(session, AclOperation.DESCRIBE, transactional_id)
         if refusal is None and not transactional_id:
             refusal = errors.INVALID_REQUEST, "the transactional id is empty"
         if refusal is not None:
-            return pb.FindCoordinatorResponse(error=code(refusal[0]), error_message=refusal[1])
+            return gt.FindCoordinatorResponse(refusal[0].number, refusal[1])
         cache = self._metadata.snapshot()
         if TRANSACTION_STATE_TOPIC not in cache.topics:
             await self._create_topic(len(cache.brokers))
-            return pb.FindCoordinatorResponse(
-                error=pb.COORDINATOR_NOT_AVAILABLE,
-                error_message=f"{TRANSACTION_STATE_TOPIC} is being created; ask again",
+            return gt.FindCoordinatorResponse(
+                errors.COORDINATOR_NOT_AVAILABLE.number,
+                f"{TRANSACTION_STATE_TOPIC} is being created; ask again",
             )
         index = self.coordinator.partition_of(transactional_id)
         leader = cache.leader_of(TRANSACTION_STATE_TOPIC, index)
         if leader < 0:
-            return pb.FindCoordinatorResponse(
-                error=pb.COORDINATOR_NOT_AVAILABLE,
-                error_message=f"{TRANSACTION_STATE_TOPIC}-{index} has no leader now",
+            return gt.FindCoordinatorResponse(
+                errors.COORDINATOR_NOT_AVAILABLE.number,
+                f"{TRANSACTION_STATE_TOPIC}-{index} has no leader now",
             )
         broker = cache.brokers[leader]
-        return pb.FindCoordinatorResponse(
-            coordinator=pb.Broker(id=broker.broker_id, host=broker.host, port=broker.port)
+        return gt.FindCoordinatorResponse(
+            coordinator=gt.Coordinator(broker.broker_id, broker.host, broker.port)
         )
 
     async def init_producer_id(
-        self, request: pb.InitProducerIdRequest, session: Session = INTERNAL
-    ) -> pb.InitProducerIdResponse:
-        """InitProducerId with a transactional id (Write on it)."""
+        self, request: pt.InitProducerIdRequest, session: Session = INTERNAL
+    ) -> pt.InitProducerIdResponse:
+        """InitProducerId with a transactional id (Write on it); a producer id of
+        -1 asks for none in particular (KIP-360's id and epoch otherwise)."""
         refusal = self._id_refusal(session, AclOperation.WRITE, request.transactional_id)
         if refusal is not None:
             return refused_init(*refusal)
         expected = None
-        if request.HasField("producer_id") and request.producer_id >= 0:
+        if request.producer_id >= 0:
             expected = (request.producer_id, request.producer_epoch)
         result = await self.coordinator.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms, expected
         )
         if result.error != errors.NONE:
             return refused_init(result.error, result.message)
-        return pb.InitProducerIdResponse(
-            producer_id=result.producer_id, producer_epoch=result.producer_epoch
+        return pt.InitProducerIdResponse(
+            errors.NONE.number, result.producer_id, result.producer_epoch
         )
 
     async def add_partitions(
-        self, request: pb.AddPartitionsToTxnRequest, session: Session = INTERNAL
-    ) -> pb.AddPartitionsToTxnResponse:
-        wanted = [TopicPartition(t.topic, p) for t in request.topics for p in t.partitions]
+        self, request: tt.AddPartitionsToTxnRequest, session: Session = INTERNAL
+    ) -> tt.AddPartitionsToTxnResponse:
+        wanted = [TopicPartition(t.name, p) for t in request.topics for p in t.partitions]
         refusal = self._id_refusal(session, AclOperation.WRITE, request.transactional_id)
         if refusal is not None:
             return _per_partition(wanted, {}, refusal[0], refusal[1])
@@ -145,58 +151,55 @@ class TransactionApi:
         return _per_partition(wanted, {}, error, "")
 
     async def add_offsets(
-        self, request: pb.AddOffsetsToTxnRequest, session: Session = INTERNAL
-    ) -> pb.TxnResponse:
+        self, request: tt.AddOffsetsToTxnRequest, session: Session = INTERNAL
+    ) -> tt.TxnResponse:
         refusal = self._id_refusal(session, AclOperation.WRITE, request.transactional_id)
-        group = Resource(GROUP, request.group)
+        group = Resource(GROUP, request.group_id)
         if refusal is None and not self._authorizer.allowed(session, AclOperation.READ, group):
             refusal = errors.GROUP_AUTHORIZATION_FAILED, denial(session, AclOperation.READ, group)
         if refusal is not None:
-            return pb.TxnResponse(error=code(refusal[0]), error_message=refusal[1])
+            return tt.TxnResponse(refusal[0].number, refusal[1])
         error = await self.coordinator.add_offsets(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.group
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
         )
-        return pb.TxnResponse(error=code(error))
+        return tt.TxnResponse(error.number)
 
     async def end_txn(
-        self, request: pb.EndTxnRequest, session: Session = INTERNAL
-    ) -> pb.TxnResponse:
+        self, request: tt.EndTxnRequest, session: Session = INTERNAL
+    ) -> tt.TxnResponse:
         refusal = self._id_refusal(session, AclOperation.WRITE, request.transactional_id)
         if refusal is not None:
-            return pb.TxnResponse(error=code(refusal[0]), error_message=refusal[1])
+            return tt.TxnResponse(refusal[0].number, refusal[1])
         error, message = await self.coordinator.end_txn(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.commit
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
         )
-        return pb.TxnResponse(error=code(error), error_message=message)
+        return tt.TxnResponse(error.number, message)
 
     def describe(
-        self, request: pb.DescribeTransactionsRequest, session: Session = INTERNAL
-    ) -> pb.DescribeTransactionsResponse:
-        response = pb.DescribeTransactionsResponse()
+        self, request: tt.DescribeTransactionsRequest, session: Session = INTERNAL
+    ) -> tt.DescribeTransactionsResponse:
+        response = tt.DescribeTransactionsResponse()
         for transactional_id in request.transactional_ids:
             refusal = self._id_refusal(session, AclOperation.DESCRIBE, transactional_id)
             if refusal is not None:
                 error, meta = refusal[0], None
             else:
                 error, meta = self.coordinator.describe(transactional_id)
-            out = response.transactions.add(
-                error=code(error), transactional_id=transactional_id, producer_id=-1,
-                producer_epoch=-1, transaction_start_time_ms=-1,
-            )  # fmt: skip
-            if meta is not None:
-                _describe_into(out, meta)
+            response.transaction_states.append(
+                tt.TransactionState(error.number, transactional_id)
+                if meta is None
+                else _described(error, transactional_id, meta)
+            )
         return response
 
     def listing(
-        self, request: pb.ListTransactionsRequest, session: Session = INTERNAL
-    ) -> pb.ListTransactionsResponse:
+        self, request: tt.ListTransactionsRequest, session: Session = INTERNAL
+    ) -> tt.ListTransactionsResponse:
         known = {s.kafka_name for s in TxnState}
         states = set(request.state_filters)
         pids = set(request.producer_id_filters)
         error, found = self.coordinator.listing()
-        response = pb.ListTransactionsResponse(
-            error=code(error), unknown_state_filters=sorted(states - known)
-        )
+        response = tt.ListTransactionsResponse(error.number, sorted(states - known))
         for meta in found:
             if states and meta.state.kafka_name not in states:
                 continue
@@ -207,25 +210,30 @@ class TransactionApi:
                 session, AclOperation.DESCRIBE, resource, log_denied=False
             ):
                 continue
-            response.transactions.add(
-                transactional_id=meta.transactional_id,
-                producer_id=meta.producer_id,
-                state=meta.state.kafka_name,
+            response.transaction_states.append(
+                tt.TransactionListing(
+                    meta.transactional_id, meta.producer_id, meta.state.kafka_name
+                )
             )
         return response
 
 
-def _describe_into(out: pb.TransactionDescription, meta: TransactionMetadata) -> None:
-    out.state = meta.state.kafka_name
-    out.transaction_timeout_ms = meta.timeout_ms
-    out.transaction_start_time_ms = meta.start_ms
-    out.producer_id = meta.producer_id
-    out.producer_epoch = meta.producer_epoch
+def _described(
+    error: ErrorCode, transactional_id: str, meta: TransactionMetadata
+) -> tt.TransactionState:
     topics: dict[str, list[int]] = {}
     for tp in sorted(meta.partitions):
         topics.setdefault(tp.topic, []).append(tp.partition)
-    for topic, partitions in topics.items():
-        out.topics.add(topic=topic, partitions=partitions)
+    return tt.TransactionState(
+        error.number,
+        transactional_id,
+        meta.state.kafka_name,
+        meta.timeout_ms,
+        meta.start_ms,
+        meta.producer_id,
+        meta.producer_epoch,
+        [tt.TransactionTopic(topic, partitions) for topic, partitions in topics.items()],
+    )
 
 
 def _per_partition(
@@ -233,17 +241,14 @@ def _per_partition(
     refused: dict[TopicPartition, ErrorCode],
     others: ErrorCode,
     message: str,
-) -> pb.AddPartitionsToTxnResponse:
-    return pb.AddPartitionsToTxnResponse(
-        results=[
-            pb.PartitionError(
-                topic=tp.topic, partition=tp.partition, error=code(refused.get(tp, others))
-            )
+) -> tt.AddPartitionsToTxnResponse:
+    return tt.AddPartitionsToTxnResponse(
+        [
+            tt.PartitionResult(tp.topic, tp.partition, refused.get(tp, others).number)
             for tp in wanted
         ],
-        error_message=message,
+        message,
     )
-
 
 
 def settings_of(config: BrokerConfig) -> TxnSettings:

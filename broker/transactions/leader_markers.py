@@ -23,7 +23,9 @@ index, producer id, commit)`` is called then (the group coordinator's
 UNKNOWN_SERVER_ERROR, as Kafka answers it.
 
 Only brokers send this (ClusterAction on the cluster: the callers check;
-``refused_markers`` builds the answer that refuses every partition).
+``refused_markers`` builds the answer that refuses every partition).  The
+request and its answer are the broker's own types (``broker/requests/txn_types.py``),
+to which the BrokerControl rpc and Kafka's listener each adapt.
 
 Thread safety: runs on the broker's event loop only.
 """
@@ -33,12 +35,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from annal.broker.data_api import code
 from annal.broker.groups.coordinator import OFFSETS_TOPIC
 from annal.broker.replication.replica_manager import AppendResult, ReplicaManager
 from annal.broker.requests import request_checks as checks
+from annal.broker.requests import txn_types as tt
 from annal.storage.files import TopicPartition
-from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 from annal.errors import ErrorCode
@@ -72,17 +73,19 @@ class TxnMarkerWriter:
         self._written = written
 
     async def write(
-        self, request: pb.WriteTxnMarkersRequest, timeout_ms: int = DEFAULT_TIMEOUT_MS
-    ) -> pb.WriteTxnMarkersResponse:
-        response = pb.WriteTxnMarkersResponse()
+        self, request: tt.WriteTxnMarkersRequest, timeout_ms: int = DEFAULT_TIMEOUT_MS
+    ) -> tt.WriteTxnMarkersResponse:
+        response = tt.WriteTxnMarkersResponse()
         appended: dict[TopicPartition, int] = {}
         slots: dict[_Slot, TopicPartition] = {}
         for m, marker in enumerate(request.markers):
-            out = response.markers.add(producer_id=marker.producer_id)
+            out = tt.WritableTxnMarkerResult(marker.producer_id)
+            response.markers.append(out)
+            commit = marker.transaction_result
             for topic in marker.topics:
-                for index in topic.partitions:
-                    tp = TopicPartition(topic.topic, index)
-                    refusal = checks.topic_partition(topic.topic, index)
+                for index in topic.partition_indexes:
+                    tp = TopicPartition(topic.name, index)
+                    refusal = checks.topic_partition(topic.name, index)
                     result = (
                         AppendResult(refusal.error, message=refusal.message)
                         if refusal is not None
@@ -90,7 +93,7 @@ class TxnMarkerWriter:
                             tp,
                             marker.producer_id,
                             marker.producer_epoch,
-                            marker.commit,
+                            commit,
                             marker.coordinator_epoch,
                         )
                     )
@@ -98,13 +101,15 @@ class TxnMarkerWriter:
                         logger.info(
                             "%s marker of producer %d (epoch %d, coordinator epoch %d) not "
                             "written to %s: %s",
-                            _word(marker.commit), marker.producer_id, marker.producer_epoch,
+                            _word(commit), marker.producer_id, marker.producer_epoch,
                             marker.coordinator_epoch, tp, result.message or result.error.name,
                         )  # fmt: skip
                     else:
                         appended[tp] = max(appended.get(tp, -1), result.last_offset)
                         slots[(m, len(out.partitions))] = tp
-                    out.partitions.add(topic=topic.topic, partition=index, error=code(result.error))
+                    out.partitions.append(
+                        tt.PartitionResult(topic.name, index, result.error.number)
+                    )
         if not slots:
             return response
         outcomes: dict[TopicPartition, tuple[ErrorCode, str]] = {}
@@ -114,10 +119,10 @@ class TxnMarkerWriter:
             error, message = outcomes.get(tp, (errors.NONE, ""))
             marker = request.markers[m]
             if error == errors.NONE and tp.topic == OFFSETS_TOPIC:
-                error = self._completed(tp.partition, marker.producer_id, marker.commit)
+                error = self._completed(tp.partition, marker.producer_id, marker.transaction_result)
             elif error != errors.NONE:
                 logger.info("marker of producer %d on %s: %s", marker.producer_id, tp, message)
-            response.markers[m].partitions[slot].error = code(error)
+            response.markers[m].partitions[slot].error = error.number
         return response
 
     def _completed(self, index: int, producer_id: int, commit: bool) -> ErrorCode:
@@ -136,16 +141,22 @@ class TxnMarkerWriter:
 
 
 def refused_markers(
-    request: pb.WriteTxnMarkersRequest, error: ErrorCode
-) -> pb.WriteTxnMarkersResponse:
+    request: tt.WriteTxnMarkersRequest, error: ErrorCode
+) -> tt.WriteTxnMarkersResponse:
     """Every partition of every marker answered ``error``."""
-    response = pb.WriteTxnMarkersResponse()
-    for marker in request.markers:
-        out = response.markers.add(producer_id=marker.producer_id)
-        for topic in marker.topics:
-            for index in topic.partitions:
-                out.partitions.add(topic=topic.topic, partition=index, error=code(error))
-    return response
+    return tt.WriteTxnMarkersResponse(
+        [
+            tt.WritableTxnMarkerResult(
+                marker.producer_id,
+                [
+                    tt.PartitionResult(topic.name, index, error.number)
+                    for topic in marker.topics
+                    for index in topic.partition_indexes
+                ],
+            )
+            for marker in request.markers
+        ]
+    )
 
 
 def _word(commit: bool) -> str:

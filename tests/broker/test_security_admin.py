@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from annal.broker.requests import security_types as st
 from annal.broker.security.authorization import RequestAuthorizer
 from annal.broker.security.security_admin import REQUIRED_ACCESS, SecurityAdmin
-from annal.broker.security.security_requests import binding_from_pb
+from annal.broker.security.security_requests import binding_from_request
 from annal.broker.security.security_store import SecurityStore
 from annal.security.acl import (
     AccessControlEntry,
@@ -27,12 +28,25 @@ from annal.security.acl import (
 )
 from annal.security.authorizer import AclCache, Authorizer
 from annal.security.session import Session
-from annal.v1 import annal_pb2 as pb
 from annal.zk.client import ZkClient
+
+from annal import errors
 
 pytestmark = pytest.mark.timeout(60)
 
-ANY = {"resource_type": 1, "pattern_type": 1, "operation": 1, "permission_type": 1}
+ANY: dict[str, Any] = {
+    "resource_type": 1,
+    "resource_name": None,
+    "pattern_type": 1,
+    "principal": None,
+    "host": None,
+    "operation": 1,
+    "permission_type": 1,
+}
+
+
+def error_name(number: int) -> str:
+    return errors.from_wire(number).name
 
 
 def binding(
@@ -41,8 +55,8 @@ def binding(
     operation: int = 3,
     pattern_type: int = 3,
     resource_type: int = 2,
-) -> pb.AclBinding:
-    return pb.AclBinding(
+) -> st.AclBinding:
+    return st.AclBinding(
         resource_type=resource_type,
         resource_name=name,
         pattern_type=pattern_type,
@@ -75,7 +89,7 @@ def test_create_answers_each_acl_and_logs_it(
 ) -> None:
     admin = admin_for(zk)
     caplog.set_level(logging.INFO, "annal.broker.security.security_admin")
-    request = pb.CreateAclsRequest(
+    request = st.CreateAclsRequest(
         creations=[
             binding("orders"),
             binding("orders", operation=1),
@@ -85,7 +99,7 @@ def test_create_answers_each_acl_and_logs_it(
         ]
     )
     answer = asyncio.run(admin.create_acls(request))
-    assert [pb.ErrorCode.Name(r.error) for r in answer.results] == [
+    assert [error_name(r.error) for r in answer.results] == [
         "NONE",
         "INVALID_REQUEST",
         "INVALID_REQUEST",
@@ -100,8 +114,8 @@ def test_create_answers_each_acl_and_logs_it(
     ]
     described = asyncio.run(
         admin.describe_acls(
-            pb.DescribeAclsRequest(
-                filter=pb.AclBindingFilter(**{**ANY, "resource_type": 2}, resource_name="orders")
+            st.DescribeAclsRequest(
+                filter=st.AclBindingFilter(**{**ANY, "resource_type": 2, "resource_name": "orders"})
             )
         )
     )
@@ -119,7 +133,7 @@ def test_delete_reports_each_acl_under_its_first_filter(zk: ZkClient) -> None:
     admin = admin_for(zk)
     asyncio.run(
         admin.create_acls(
-            pb.CreateAclsRequest(
+            st.CreateAclsRequest(
                 creations=[
                     binding("orders"),
                     binding("orders", "User:bob"),
@@ -129,7 +143,7 @@ def test_delete_reports_each_acl_under_its_first_filter(zk: ZkClient) -> None:
         )
     )
     # Written by another broker, unknown to this one's cache: an exact filter finds it.
-    other = pb.AclBinding(
+    other = st.AclBinding(
         resource_type=3,
         resource_name="billing",
         pattern_type=3,
@@ -138,22 +152,22 @@ def test_delete_reports_each_acl_under_its_first_filter(zk: ZkClient) -> None:
         operation=3,
         permission_type=3,
     )
-    parsed = binding_from_pb(other)
+    parsed = binding_from_request(other)
     assert isinstance(parsed, AclBinding)
     zk.add_acls(parsed.pattern, [parsed.entry])
 
     answer = asyncio.run(
         admin.delete_acls(
-            pb.DeleteAclsRequest(
+            st.DeleteAclsRequest(
                 filters=[
-                    pb.AclBindingFilter(**{**ANY, "resource_type": 2}, principal="User:bob"),
-                    pb.AclBindingFilter(
+                    st.AclBindingFilter(**{**ANY, "resource_type": 2, "principal": "User:bob"}),
+                    st.AclBindingFilter(
                         **{**ANY, "resource_type": 2}
                     ),  # also matches bob's: reported above
-                    pb.AclBindingFilter(
-                        **{**ANY, "resource_type": 3, "pattern_type": 3}, resource_name="billing"
+                    st.AclBindingFilter(
+                        **{**ANY, "resource_type": 3, "pattern_type": 3, "resource_name": "billing"}
                     ),
-                    pb.AclBindingFilter(**{**ANY, "operation": 0}),
+                    st.AclBindingFilter(**{**ANY, "operation": 0}),
                 ]
             )
         )
@@ -168,23 +182,23 @@ def test_delete_reports_each_acl_under_its_first_filter(zk: ZkClient) -> None:
         [("billing", "User:carol", 0)],
         [],
     ]
-    assert pb.ErrorCode.Name(answer.results[3].error) == "INVALID_REQUEST"
+    assert error_name(answer.results[3].error) == "INVALID_REQUEST"
     assert "operation 0 is unknown" in answer.results[3].error_message
     assert zk.all_acls() == {}
 
 
 def test_without_an_authorizer_acl_apis_answer_security_disabled(zk: ZkClient) -> None:
     admin = admin_for(zk, enabled=False)
-    created = asyncio.run(admin.create_acls(pb.CreateAclsRequest(creations=[binding("t")])))
-    assert pb.ErrorCode.Name(created.results[0].error) == "SECURITY_DISABLED"
+    created = asyncio.run(admin.create_acls(st.CreateAclsRequest(creations=[binding("t")])))
+    assert error_name(created.results[0].error) == "SECURITY_DISABLED"
     described = asyncio.run(
-        admin.describe_acls(pb.DescribeAclsRequest(filter=pb.AclBindingFilter(**ANY)))
+        admin.describe_acls(st.DescribeAclsRequest(filter=st.AclBindingFilter(**ANY)))
     )
-    assert pb.ErrorCode.Name(described.error) == "SECURITY_DISABLED"
+    assert error_name(described.error) == "SECURITY_DISABLED"
     deleted = asyncio.run(
-        admin.delete_acls(pb.DeleteAclsRequest(filters=[pb.AclBindingFilter(**ANY)]))
+        admin.delete_acls(st.DeleteAclsRequest(filters=[st.AclBindingFilter(**ANY)]))
     )
-    assert pb.ErrorCode.Name(deleted.results[0].error) == "SECURITY_DISABLED"
+    assert error_name(deleted.results[0].error) == "SECURITY_DISABLED"
     assert zk.all_acls() == {}
 
 
@@ -193,7 +207,7 @@ def test_scram_alterations_per_user(zk: ZkClient, caplog: pytest.LogCaptureFixtu
     caplog.set_level(logging.INFO, "annal.broker.security.security_admin")
     salt = b"s" * 24
     salted = hashlib.pbkdf2_hmac("sha256", b"pw", salt, 4096)
-    upsert = pb.ScramCredentialUpsertion(
+    upsert = st.ScramCredentialUpsertion(
         user="alice",
         mechanism="SCRAM-SHA-256",
         iterations=4096,
@@ -202,24 +216,24 @@ def test_scram_alterations_per_user(zk: ZkClient, caplog: pytest.LogCaptureFixtu
     )
     answer = asyncio.run(
         admin.alter_user_scram_credentials(
-            pb.AlterUserScramCredentialsRequest(
+            st.AlterUserScramCredentialsRequest(
                 upsertions=[upsert],
-                deletions=[pb.ScramCredentialDeletion(user="bob", mechanism="SCRAM-SHA-256")],
+                deletions=[st.ScramCredentialDeletion(user="bob", mechanism="SCRAM-SHA-256")],
             )
         )
     )
-    assert [(r.user, pb.ErrorCode.Name(r.error)) for r in answer.results] == [
+    assert [(r.user, error_name(r.error)) for r in answer.results] == [
         ("bob", "RESOURCE_NOT_FOUND"),
         ("alice", "NONE"),
     ]
     assert admin._store.credentials("alice").keys() == {"SCRAM-SHA-256"}  # refreshed at once
     described = asyncio.run(
         admin.describe_user_scram_credentials(
-            pb.DescribeUserScramCredentialsRequest(users=["alice", "bob", "", "alice"])
+            st.DescribeUserScramCredentialsRequest(users=["alice", "bob", "", "alice"])
         )
     )
     assert [
-        (r.user, pb.ErrorCode.Name(r.error), [(c.mechanism, c.iterations) for c in r.credentials])
+        (r.user, error_name(r.error), [(c.mechanism, c.iterations) for c in r.credentials])
         for r in described.results
     ] == [
         ("alice", "DUPLICATE_RESOURCE", []),
@@ -227,7 +241,7 @@ def test_scram_alterations_per_user(zk: ZkClient, caplog: pytest.LogCaptureFixtu
         ("", "RESOURCE_NOT_FOUND", []),
     ]
     everyone = asyncio.run(
-        admin.describe_user_scram_credentials(pb.DescribeUserScramCredentialsRequest())
+        admin.describe_user_scram_credentials(st.DescribeUserScramCredentialsRequest())
     )
     assert [(r.user, r.error, len(r.credentials)) for r in everyone.results] == [("alice", 0, 1)]
     assert caplog.messages == ["SCRAM credential set: user 'alice', SCRAM-SHA-256, 4096 iterations"]
@@ -258,8 +272,8 @@ def test_each_api_checks_its_access_for_the_callers_session(
     admin = SecurityAdmin(zk, SecurityStore(zk), _in_thread, authorizer=authorizer)
     bob = Session(KafkaPrincipal.parse("User:bob"), "10.0.0.7", "SASL_PLAINTEXT")
     caplog.set_level(logging.INFO, "annal.authorizer")
-    any_filter = pb.AclBindingFilter(**ANY)
-    upsert = pb.ScramCredentialUpsertion(
+    any_filter = st.AclBindingFilter(**ANY)
+    upsert = st.ScramCredentialUpsertion(
         user="carol",
         mechanism="SCRAM-SHA-256",
         iterations=4096,
@@ -270,20 +284,20 @@ def test_each_api_checks_its_access_for_the_callers_session(
     def run() -> list[str]:
         """The error of each of the five APIs."""
         created = asyncio.run(
-            admin.create_acls(pb.CreateAclsRequest(creations=[binding("t")]), bob)
+            admin.create_acls(st.CreateAclsRequest(creations=[binding("t")]), bob)
         )
-        described = asyncio.run(admin.describe_acls(pb.DescribeAclsRequest(filter=any_filter), bob))
-        deleted = asyncio.run(admin.delete_acls(pb.DeleteAclsRequest(filters=[any_filter]), bob))
+        described = asyncio.run(admin.describe_acls(st.DescribeAclsRequest(filter=any_filter), bob))
+        deleted = asyncio.run(admin.delete_acls(st.DeleteAclsRequest(filters=[any_filter]), bob))
         users = asyncio.run(
-            admin.describe_user_scram_credentials(pb.DescribeUserScramCredentialsRequest(), bob)
+            admin.describe_user_scram_credentials(st.DescribeUserScramCredentialsRequest(), bob)
         )
         altered = asyncio.run(
             admin.alter_user_scram_credentials(
-                pb.AlterUserScramCredentialsRequest(upsertions=[upsert]), bob
+                st.AlterUserScramCredentialsRequest(upsertions=[upsert]), bob
             )
         )
         return [
-            pb.ErrorCode.Name(e)
+            error_name(e)
             for e in (
                 created.results[0].error,
                 described.error,

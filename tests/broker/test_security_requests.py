@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
 import pytest
+from annal.broker.requests import security_types as st
 from annal.broker.security.security_requests import (
-    binding_from_pb,
-    binding_to_pb,
+    binding_answer,
+    binding_from_request,
     credential_from_salted_password,
-    filter_from_pb,
+    filter_from_request,
     named_patterns,
     plan_alterations,
 )
@@ -27,13 +29,12 @@ from annal.security.acl import (
     ResourceType,
 )
 from annal.security.scram import make_credential, verify_password
-from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 
 pytestmark = pytest.mark.timeout(30)
 
-GOOD = {
+GOOD: dict[str, Any] = {
     "resource_type": 2,
     "resource_name": "orders",
     "pattern_type": 3,
@@ -43,14 +44,24 @@ GOOD = {
     "permission_type": 3,
 }
 
+ANY: dict[str, Any] = {
+    "resource_type": 1,
+    "resource_name": None,
+    "pattern_type": 1,
+    "principal": None,
+    "host": None,
+    "operation": 1,
+    "permission_type": 1,
+}
+
 
 def test_a_good_acl_round_trips() -> None:
-    binding = binding_from_pb(pb.AclBinding(**GOOD))
+    binding = binding_from_request(st.AclBinding(**GOOD))
     assert binding == AclBinding(
         ResourcePattern.literal(ResourceType.TOPIC, "orders"),
         AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW),
     )
-    assert isinstance(binding, AclBinding) and binding_to_pb(binding) == pb.AclBinding(**GOOD)
+    assert isinstance(binding, AclBinding) and binding_answer(binding) == st.AclBinding(**GOOD)
 
 
 @pytest.mark.parametrize(
@@ -73,19 +84,17 @@ def test_a_good_acl_round_trips() -> None:
 def test_bad_acls_are_invalid_requests_naming_the_value(
     change: dict[str, object], message: str
 ) -> None:
-    refused = binding_from_pb(pb.AclBinding(**{**GOOD, **change}))
+    refused = binding_from_request(st.AclBinding(**{**GOOD, **change}))
     assert not isinstance(refused, AclBinding)
     assert refused.error is errors.INVALID_REQUEST
     assert re.search(message, refused.message), refused.message
 
 
 def test_filters() -> None:
-    everything = filter_from_pb(
-        pb.AclBindingFilter(resource_type=1, pattern_type=1, operation=1, permission_type=1)
-    )
+    everything = filter_from_request(st.AclBindingFilter(**ANY))
     assert everything == AclBindingFilter.ANY
-    exact = filter_from_pb(
-        pb.AclBindingFilter(
+    exact = filter_from_request(
+        st.AclBindingFilter(
             resource_type=2,
             resource_name="orders",
             pattern_type=2,
@@ -101,16 +110,11 @@ def test_filters() -> None:
     )
     assert exact.entry_filter.principal == "User:alice"
     for field in ("resource_type", "pattern_type", "operation", "permission_type"):
-        values = {"resource_type": 1, "pattern_type": 1, "operation": 1, "permission_type": 1}
-        refused = filter_from_pb(pb.AclBindingFilter(**{**values, field: 0}))
+        refused = filter_from_request(st.AclBindingFilter(**{**ANY, field: 0}))
         assert not isinstance(refused, AclBindingFilter)
         assert refused.error is errors.INVALID_REQUEST
         assert f"{field.replace('_', ' ')} 0 is unknown" in refused.message
-    bad = filter_from_pb(
-        pb.AclBindingFilter(
-            resource_type=1, pattern_type=1, operation=1, permission_type=1, principal="nobody"
-        )
-    )
+    bad = filter_from_request(st.AclBindingFilter(**{**ANY, "principal": "nobody"}))
     assert not isinstance(bad, AclBindingFilter) and "'nobody'" in bad.message
 
 
@@ -134,8 +138,8 @@ def upsert(
     iterations: int = 4096,
     salt: bytes = b"s" * 24,
     size: int = 64,
-) -> pb.ScramCredentialUpsertion:
-    return pb.ScramCredentialUpsertion(
+) -> st.ScramCredentialUpsertion:
+    return st.ScramCredentialUpsertion(
         user=user,
         mechanism=mechanism,
         iterations=iterations,
@@ -144,12 +148,12 @@ def upsert(
     )
 
 
-def delete(user: str, mechanism: str = "SCRAM-SHA-512") -> pb.ScramCredentialDeletion:
-    return pb.ScramCredentialDeletion(user=user, mechanism=mechanism)
+def delete(user: str, mechanism: str = "SCRAM-SHA-512") -> st.ScramCredentialDeletion:
+    return st.ScramCredentialDeletion(user=user, mechanism=mechanism)
 
 
 def test_alterations_are_checked_per_user() -> None:
-    request = pb.AlterUserScramCredentialsRequest(
+    request = st.AlterUserScramCredentialsRequest(
         deletions=[delete("dana", "SCRAM-SHA-256"), delete("erin"), delete("")],
         upsertions=[
             upsert("alice"),

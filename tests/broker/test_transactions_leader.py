@@ -17,6 +17,7 @@ from annal.broker.control import ControlService
 from annal.broker.groups.coordinator import OFFSETS_TOPIC
 from annal.broker.replication.partition import LeaderAndIsrState
 from annal.broker.replication.replica_manager import ReplicaManager
+from annal.broker.requests import txn_types as tt
 from annal.broker.requests.fetch_sessions import CachedPartition, PartitionFetch
 from annal.broker.requests.request_checks import InvalidRequest
 from annal.broker.security.authorization import ALLOW_ALL
@@ -33,7 +34,6 @@ from annal.storage.files import TopicPartition
 from annal.storage.manager import LogManager, LogManagerConfig
 from annal.storage.records import Record, encode_batch
 from annal.storage.txn_index import AbortedTxn
-from annal.v1 import annal_pb2 as pb
 
 from annal import errors
 
@@ -169,17 +169,12 @@ def run(coro: Any) -> Any:
 
 def markers(
     pid: int, commit: bool, *tps: TopicPartition, epoch: int = 0
-) -> pb.WriteTxnMarkersRequest:
-    request = pb.WriteTxnMarkersRequest()
-    marker = request.markers.add(
-        producer_id=pid, producer_epoch=epoch, commit=commit, coordinator_epoch=0
-    )
-    for tp in tps:
-        marker.topics.add(topic=tp.topic, partitions=[tp.partition])
-    return request
+) -> tt.WriteTxnMarkersRequest:
+    topics = [tt.WritableTxnMarkerTopic(tp.topic, [tp.partition]) for tp in tps]
+    return tt.WriteTxnMarkersRequest([tt.WritableTxnMarker(pid, epoch, commit, topics, 0)])
 
 
-def results(response: pb.WriteTxnMarkersResponse) -> list[tuple[int, str, int, str]]:
+def results(response: tt.WriteTxnMarkersResponse) -> list[tuple[int, str, int, str]]:
     return [
         (m.producer_id, p.topic, p.partition, errors.from_wire(p.error).name)
         for m in response.markers
@@ -200,7 +195,7 @@ def test_the_marker_writer_waits_for_the_isr_then_tells_the_group_coordinator(
     writer = TxnMarkerWriter(replicas, await_replication, lambda *a: told.append(a))
     replicas.append(TP, txn(7, 0, b"a"))
     request = markers(7, True, TP, OFFSETS, TopicPartition("nowhere", 0), TopicPartition("t", 9))
-    request.markers[0].topics.add(topic="bad/name", partitions=[0])
+    request.markers[0].topics.append(tt.WritableTxnMarkerTopic("bad/name", [0]))
     answer = run(writer.write(request))
     assert results(answer) == [
         (7, "t", 0, "NONE"),
