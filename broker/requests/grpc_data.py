@@ -28,18 +28,22 @@ def produce_response(answer: dt.ProduceResponse) -> pb.ProduceResponse:
     for t in answer.topics:
         out = response.topics.add(name=t.name)
         for p in t.partitions:
-            out.partitions.add(
+            part = out.partitions.add(
                 partition=p.partition,
                 error=_code(p.error),
                 base_offset=p.base_offset,
                 log_append_time_ms=p.log_append_time_ms,
                 log_start_offset=p.log_start_offset,
-                error_message=p.error_message,
-                record_errors=[
+            )
+            # set only when there is one: every field passed costs, and the
+            # answer to each produce request goes through here
+            if p.error_message:
+                part.error_message = p.error_message
+            if p.record_errors:
+                part.record_errors.extend(
                     pb.ProduceRecordError(batch_index=e.batch_index, message=e.message)
                     for e in p.record_errors
-                ],
-            )
+                )
     return response
 
 
