@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import grpc
 from annal.broker.listeners import PLAINTEXT
@@ -52,6 +52,7 @@ from annal.broker.replication.replica_manager import ReplicaManager
 from annal.broker.requests import grpc_txn
 from annal.broker.requests import request_checks as checks
 from annal.broker.requests import txn_types as tt
+from annal.broker.requests.grpc_data import wire_code
 from annal.broker.requests.service import grpc_session
 from annal.broker.security.authorization import ALLOW_ALL, RequestAuthorizer
 from annal.broker.transactions.leader_markers import (
@@ -327,5 +328,4 @@ class ControlService(annal_pb2_grpc.BrokerControlServicer):
 
 
 def _partition_error(topic: str, partition: int, error: ErrorCode) -> pb.PartitionError:
-    wire = cast(pb.ErrorCode.ValueType, error.number)  # annal.v1's numbers are Kafka's
-    return pb.PartitionError(topic=topic, partition=partition, error=wire)
+    return pb.PartitionError(topic=topic, partition=partition, error=wire_code(error.number))

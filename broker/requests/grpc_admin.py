@@ -8,6 +8,7 @@ from typing import cast
 
 from annal.broker.metadata_cache import broker_message
 from annal.broker.requests import admin_types as at
+from annal.broker.requests.grpc_data import wire_code
 from annal.v1 import annal_pb2 as pb
 
 # -- Metadata --------------------------------------------------------------------------
@@ -25,12 +26,12 @@ def metadata_response(answer: at.MetadataResponse) -> pb.MetadataResponse:
         topics=[
             pb.TopicMetadata(
                 name=t.name,
-                error=_code(t.error),
+                error=wire_code(t.error),
                 is_internal=t.is_internal,
                 partitions=[
                     pb.PartitionMetadata(
                         partition=p.partition,
-                        error=_code(p.error),
+                        error=wire_code(p.error),
                         leader=p.leader,
                         leader_epoch=p.leader_epoch,
                         replicas=p.replicas,
@@ -109,7 +110,7 @@ def describe_configs_response(answer: at.DescribeConfigsResponse) -> pb.Describe
         topics=[
             pb.TopicConfigs(
                 name=t.name,
-                error=_code(t.error),
+                error=wire_code(t.error),
                 error_message=t.error_message,
                 entries=[
                     pb.ConfigEntry(name=e.name, value=e.value, is_default=e.is_default)
@@ -121,7 +122,7 @@ def describe_configs_response(answer: at.DescribeConfigsResponse) -> pb.Describe
         brokers=[
             pb.BrokerConfigs(
                 name=b.name,
-                error=_code(b.error),
+                error=wire_code(b.error),
                 error_message=b.error_message,
                 entries=[
                     pb.BrokerConfigEntry(
@@ -176,12 +177,12 @@ def elect_leaders_response(answer: at.ElectLeadersResponse) -> pb.ElectLeadersRe
             pb.ElectionResult(
                 topic=r.topic,
                 partition=r.partition,
-                error=_code(r.error),
+                error=wire_code(r.error),
                 error_message=r.error_message,
             )
             for r in answer.results
         ],
-        error=_code(answer.error),
+        error=wire_code(answer.error),
         error_message=answer.error_message,
     )
 
@@ -205,7 +206,7 @@ def reassignments_response(
             pb.ReassignmentResult(
                 topic=r.topic,
                 partition=r.partition,
-                error=_code(r.error),
+                error=wire_code(r.error),
                 error_message=r.error_message,
             )
             for r in answer.results
@@ -230,7 +231,7 @@ def delete_records_response(answer: at.DeleteRecordsResponse) -> pb.DeleteRecord
                 topic=r.topic,
                 partition=r.partition,
                 low_watermark=r.low_watermark,
-                error=_code(r.error),
+                error=wire_code(r.error),
                 error_message=r.error_message,
             )
             for r in answer.results
@@ -247,7 +248,7 @@ def log_dirs_response(answer: at.DescribeLogDirsResponse) -> pb.DescribeLogDirsR
         log_dirs=[
             pb.LogDirDescription(
                 path=d.path,
-                error=_code(d.error),
+                error=wire_code(d.error),
                 total_bytes=d.total_bytes,
                 usable_bytes=d.usable_bytes,
                 partitions=[
@@ -268,13 +269,10 @@ def log_dirs_response(answer: at.DescribeLogDirsResponse) -> pb.DescribeLogDirsR
 
 def _topic_results(results: list[at.TopicResult]) -> list[pb.TopicResult]:
     return [
-        pb.TopicResult(name=r.name, error=_code(r.error), error_message=r.error_message)
+        pb.TopicResult(name=r.name, error=wire_code(r.error), error_message=r.error_message)
         for r in results
     ]
 
-
-def _code(number: int) -> pb.ErrorCode.ValueType:
-    return cast(pb.ErrorCode.ValueType, number)
 
 
 def _source(number: int) -> pb.ConfigSource.ValueType:

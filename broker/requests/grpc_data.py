@@ -30,7 +30,7 @@ def produce_response(answer: dt.ProduceResponse) -> pb.ProduceResponse:
         for p in t.partitions:
             part = out.partitions.add(
                 partition=p.partition,
-                error=_code(p.error),
+                error=wire_code(p.error),
                 base_offset=p.base_offset,
                 log_append_time_ms=p.log_append_time_ms,
                 log_start_offset=p.log_start_offset,
@@ -82,7 +82,7 @@ def fetch_response(answer: dt.FetchResponse) -> pb.FetchResponse:
         for p in t.partitions:
             out.partitions.add(
                 partition=p.partition,
-                error=_code(p.error),
+                error=wire_code(p.error),
                 high_watermark=p.high_watermark,
                 log_start_offset=p.log_start_offset,
                 log_end_offset=p.log_end_offset,
@@ -97,7 +97,8 @@ def fetch_response(answer: dt.FetchResponse) -> pb.FetchResponse:
     return response
 
 
-def _code(number: int) -> pb.ErrorCode.ValueType:
+def wire_code(number: int) -> pb.ErrorCode.ValueType:
+    """A Kafka error number as annal.v1's ErrorCode (whose numbers are Kafka's)."""
     return cast(pb.ErrorCode.ValueType, number)
 
 
@@ -125,7 +126,7 @@ def list_offsets_response(answer: dt.ListOffsetsResponse) -> pb.ListOffsetsRespo
         for p in t.partitions:
             out.partitions.add(
                 partition=p.partition,
-                error=_code(p.error),
+                error=wire_code(p.error),
                 timestamp=p.timestamp,
                 offset=p.offset,
                 leader_epoch=p.leader_epoch,
@@ -156,7 +157,7 @@ def epochs_response(answer: dt.OffsetsForLeaderEpochResponse) -> pb.OffsetsForLe
         for p in t.partitions:
             out.partitions.add(
                 partition=p.partition,
-                error=_code(p.error),
+                error=wire_code(p.error),
                 leader_epoch=p.leader_epoch,
                 end_offset=p.end_offset,
             )

@@ -5,15 +5,9 @@ DescribeGroup messages to and from the group services' own types
 
 from __future__ import annotations
 
-from typing import cast
-
 from annal.broker.requests import group_types as gt
+from annal.broker.requests.grpc_data import wire_code
 from annal.v1 import annal_pb2 as pb
-
-
-def _code(number: int) -> pb.ErrorCode.ValueType:
-    return cast(pb.ErrorCode.ValueType, number)
-
 
 # -- FindCoordinator -------------------------------------------------------------------
 
@@ -24,7 +18,7 @@ def find_coordinator_request(request: pb.FindCoordinatorRequest) -> gt.FindCoord
 
 def find_coordinator_response(answer: gt.FindCoordinatorResponse) -> pb.FindCoordinatorResponse:
     response = pb.FindCoordinatorResponse(
-        error=_code(answer.error), error_message=answer.error_message
+        error=wire_code(answer.error), error_message=answer.error_message
     )
     found = answer.coordinator
     if found is not None:
@@ -73,7 +67,7 @@ def offset_commit_response(answer: gt.OffsetCommitResponse) -> pb.OffsetCommitRe
         out = response.topics.add(name=t.name)
         for p in t.partitions:
             out.partitions.add(
-                partition=p.partition_index, error=_code(p.error), error_message=p.error_message
+                partition=p.partition_index, error=wire_code(p.error), error_message=p.error_message
             )
     return response
 
@@ -89,7 +83,9 @@ def offset_fetch_request(request: pb.OffsetFetchRequest) -> gt.OffsetFetchReques
 
 
 def offset_fetch_response(answer: gt.OffsetFetchResponse) -> pb.OffsetFetchResponse:
-    response = pb.OffsetFetchResponse(error=_code(answer.error), error_message=answer.error_message)
+    response = pb.OffsetFetchResponse(
+        error=wire_code(answer.error), error_message=answer.error_message
+    )
     for t in answer.topics:
         out = response.topics.add(name=t.name)
         for p in t.partitions:
@@ -98,7 +94,7 @@ def offset_fetch_response(answer: gt.OffsetFetchResponse) -> pb.OffsetFetchRespo
                 offset=p.committed_offset,
                 leader_epoch=p.committed_leader_epoch,
                 metadata=p.metadata,
-                error=_code(p.error),
+                error=wire_code(p.error),
             )
     return response
 
@@ -124,7 +120,7 @@ def delete_group_request(request: pb.DeleteGroupRequest) -> gt.DeleteGroupReques
 
 
 def delete_group_response(answer: gt.DeleteGroupResponse) -> pb.DeleteGroupResponse:
-    return pb.DeleteGroupResponse(error=_code(answer.error), error_message=answer.error_message)
+    return pb.DeleteGroupResponse(error=wire_code(answer.error), error_message=answer.error_message)
 
 
 def describe_group_request(request: pb.DescribeGroupRequest) -> gt.DescribeGroupRequest:
@@ -133,7 +129,7 @@ def describe_group_request(request: pb.DescribeGroupRequest) -> gt.DescribeGroup
 
 def describe_group_response(answer: gt.DescribeGroupResponse) -> pb.DescribeGroupResponse:
     return pb.DescribeGroupResponse(
-        error=_code(answer.error),
+        error=wire_code(answer.error),
         error_message=answer.error_message,
         state=answer.group_state,
         protocol_type=answer.protocol_type,

@@ -7,14 +7,9 @@ topics, in the same order, so flattening it gives annal.proto's list back."""
 
 from __future__ import annotations
 
-from typing import cast
-
 from annal.broker.requests import producer_types as pt
+from annal.broker.requests.grpc_data import wire_code
 from annal.v1 import annal_pb2 as pb
-
-
-def _code(number: int) -> pb.ErrorCode.ValueType:
-    return cast(pb.ErrorCode.ValueType, number)
 
 
 def init_producer_id_request(request: pb.InitProducerIdRequest) -> pt.InitProducerIdRequest:
@@ -33,7 +28,7 @@ def init_producer_id_request(request: pb.InitProducerIdRequest) -> pt.InitProduc
 
 def init_producer_id_response(answer: pt.InitProducerIdResponse) -> pb.InitProducerIdResponse:
     return pb.InitProducerIdResponse(
-        error=_code(answer.error),
+        error=wire_code(answer.error),
         producer_id=answer.producer_id,
         producer_epoch=answer.producer_epoch,
         error_message=answer.error_message,
@@ -57,7 +52,7 @@ def describe_producers_response(
             response.partitions.add(
                 topic=t.name,
                 partition=p.partition_index,
-                error=_code(p.error),
+                error=wire_code(p.error),
                 error_message=p.error_message,
                 producers=[
                     pb.ProducerState(

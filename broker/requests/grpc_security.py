@@ -6,9 +6,8 @@ message; every other field is copied as it is."""
 
 from __future__ import annotations
 
-from typing import cast
-
 from annal.broker.requests import security_types as st
+from annal.broker.requests.grpc_data import wire_code
 from annal.v1 import annal_pb2 as pb
 
 # -- ACLs ------------------------------------------------------------------------------
@@ -73,7 +72,7 @@ def create_acls_request(request: pb.CreateAclsRequest) -> st.CreateAclsRequest:
 def create_acls_response(answer: st.CreateAclsResponse) -> pb.CreateAclsResponse:
     return pb.CreateAclsResponse(
         results=[
-            pb.AclResult(error=_code(r.error), error_message=r.error_message)
+            pb.AclResult(error=wire_code(r.error), error_message=r.error_message)
             for r in answer.results
         ]
     )
@@ -85,7 +84,7 @@ def describe_acls_request(request: pb.DescribeAclsRequest) -> st.DescribeAclsReq
 
 def describe_acls_response(answer: st.DescribeAclsResponse) -> pb.DescribeAclsResponse:
     return pb.DescribeAclsResponse(
-        error=_code(answer.error),
+        error=wire_code(answer.error),
         error_message=answer.error_message,
         acls=[binding_message(a) for a in answer.acls],
     )
@@ -98,10 +97,10 @@ def delete_acls_request(request: pb.DeleteAclsRequest) -> st.DeleteAclsRequest:
 def delete_acls_response(answer: st.DeleteAclsResponse) -> pb.DeleteAclsResponse:
     response = pb.DeleteAclsResponse()
     for r in answer.results:
-        result = response.results.add(error=_code(r.error), error_message=r.error_message)
+        result = response.results.add(error=wire_code(r.error), error_message=r.error_message)
         for d in r.deleted:
             result.deleted.add(
-                error=_code(d.error), error_message=d.error_message, acl=binding_message(d.acl)
+                error=wire_code(d.error), error_message=d.error_message, acl=binding_message(d.acl)
             )
     return response
 
@@ -119,12 +118,12 @@ def describe_scram_response(
     answer: st.DescribeUserScramCredentialsResponse,
 ) -> pb.DescribeUserScramCredentialsResponse:
     response = pb.DescribeUserScramCredentialsResponse(
-        error=_code(answer.error), error_message=answer.error_message
+        error=wire_code(answer.error), error_message=answer.error_message
     )
     for r in answer.results:
         response.results.add(
             user=r.user,
-            error=_code(r.error),
+            error=wire_code(r.error),
             error_message=r.error_message,
             credentials=[
                 pb.ScramCredentialInfo(mechanism=c.mechanism, iterations=c.iterations)
@@ -154,12 +153,9 @@ def alter_scram_response(
     return pb.AlterUserScramCredentialsResponse(
         results=[
             pb.AlterUserScramResult(
-                user=r.user, error=_code(r.error), error_message=r.error_message
+                user=r.user, error=wire_code(r.error), error_message=r.error_message
             )
             for r in answer.results
         ]
     )
 
-
-def _code(number: int) -> pb.ErrorCode.ValueType:
-    return cast(pb.ErrorCode.ValueType, number)

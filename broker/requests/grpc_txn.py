@@ -5,19 +5,14 @@ ListTransactions and WriteTxnMarkers messages to and from the broker's own types
 
 from __future__ import annotations
 
-from typing import cast
-
 from annal.broker.requests import txn_types as tt
+from annal.broker.requests.grpc_data import wire_code
 from annal.v1 import annal_pb2 as pb
-
-
-def _code(number: int) -> pb.ErrorCode.ValueType:
-    return cast(pb.ErrorCode.ValueType, number)
 
 
 def _partition_errors(results: list[tt.PartitionResult]) -> list[pb.PartitionError]:
     return [
-        pb.PartitionError(topic=r.topic, partition=r.partition, error=_code(r.error))
+        pb.PartitionError(topic=r.topic, partition=r.partition, error=wire_code(r.error))
         for r in results
     ]
 
@@ -51,7 +46,7 @@ def end_txn_request(request: pb.EndTxnRequest) -> tt.EndTxnRequest:
 
 def txn_response(answer: tt.TxnResponse) -> pb.TxnResponse:
     """AddOffsetsToTxn's and EndTxn's answer."""
-    return pb.TxnResponse(error=_code(answer.error), error_message=answer.error_message)
+    return pb.TxnResponse(error=wire_code(answer.error), error_message=answer.error_message)
 
 
 def describe_request(request: pb.DescribeTransactionsRequest) -> tt.DescribeTransactionsRequest:
@@ -62,7 +57,7 @@ def describe_response(answer: tt.DescribeTransactionsResponse) -> pb.DescribeTra
     return pb.DescribeTransactionsResponse(
         transactions=[
             pb.TransactionDescription(
-                error=_code(t.error),
+                error=wire_code(t.error),
                 transactional_id=t.transactional_id,
                 state=t.transaction_state,
                 transaction_timeout_ms=t.transaction_timeout_ms,
@@ -86,7 +81,7 @@ def list_request(request: pb.ListTransactionsRequest) -> tt.ListTransactionsRequ
 
 def list_response(answer: tt.ListTransactionsResponse) -> pb.ListTransactionsResponse:
     return pb.ListTransactionsResponse(
-        error=_code(answer.error),
+        error=wire_code(answer.error),
         unknown_state_filters=answer.unknown_state_filters,
         transactions=[
             pb.TransactionListing(
