@@ -69,6 +69,12 @@ BUILD_PACKAGES = (
 )
 # The broker settings of librdkafka's tests/scenarios/default.json.
 SCENARIO_DEFAULT = {"num.partitions": "4", "default.replication.factor": "3"}
+# What each of librdkafka's scenarios (tests/scenarios/*.json) is about: set for
+# every run of that scenario, with or without --scenario-settings.
+SCENARIOS = {
+    "default": {},
+    "noautocreate": {"auto.create.topics.enable": "false"},
+}
 # What the ACL tests (0081, 0115, 0119) need: an authorizer, allowing what no ACL names.
 ACL_TESTS = {
     "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
@@ -423,11 +429,15 @@ class Cluster(NamedTuple):
     zookeeper: str
 
 
-def cluster_up(directory: Path, brokers: int, scenario_settings: bool) -> Cluster:
-    """Start the cluster (with scenarios/default.json's broker settings, an
-    authorizer that allows what no ACL names, and a rack per broker with a
-    rack-aware replica selector when ``scenario_settings``)."""
+def cluster_up(
+    directory: Path, brokers: int, scenario_settings: bool, scenario: str = "default"
+) -> Cluster:
+    """Start the cluster (with the scenario's own setting; with scenarios/default.json's
+    broker settings, an authorizer that allows what no ACL names, and a rack per
+    broker with a rack-aware replica selector when ``scenario_settings``)."""
     cmd = [*annal_command(), "cluster", "up", "--dir", str(directory), "--brokers", str(brokers)]
+    for name, value in SCENARIOS[scenario].items():
+        cmd += ["--override", f"{name}={value}"]
     if scenario_settings:
         for name, value in {**SCENARIO_DEFAULT, **ACL_TESTS, **FOLLOWER_FETCH}.items():
             cmd += ["--override", f"{name}={value}"]
@@ -472,7 +482,7 @@ def write_test_conf(tests_dir: Path, bootstrap: str, multiplier: float) -> Path:
 
 
 def runner_env(
-    source: Source, kafka_version: str, number: str, cluster: Cluster
+    source: Source, kafka_version: str, number: str, cluster: Cluster, scenario: str = "default"
 ) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "TESTS_SKIP", "SUBTESTS")}
     library_path = f"{source.directory / 'src'}:{source.directory / 'src-cpp'}"
@@ -480,7 +490,7 @@ def runner_env(
         TESTS=number,
         TEST_KAFKA_VERSION=kafka_version,
         TEST_MODE="bare",
-        TEST_SCENARIO="default",
+        TEST_SCENARIO=scenario,
         RDKAFKA_GITVER=f"debian-{source.debian_version}",
         KAFKA_PATH=str(REPO),
         ANNAL=" ".join(annal_command()),
@@ -537,7 +547,7 @@ def run_number(
         process = subprocess.Popen(
             [str(runner), *flags],
             cwd=runner.parent,
-            env=runner_env(source, args.kafka_version, number, cluster),
+            env=runner_env(source, args.kafka_version, number, cluster, args.scenario),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -561,7 +571,7 @@ def run_number(
             continue
         row = rows.get(entry.name)
         if row is None:
-            if "default" not in entry.scenario.split(","):
+            if args.scenario not in entry.scenario.split(","):
                 row = Outcome(entry.name, "SKIPPED", f"requires test scenario {entry.scenario}")
             elif killed:
                 detail = failures.get(entry.name, "")
@@ -577,7 +587,7 @@ def run_number(
                 how = f"signal {-code}" if code < 0 else f"exit code {code}"
                 detail = failures.get(entry.name, f"test-runner ended ({how}) without a summary")
                 row = Outcome(entry.name, "FAILED", detail, elapsed)
-        elif row.state == "SKIPPED" and not row.reason and entry.scenario != "default":
+        elif row.state == "SKIPPED" and not row.reason and entry.scenario != args.scenario:
             row.reason = f"requires test scenario {entry.scenario}"
         elif row.state == "SKIPPED" and row.reason == "Filtered due to negative test flags":
             row.reason = "flagged as a known issue of librdkafka (TEST_F_KNOWN_ISSUE): not run"
@@ -721,6 +731,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "'annal cluster up --override/--broker-override'; without it they run with "
         "annal's defaults",
     )
+    parser.add_argument(
+        "--scenario",
+        choices=sorted(SCENARIOS),
+        default="default",
+        help="librdkafka's test scenario (TEST_SCENARIO): the tests written for it run, "
+        "the others are skipped; noautocreate starts the brokers with "
+        "auto.create.topics.enable=false",
+    )
     parser.add_argument("--brokers", type=int, default=3, help="brokers in the cluster")
     parser.add_argument("--jobs", type=int, default=2, help="make -j")
     return parser.parse_args(argv)
@@ -751,7 +769,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.mkdir()
         cluster_down(cluster_dir, False)  # a cluster left over by an interrupted run
         shutil.rmtree(cluster_dir, ignore_errors=True)
-        cluster = cluster_up(cluster_dir, args.brokers, args.scenario_settings)
+        cluster = cluster_up(cluster_dir, args.brokers, args.scenario_settings, args.scenario)
         conf = write_test_conf(runner.parent, cluster.bootstrap, args.timeout_multiplier)
         say(
             f"== running {len(numbers)} test numbers (TEST_KAFKA_VERSION={args.kafka_version}, "
