@@ -711,10 +711,6 @@ class BrokerServer:
         config = self.config
         attempts = config.controlled_shutdown_max_retries + 1
 
-        def gave_up(state: tenacity.RetryCallState) -> bool:
-            logger.warning("stopping without a complete controlled shutdown")
-            return False
-
         def tried(state: tenacity.RetryCallState) -> None:
             assert state.outcome is not None
             logger.warning(
@@ -723,6 +719,11 @@ class BrokerServer:
                 attempts,
                 state.outcome.result(),
             )
+
+        def gave_up(state: tenacity.RetryCallState) -> bool:
+            tried(state)  # the last attempt sleeps no more, so before_sleep never saw it
+            logger.warning("stopping without a complete controlled shutdown")
+            return False
 
         tenacity.Retrying(
             stop=tenacity.stop_after_attempt(attempts),

@@ -103,7 +103,7 @@ class _Index:
             length = capacity = os.fstat(fd).st_size
             if self.created:
                 capacity = self._round(max_index_size)
-                length = min(capacity, self._round(FIRST_ALLOCATION))
+                length = self._allocation(capacity, 0)
                 os.ftruncate(fd, length)
                 # The first page written through the map of a new sparse file
                 # costs milliseconds (the file's first block is allocated in
@@ -124,6 +124,11 @@ class _Index:
 
     def _round(self, size: int) -> int:
         return max(size // self.entry_size, 1) * self.entry_size
+
+    def _allocation(self, capacity: int, at_least: int) -> int:
+        """The file's length for ``at_least`` bytes: at least the first step, at
+        most the capacity (both whole entries)."""
+        return min(capacity, max(at_least, self._round(FIRST_ALLOCATION)))
 
     @property
     def entries(self) -> int:
@@ -205,7 +210,7 @@ class _Index:
         if (entries + 1) * self.entry_size <= self._size:
             return
         capacity = self.max_entries * self.entry_size
-        length = min(capacity, max(2 * self._size, self._round(FIRST_ALLOCATION)))
+        length = self._allocation(capacity, 2 * self._size)
         with self._lock:
             last = self._last
             # the next flush's msync of the new map writes these pages too
@@ -273,7 +278,7 @@ class _Index:
         """
         capacity = self._round(new_size) if new_size > 0 else 0
         held = self._entries * self.entry_size
-        length = min(capacity, max(held, self._round(FIRST_ALLOCATION)))
+        length = self._allocation(capacity, held)
         with self._lock:
             if length != self._size or capacity != self.max_entries * self.entry_size:
                 self._set_length_locked(length, capacity)
