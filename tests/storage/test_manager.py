@@ -197,3 +197,51 @@ def test_background_cleaner_compacts(tmp_path: Path) -> None:
     wait_until(lambda: len(read_all(log)) == 1)
     assert read_all(log)[0].value == b"19"
     manager.shutdown()
+
+
+class _KilledBeforeTheSync(Exception):
+    """The process dies at the worst moment of a clean shutdown: every log is
+    closed (snapshots, epochs and trimmed indexes written, none of them synced,
+    the recovery points moved only in memory) and the one sync has not run."""
+
+
+def test_a_shutdown_killed_before_its_sync_twice_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a process killed there leaves (the page cache survives it) is a dir
+    with no clean-shutdown marker and the old checkpoints: the next start
+    recovers every log, and every record and leader epoch is still there, twice
+    in a row, then after a clean stop too."""
+    d = tmp_path / "d"
+    tps = [files.TopicPartition("orders", p) for p in range(8)]
+    written: dict[files.TopicPartition, list[bytes]] = {tp: [] for tp in tps}
+
+    def kill_at_the_sync() -> None:
+        raise _KilledBeforeTheSync
+
+    for epoch in (3, 4):
+        manager = LogManager([d], broker_id=1, settings=QUIET)
+        manager.startup()
+        for tp in tps:
+            log = manager.get_or_create_log(tp)
+            for i in range(3):
+                value = f"{tp.partition}-{epoch}-{i}".encode()
+                log.append_as_leader(batch([value]), epoch)  # a new epoch, unflushed
+                written[tp].append(value)
+        with monkeypatch.context() as patched:
+            patched.setattr(os, "sync", kill_at_the_sync)
+            with pytest.raises(_KilledBeforeTheSync):
+                manager.shutdown()
+        assert not (d / files.CLEAN_SHUTDOWN_FILE).exists()
+
+    for _ in range(2):  # recovered, then again after a clean stop
+        again = LogManager([d], broker_id=1, settings=QUIET)
+        again.startup()
+        for tp in tps:
+            log = again.get_log(tp)
+            assert log is not None
+            assert [r.value for r in read_all(log)] == written[tp]
+            epochs = [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.epoch_entries()]
+            assert epochs == [(3, 0), (4, 3)]
+        again.shutdown()
+        assert (d / files.CLEAN_SHUTDOWN_FILE).exists()
