@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -52,6 +53,12 @@ def add_parser(commands: Any) -> None:
         "--log-file-backups", type=_positive, default=DEFAULT_BACKUPS, metavar="N",
         help="rotated files kept: FILE.1 (newest) to FILE.N (default: %(default)s)",
     )  # fmt: skip
+    start.add_argument(
+        "--ports-file", type=Path, metavar="FILE",
+        help="once the broker serves, write where it listens to FILE as JSON (the gRPC "
+        "listener's name and port, each Kafka listener's port by name, the metrics port): "
+        "with a listener on port 0 this is how a script learns the port the kernel gave it",
+    )  # fmt: skip
     start.set_defaults(run=run_start)
 
 
@@ -63,6 +70,13 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not at least 1")
     return value
+
+
+def _write_ports(path: Path, ports: dict[str, object]) -> None:
+    """Whole or not at all: a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(ports) + "\n")
+    tmp.replace(path)
 
 
 def parse_pairs(pairs: list[str]) -> dict[str, str]:
@@ -111,6 +125,12 @@ def run_start(args: argparse.Namespace) -> int:
     except BrokerStartupError as exc:
         print(f"annal broker start: broker {config.broker_id} cannot start: {exc}", file=sys.stderr)
         return 1
+    if args.ports_file is not None:
+        try:
+            _write_ports(args.ports_file, broker.bound_ports())
+        except OSError as exc:
+            logging.getLogger(__name__).error("cannot write --ports-file: %s; stopping", exc)
+            broker.must_stop.set()
     while not stop.wait(0.5) and not broker.must_stop.is_set():
         pass
     broker.shutdown()

@@ -231,6 +231,9 @@ class DynamicBrokerConfig:
         self._versions: dict[str, int] = {DEFAULT_ENTITY: -2, self.entity: -2}
         self._current = static
         self._listeners: list[ConfigListener] = []
+        # what a setting left unset comes to once the broker serves: advertised.listeners
+        # as registered, with the ports bound for listeners of port 0 (set by the server)
+        self.served: dict[str, str] = {}
         # _lock guards the levels (held briefly: DescribeConfigs reads them on the
         # event loop); _apply_lock orders updates with the listeners' work
         self._lock = threading.Lock()
@@ -355,10 +358,11 @@ class DynamicBrokerConfig:
             while listed and listed[0].name != name:
                 listed.pop(0)  # a synonym of higher precedence is another setting
             head = listed[0] if listed else None
+            unset = None if not per_broker else self.served.get(name)
             found.append(
                 DescribedConfig(
                     name,
-                    head.value if head is not None else None,
+                    head.value if head is not None else unset,
                     head.source if head is not None else ConfigSource.DEFAULT_CONFIG,
                     name not in DYNAMIC,
                     sensitive,

@@ -428,6 +428,9 @@ class BrokerServer:
         kafka_endpoints = ", ".join(
             f"{e.listener}://{e.address}" for e in self.registration.kafka_endpoints
         )
+        advertised = [f"{config.listener.protocol}://{self.registration.endpoint}"]
+        advertised += [f"{e.listener}://{e.address}" for e in self.registration.kafka_endpoints]
+        self.dynamic.served["advertised.listeners"] = ",".join(advertised)
         logger.info(
             "broker %d serving on %s%s (cluster %s, ZooKeeper %s)",
             config.broker_id,
@@ -436,6 +439,18 @@ class BrokerServer:
             self.cluster_id,
             config.zookeeper_connect,
         )
+
+    def bound_ports(self) -> dict[str, object]:
+        """Where this broker listens, as bound (a port of 0 resolved): the gRPC
+        listener's name and port, each Kafka listener's port by name, and the
+        metrics port (None when off); what ``annal broker start --ports-file``
+        writes once the broker serves."""
+        return {
+            "broker.id": self.config.broker_id,
+            "grpc": {"listener": self.config.listener.protocol, "port": self.port},
+            "kafka": dict(self.kafka_ports),
+            "metrics": self.metrics_port,
+        }
 
     def _load_dynamic_entities(self) -> None:
         """What the config-change listener loads whole before following: the users'

@@ -24,8 +24,8 @@ from typing import Any
 
 from annal.client.security import Security
 from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
-from annal.deploy.secure import PLAINTEXT, SASL_SSL, SecureFiles, make_secure_files, store_admin
-from annal.deploy.zookeeper import ZooKeeperServer, free_port
+from annal.deploy.secure import PLAINTEXT, SecureFiles, make_secure_files, store_admin
+from annal.deploy.zookeeper import ZooKeeperServer
 from annal.zk.client import ZkClient, ZkError
 
 CHROOT = "/annal"
@@ -99,6 +99,13 @@ def _controller(state: ClusterState) -> int | None:
         return None
 
 
+def _learn(entry: BrokerEntry, process: BrokerProcess, timeout_s: float) -> None:
+    """The ports ``process`` bound, once it serves, into ``entry``."""
+    process.wait_for_ports(timeout_s)
+    entry.port, entry.kafka_port = process.port, process.kafka_port
+    entry.metrics_port = process.metrics_port
+
+
 def pid_alive(pid: int | None) -> bool:
     if not pid:
         return False
@@ -148,11 +155,11 @@ class LocalCluster:
 
     def client_security(self, state: ClusterState) -> Security | None:
         """How this tool reaches the brokers: as the super user when secured."""
-        return self.secure_files.admin_security() if state.security == SASL_SSL else None
+        return self.secure_files.admin_security() if state.security != PLAINTEXT else None
 
     def _settings(self, state: ClusterState, entry: BrokerEntry) -> dict[str, str]:
         own = state.broker_overrides.get(str(entry.id), {})
-        if state.security != SASL_SSL:
+        if state.security == PLAINTEXT:
             return {**SETTINGS, **state.overrides, **own}
         count = len(state.brokers)
         secured = self.secure_files.broker_settings(entry.id, count, entry.port, entry.kafka_port)
@@ -173,6 +180,7 @@ class LocalCluster:
             settings=self._settings(state, entry),
             metrics_port=entry.metrics_port,
             kafka_port=entry.kafka_port,
+            rebind=True,
         )
 
     def up(
@@ -194,7 +202,7 @@ class LocalCluster:
         _check_overrides(overrides or {})
         _check_broker_overrides(brokers, overrides or {}, broker_overrides or {})
         password = None
-        if security == SASL_SSL:
+        if security != PLAINTEXT:
             _, password = make_secure_files(self.directory, brokers)
         zookeeper = ZooKeeperServer(self.directory / "zookeeper")
         zookeeper.start()
@@ -208,19 +216,22 @@ class LocalCluster:
         }
         if password is not None:
             store_admin(state.zookeeper_connect, password)
-        state.brokers = [
-            BrokerEntry(i, free_port(), metrics_port=free_port(), kafka_port=free_port())
-            for i in range(1, brokers + 1)
-        ]
+        # every port is the kernel's pick, learned once the broker serves
+        state.brokers = [BrokerEntry(i, 0, metrics_port=0) for i in range(1, brokers + 1)]
+        processes = []
         for entry in state.brokers:
             process = self.broker(state, entry)
             process.start()
             entry.pid = process.pid
+            processes.append(process)
         self.save(state)
         plural = "s" if brokers > 1 else ""
         progress(f"{brokers} broker{plural} started; waiting for them to register")
         with ZkClient(state.zookeeper_connect) as zk:
             try:
+                for entry, process in zip(state.brokers, processes, strict=True):
+                    _learn(entry, process, timeout_s)
+                self.save(state)
                 wait_until(
                     lambda: len(zk.get_brokers()) == brokers, timeout_s, "every broker registered"
                 )
@@ -235,7 +246,7 @@ class LocalCluster:
                         timeout_s,
                         f"broker {b.id} serving metadata",
                     )
-            except TimeoutError as exc:
+            except (TimeoutError, RuntimeError) as exc:
                 logs = "\n".join(
                     f"--- broker {b.id} ---\n{self.broker(state, b).tail_log(20)}"
                     for b in state.brokers
@@ -269,7 +280,7 @@ class LocalCluster:
         }
 
     def _security_files(self, state: ClusterState) -> dict[str, str]:
-        if state.security != SASL_SSL:
+        if state.security == PLAINTEXT:
             return {}
         files = self.secure_files
         return {
@@ -319,6 +330,11 @@ class LocalCluster:
         process.start()
         entry.pid = process.pid
         self.save(state)
+        try:
+            _learn(entry, process, timeout_s)
+        except RuntimeError as exc:
+            raise ClusterError(str(exc)) from None
+        self.save(state)  # a port another process took meanwhile was bound anew
 
         def registered_again() -> bool:
             if not process.alive:

@@ -103,6 +103,8 @@ def free_port(host: str = "127.0.0.1") -> int:
         return picked
 
 
+# how many ports a server whose port was taken before it bound it tries in all
+PICKS = 3
 # Above the host ports docker-compose.yml publishes (9092-9094, 19092-19094).
 FREE_PORTS_FROM = 20_000
 _handed_out: set[int] = set()
@@ -157,6 +159,7 @@ class ZooKeeperServer:
         self.directory = Path(directory)
         self.host = host
         self.port = port or free_port(host)
+        self._picked = not port  # a port picked here is picked again if taken
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -215,7 +218,22 @@ class ZooKeeperServer:
         return config
 
     def start(self, timeout_s: float = 30.0) -> None:
-        """Start the server and wait until it serves requests (``srvr`` answers)."""
+        """Start the server and wait until it serves requests (``srvr`` answers).
+
+        ZooKeeper cannot listen on port 0 and say where it listens, so its port is
+        picked here (``free_port``); should another process bind it first, the
+        server fails to start, and starts again on another port picked anew."""
+        for attempt in range(PICKS):
+            try:
+                self._start(timeout_s)
+                return
+            except ZooKeeperError as exc:
+                taken = "Address already in use" in str(exc)
+                if not (self._picked and taken) or attempt == PICKS - 1:
+                    raise
+                self.port = free_port(self.host)
+
+    def _start(self, timeout_s: float) -> None:
         install = find_zookeeper()
         config = self.write_config()
         logging = (

@@ -67,6 +67,10 @@ def test_local_cluster_lifecycle(tmp_path: Path) -> None:
         text = annal("cluster", "status", "--dir", d).stdout
         assert "metrics=127.0.0.1:" in text and "under-replicated=0" in text
 
+        # the kernel picked every port (none was chosen before the broker bound it)
+        addresses = [(b["endpoint"], b["kafka_endpoint"], b["metrics_endpoint"])
+                     for b in status["brokers"]]  # fmt: skip
+        assert not any(a.endswith(":0") for broker in addresses for a in broker)
         killed = annal("cluster", "--dir", d, "kill", "2")
         assert killed.returncode == 0 and "broker 2 killed (SIGKILL)" in killed.stdout
         status = json.loads(annal("cluster", "--dir", d, "status", "--json").stdout)
@@ -76,6 +80,10 @@ def test_local_cluster_lifecycle(tmp_path: Path) -> None:
         started = annal("cluster", "--dir", d, "start", "2")
         assert started.returncode == 0, started.stderr
         assert "broker 2 started: registered and serving metadata in" in started.stdout
+        status = json.loads(annal("cluster", "--dir", d, "status", "--json").stdout)
+        again_at = [(b["endpoint"], b["kafka_endpoint"], b["metrics_endpoint"])
+                    for b in status["brokers"]]  # fmt: skip
+        assert again_at == addresses  # a restarted broker keeps its addresses
         stopped = annal("cluster", "--dir", d, "stop", "1")
         assert stopped.returncode == 0 and "broker 1 stopped in" in stopped.stdout
         status = json.loads(annal("cluster", "--dir", d, "status", "--json").stdout)

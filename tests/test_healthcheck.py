@@ -38,7 +38,7 @@ def test_a_tls_broker_is_checked_with_the_command_config(
     broker = BrokerProcess(1, zk_connect, tmp_path)
     broker.settings.update(
         {
-            "listeners": f"GRPCS://127.0.0.1:{broker.port}",
+            "listeners": "GRPCS://127.0.0.1:0",
             "ssl.keystore.location": str(files.keystore("broker-1")),
             "ssl.truststore.location": str(files.ca),
             "ssl.client.auth": "required",

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from annal.deploy import zookeeper as zookeeper_module
 from annal.deploy.zookeeper import (
     ZooKeeperError,
     ZooKeeperServer,
@@ -73,3 +74,28 @@ def test_free_ports_stay_in_the_range_annal_free_ports_names(
         monkeypatch.setenv("ANNAL_FREE_PORTS", bad)
         with pytest.raises(ValueError, match=r"ANNAL_FREE_PORTS=.*expected FIRST-LAST"):
             free_port()
+
+
+@pytest.mark.timeout(90)
+def test_a_picked_port_taken_before_zookeeper_binds_it_is_picked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ZooKeeper cannot bind port 0 and report it: its port is picked, and should
+    another process take it first, picked again; a port the caller gave is not."""
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        picks = iter([taken])
+        real_pick = zookeeper_module.free_port
+        monkeypatch.setattr(
+            zookeeper_module, "free_port", lambda host="127.0.0.1": next(picks, None) or real_pick()
+        )
+        server = ZooKeeperServer(tmp_path / "picked")
+        assert server.port == taken
+        with server:
+            assert server.port != taken
+            assert "Zookeeper version" in four_letter_word("127.0.0.1", server.port, "srvr")
+        given = ZooKeeperServer(tmp_path / "given", port=taken)
+        with pytest.raises(ZooKeeperError, match="Address already in use"):
+            given.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,3 +134,57 @@ def test_killed_broker_loses_its_registration_with_the_session(
     with ZkClient(zk_connect) as zk:
         wait_until(lambda: registered(zk, 3), 60, "broker 3 registered again")
     assert broker.stop() == 0
+
+
+@pytest.mark.timeout(120)
+def test_ports_are_bound_by_the_broker_learned_and_kept_across_restarts(
+    zk_connect: str, tmp_path: Path, brokers: list[BrokerProcess]
+) -> None:
+    """No port is picked before the broker binds it: every listener starts on port 0,
+    the broker writes what it bound (``--ports-file``) and registers it; a restart
+    binds the same ports, except one another process took meanwhile, bound anew."""
+    broker = BrokerProcess(4, zk_connect, tmp_path, metrics_port=0)
+    brokers.append(broker)
+    with pytest.raises(RuntimeError, match="broker 4 has not been started"):
+        assert broker.endpoint is None
+    assert "GRPC://127.0.0.1:0,PLAINTEXT://127.0.0.1:0" in " ".join(broker.command())
+    broker.start()
+    ports = json.loads(_wait_for_file(broker.ports_path))
+    assert ports["grpc"] == {"listener": "GRPC", "port": broker.port}
+    assert ports["kafka"] == {"PLAINTEXT": broker.kafka_port} and ports["metrics"]
+    assert broker.metrics_port == ports["metrics"] and 0 not in (broker.port, broker.kafka_port)
+    with ZkClient(zk_connect) as zk:
+        registration = json.loads(zk.get("/brokers/ids/4")[0])  # type: ignore[index]
+    assert registration["endpoints"] == [
+        f"GRPC://127.0.0.1:{broker.port}",
+        f"PLAINTEXT://127.0.0.1:{broker.kafka_port}",
+    ]
+    first = (broker.port, broker.kafka_port, broker.metrics_port)
+    broker.kill()
+    with socket.socket() as squatter:  # another process binds the Kafka port meanwhile
+        squatter.bind(("127.0.0.1", broker.kafka_port))
+        squatter.listen()
+        broker.start()
+        wait_until(lambda: metadata_lists(broker.endpoint, [4]), 60, "broker 4 serving again")
+        assert (broker.port, broker.metrics_port) == (first[0], first[2])
+        assert broker.kafka_port not in (0, first[1])
+        assert json.loads(broker.ports_path.read_text())["kafka"] == {
+            "PLAINTEXT": broker.kafka_port
+        }
+
+
+@pytest.mark.timeout(120)
+def test_a_broker_that_exits_before_serving_says_so_where_its_ports_are_asked(
+    zk_connect: str, tmp_path: Path, brokers: list[BrokerProcess]
+) -> None:
+    broker = BrokerProcess(5, zk_connect, tmp_path, settings={"num.partitons": "1"})
+    brokers.append(broker)
+    broker.start()
+    with pytest.raises(RuntimeError, match=r"broker 5 exited \(code 1\) before serving") as err:
+        assert broker.endpoint is None
+    assert "did you mean 'num.partitions'" in str(err.value)
+
+
+def _wait_for_file(path: Path) -> str:
+    wait_until(path.exists, 60, f"{path} written")
+    return path.read_text()

@@ -50,7 +50,7 @@ def secured(zk_connect: str, tmp_path: Path, request: pytest.FixtureRequest) -> 
         broker = BrokerProcess(broker_id, zk_connect, tmp_path)
         broker.settings.update(
             {
-                "listeners": f"GRPCS://127.0.0.1:{broker.port}",
+                "listeners": "GRPCS://127.0.0.1:0",
                 "ssl.keystore.location": files[f"broker-{broker_id}"],
                 "ssl.truststore.location": files["ca"],
                 "ssl.client.auth": "required",

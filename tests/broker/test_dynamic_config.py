@@ -233,6 +233,28 @@ def test_describe_shows_sources_synonyms_and_read_only() -> None:
     )
 
 
+def test_unset_advertised_listeners_are_described_as_served() -> None:
+    """Listeners of port 0: a tool that reads advertised.listeners (annal's CLI finding
+    a broker's gRPC listener through its Kafka one) sees the ports bound, never 0."""
+    dynamic = DynamicBrokerConfig(
+        static(listeners="GRPC://127.0.0.1:0,PLAINTEXT://127.0.0.1:0")
+    )
+    served = "GRPC://127.0.0.1:40001,PLAINTEXT://127.0.0.1:40003"
+    dynamic.served["advertised.listeners"] = served
+    found = {d.name: d for d in dynamic.describe(per_broker=True)}
+    assert (found["advertised.listeners"].value, found["advertised.listeners"].source) == (
+        served,
+        S.DEFAULT_CONFIG,
+    )
+    assert found["listeners"].value == "GRPC://127.0.0.1:0,PLAINTEXT://127.0.0.1:0"
+    assert "advertised.listeners" not in {d.name for d in dynamic.describe(per_broker=False)}
+    # set at start-up, it is described as set
+    kept = DynamicBrokerConfig(static(advertised_listeners="GRPC://b1:9092"))
+    kept.served["advertised.listeners"] = served
+    described = {d.name: d for d in kept.describe(per_broker=True)}["advertised.listeners"]
+    assert (described.value, described.source) == ("GRPC://b1:9092", S.STATIC_BROKER_CONFIG)
+
+
 def test_a_topic_configs_default_source_is_its_broker_synonyms_level() -> None:
     dynamic = DynamicBrokerConfig(static(log_segment_bytes="4096"))
     assert dynamic.topic_default_source("segment.bytes") is S.STATIC_BROKER_CONFIG

@@ -59,7 +59,7 @@ def tls_broker(zk_connect: str, tmp_path: Path) -> Iterator[tuple[BrokerProcess,
     broker = BrokerProcess(1, zk_connect, tmp_path)
     broker.settings.update(
         {
-            "listeners": f"GRPCS://127.0.0.1:{broker.port}",
+            "listeners": "GRPCS://127.0.0.1:0",
             "ssl.keystore.location": issue(ca, "broker-1").write_keystore(tmp_path / "b.pem"),
             "ssl.truststore.location": str(ca_file),
             "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",

@@ -41,7 +41,7 @@ def tls_cluster(
         broker = BrokerProcess(broker_id, zk_connect, tmp_path)
         broker.settings.update(
             {
-                "listeners": f"GRPCS://127.0.0.1:{broker.port}",
+                "listeners": "GRPCS://127.0.0.1:0",
                 "ssl.keystore.location": keystore,
                 "ssl.truststore.location": files["ca"],
                 "ssl.client.auth": "required",

@@ -15,7 +15,6 @@ from annal.client.security import Security
 from annal.consumer.kafka_fetch import KafkaFetchConnection
 from annal.consumer.simple import SimpleConsumer
 from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
-from annal.deploy.zookeeper import free_port
 from annal.kafkaproto.client import AuthenticationFailed
 from annal.producer.producer import Producer
 from annal.security.scram import make_credential
@@ -43,10 +42,9 @@ def secured(zk_connect: str, tmp_path: Path) -> Iterator[Secured]:
             "alice", "SCRAM-SHA-256", make_credential("SCRAM-SHA-256", "alice-secret")
         )
     broker = BrokerProcess(1, zk_connect, tmp_path)
-    sasl, ssl = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     broker.settings.update(
         {
-            "listeners": f"GRPCS://127.0.0.1:{broker.port},SASL_SSL://{sasl},SSL://{ssl}",
+            "listeners": "GRPCS://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SSL://127.0.0.1:0",
             "ssl.keystore.location": issue(ca, "broker-1").write_keystore(tmp_path / "b.pem"),
             "ssl.truststore.location": str(ca_file),
             "listener.name.ssl.ssl.client.auth": "required",
@@ -58,6 +56,7 @@ def secured(zk_connect: str, tmp_path: Path) -> Iterator[Secured]:
     try:
         reader = Security("SSL", str(ca_file), client, client)
         wait_until(lambda: metadata_lists(broker.endpoint, [1], security=reader), 60, "serving")
+        sasl, ssl = broker.listener_endpoint("SASL_SSL"), broker.listener_endpoint("SSL")
         yield Secured(broker, str(ca_file), client, sasl, ssl)
     finally:
         broker.kill()
