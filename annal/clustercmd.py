@@ -37,12 +37,16 @@ def add_parser(commands: Any) -> None:
     up.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
     up.add_argument(
         "--security",
-        choices=["plaintext", "sasl_ssl"],
+        choices=["plaintext", "ssl", "sasl_ssl"],
         default="plaintext",
         help="sasl_ssl: a CA and certificates made in DIR/security, Kafka's protocol on "
         "SASL_SSL:// (SCRAM), gRPC over TLS with client certificates, the ACL authorizer "
         "on (nothing allowed without an ACL) and a super user 'admin' whose client "
-        "settings are printed (docs/security.md). Default: plaintext, no authorizer",
+        "settings are printed (docs/security.md). ssl: the same, but Kafka's protocol on "
+        "SSL:// with client certificates required (ssl.client.auth=required): a Kafka "
+        "client proves who it is with a certificate the cluster's CA signed, as "
+        "User:<CN>, and the admin's Kafka settings use admin.pem; no password. "
+        "Default: plaintext, no authorizer",
     )
     up.add_argument(
         "--override",
@@ -143,9 +147,9 @@ def run(args: argparse.Namespace) -> int:
             kafka = ",".join(f"127.0.0.1:{b.kafka_port}" for b in state.brokers)
             print(f"Kafka bootstrap servers: {kafka}")
             print(f"zookeeper: {state.zookeeper_connect}")
-            if args.security == "sasl_ssl":
+            if args.security != "plaintext":
                 files = cluster.secure_files
-                print(f"security: SASL_SSL (Kafka), TLS (gRPC), ACLs on; CA {files.ca}")
+                print(f"security: {_security_line(args.security, str(files.ca))}")
                 print(f"admin, annal's CLI: --command-config {files.admin_config}")
                 print(f"admin, Kafka's clients: {files.kafka_admin_config}")
         elif args.action == "status":
@@ -156,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
             else:
                 print(f"zookeeper  {status['zookeeper']}  alive={status['zookeeper_alive']}")
                 print(f"controller {status['controller']}")
+                if status["security"] != "plaintext":
+                    print(f"security   {_security_line(status['security'], status['ca'])}")
                 for b in status["brokers"]:
                     metrics = f"  metrics={b['metrics_endpoint']}" if b["metrics_endpoint"] else ""
                     print(
@@ -238,6 +244,19 @@ def _describe(event: dict[str, Any]) -> str:
     )
 
 
+# How Kafka's clients authenticate, by --security
+_KAFKA_SECURITY = {
+    "ssl": "SSL with client certificates",
+    "sasl_ssl": "SASL_SSL",
+}
+
+
+def _security_line(security: str, ca: str) -> str:
+    """What a secured cluster serves, for ``up`` and ``status``."""
+    kafka = _KAFKA_SECURITY.get(security, security.upper())
+    return f"{kafka} (Kafka), TLS (gRPC), ACLs on; CA {ca}"
+
+
 def _partition_health(status: dict[str, Any], cluster: Any) -> dict[str, Any]:
     """Partition counts by condition (``admin.health``), asked of a live broker;
     ``{"error": why}`` when no broker can answer."""
@@ -249,7 +268,7 @@ def _partition_health(status: dict[str, Any], cluster: Any) -> dict[str, Any]:
     if not live:
         return {"error": "no broker is running"}
     secured = {}
-    if status.get("security") == "sasl_ssl":  # as the cluster's super user
+    if status.get("security", "plaintext") != "plaintext":  # as the cluster's super user
         admin = str(cluster.secure_files.keystore("admin"))
         secured = {"security_protocol": "SSL", "ssl_cafile": status["ca"],
                    "ssl_certfile": admin, "ssl_keyfile": admin}  # fmt: skip

@@ -13,8 +13,12 @@ tests use an existing cluster named in ``tests/test.conf``.  This script:
    packages), runs ``./configure``, ``make libs`` and ``make -C tests build``;
 3. starts three brokers with ``annal cluster up``, writes ``tests/test.conf``
    with the Kafka bootstrap servers it prints, and runs the tests one test
-   number at a time (``TESTS=NNNN test-runner -p1 -L``), each under a time
-   limit;
+   number at a time (``TESTS=NNNN test-runner -p1 -L``; ``--parallel N``:
+   ``-pN``), each under a time limit.  With ``--security ssl`` the cluster
+   serves Kafka's protocol on ``SSL://`` with client certificates required
+   (``annal cluster up --security ssl``), test.conf says how to connect as the
+   cluster's admin, and the ``SSL_*`` variables that librdkafka's SSL tests
+   read (0097) name that certificate, its key and the CA in each form;
 4. stops the cluster with ``annal cluster down`` whatever happens;
 5. prints one row per test and, as its last line, one JSON object.
 
@@ -22,6 +26,7 @@ Run it from the repository root::
 
     .venv/bin/python bench/librdkafka_suite.py                  # every broker test
     .venv/bin/python bench/librdkafka_suite.py --tests 0001,0012
+    .venv/bin/python bench/librdkafka_suite.py --tests 0097 --security ssl
 
 The test runner's output for test number NNNN is kept in
 ``WORKDIR/results/NNNN.log``; with ``--keep`` the cluster's directory (each
@@ -35,17 +40,25 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs12
+
+if TYPE_CHECKING:
+    from annal.deploy.certs import Identity
 
 # also KAFKA_PATH: Kafka's tool names (bin/kafka-*.sh) for the tests that run them
 REPO = Path(__file__).resolve().parents[1]
@@ -92,6 +105,11 @@ SUMMARY_ROW = re.compile(
 )
 FAILURE_HEADER = re.compile(r'^### Test "(?P<name>[^"]+)" failed at (?P<where>\S+)')
 TIMED_OUT = re.compile(r"timed out \(timeout set to \d+ seconds\)")
+# What test-runner prints as each test ends well, before its summary (kept when
+# it is killed before the summary, e.g. with --parallel beside a test that hangs)
+PASSED_LINE = re.compile(r"=+ Test (?P<name>\S+) PASSED =+")
+DURATION_LINE = re.compile(r"\] (?P<name>\S+): duration (?P<ms>[\d.]+)ms")
+SECURITY_CHOICES = ("plaintext", "ssl")
 
 
 class SuiteError(Exception):
@@ -421,21 +439,38 @@ def _settings_note() -> None:
         )
 
 
+class SslClient(NamedTuple):
+    """How the tests connect to an ``SSL://`` cluster: test.conf's settings, and
+    the ``SSL_*`` variables librdkafka's cluster tool (trivup) sets, which its
+    SSL tests read (0097)."""
+
+    conf: dict[str, str]
+    env: dict[str, str]
+
+
 class Cluster(NamedTuple):
     """Where the tests find the cluster: its Kafka bootstrap servers (test.conf and
-    ``BROKERS``) and its ZooKeeper (``ZK_ADDRESS``, for kafka-topics.sh)."""
+    ``BROKERS``), its ZooKeeper (``ZK_ADDRESS``, for kafka-topics.sh) and, with
+    ``--security ssl``, how to connect."""
 
     bootstrap: str
     zookeeper: str
+    ssl: SslClient | None = None
 
 
 def cluster_up(
-    directory: Path, brokers: int, scenario_settings: bool, scenario: str = "default"
+    directory: Path,
+    brokers: int,
+    scenario_settings: bool,
+    scenario: str = "default",
+    security: str = "plaintext",
 ) -> Cluster:
     """Start the cluster (with the scenario's own setting; with scenarios/default.json's
     broker settings, an authorizer that allows what no ACL names, and a rack per
-    broker with a rack-aware replica selector when ``scenario_settings``)."""
+    broker with a rack-aware replica selector when ``scenario_settings``; secured
+    as ``annal cluster up --security`` secures it)."""
     cmd = [*annal_command(), "cluster", "up", "--dir", str(directory), "--brokers", str(brokers)]
+    cmd += ["--security", security]
     for name, value in SCENARIOS[scenario].items():
         cmd += ["--override", f"{name}={value}"]
     if scenario_settings:
@@ -460,6 +495,78 @@ def cluster_up(
     return Cluster(found.group(1), zookeeper.group(1))
 
 
+# ---------------------------------------------------------------------------
+# SSL: the files librdkafka's SSL tests expect (as trivup makes them)
+
+
+def ssl_client(cluster_dir: Path, target: Path) -> SslClient:
+    """The admin of an ``annal cluster up --security ssl`` cluster (a super user
+    whose certificate the cluster's CA signed) as librdkafka's tests take it,
+    written to ``target``: its key (PEM encrypted with a password made here, and
+    DER), its certificate (PEM, DER), the CA (PEM, DER), the CA with another one
+    (PEM) and all of it in PKCS#12 under the same password.  test.conf reads the
+    encrypted key, so ``ssl.key.password`` is used."""
+    from annal.deploy.certs import Identity, make_ca
+    from annal.deploy.secure import ADMIN, SecureFiles
+
+    secured = SecureFiles(cluster_dir / "security")
+    client = Identity.from_pem(secured.keystore(ADMIN).read_bytes())
+    ca = x509.load_pem_x509_certificate(secured.ca.read_bytes())
+    other = make_ca("librdkafka_suite: another CA").cert  # only its certificate is used
+    password = secrets.token_urlsafe(18)
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True, mode=0o700)
+    env = {"SSL_password": password}
+    for variable, (name, data) in ssl_forms(client, ca, other, password.encode()).items():
+        private_file(target / name, data)
+        env[variable] = str(target / name)
+    conf = {
+        "security.protocol": "SSL",
+        "ssl.ca.location": env["SSL_ca_pem"],
+        "ssl.certificate.location": env["SSL_pub_pem"],
+        "ssl.key.location": env["SSL_priv_pem"],
+        "ssl.key.password": password,
+    }
+    return SslClient(conf, env)
+
+
+def ssl_forms(
+    client: Identity, ca: x509.Certificate, other: x509.Certificate, password: bytes
+) -> dict[str, tuple[str, bytes]]:
+    """Each ``SSL_*`` variable's file name and contents.  librdkafka 2.0.2 reads
+    the PEM key and the PKCS#12 file with ``ssl.key.password`` and the DER key
+    without one (src/rdkafka_cert.c), so only the DER key is left unencrypted."""
+    pem, der = serialization.Encoding.PEM, serialization.Encoding.DER
+    pkcs8 = serialization.PrivateFormat.PKCS8
+    locked = serialization.BestAvailableEncryption(password)
+    return {
+        "SSL_priv_pem": ("client.key.pem", client.key.private_bytes(pem, pkcs8, locked)),
+        "SSL_priv_der": (
+            "client.key.der",
+            client.key.private_bytes(der, pkcs8, serialization.NoEncryption()),
+        ),
+        "SSL_pub_pem": ("client.pem", client.cert.public_bytes(pem)),
+        "SSL_pub_der": ("client.der", client.cert.public_bytes(der)),
+        "SSL_ca_pem": ("ca.pem", ca.public_bytes(pem)),
+        "SSL_ca_der": ("ca.der", ca.public_bytes(der)),
+        # more than one CA, the cluster's not the first
+        "SSL_all_cas_pem": ("all-cas.pem", other.public_bytes(pem) + ca.public_bytes(pem)),
+        "SSL_pkcs": (
+            "client.p12",
+            pkcs12.serialize_key_and_certificates(
+                client.common_name().encode(), client.key, client.cert, [ca], locked
+            ),
+        ),
+    }
+
+
+def private_file(path: Path, data: bytes) -> None:
+    """``data`` in ``path``, readable by its owner only (before anything is written)."""
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_bytes(data)
+
+
 def cluster_down(directory: Path, scenario_settings: bool) -> None:
     if not (directory / "cluster.json").exists():
         return
@@ -471,13 +578,18 @@ def cluster_down(directory: Path, scenario_settings: bool) -> None:
         say(f"  {text}")
 
 
-def write_test_conf(tests_dir: Path, bootstrap: str, multiplier: float) -> Path:
+def write_test_conf(
+    tests_dir: Path, bootstrap: str, multiplier: float, extra: Mapping[str, str] | None = None
+) -> Path:
+    """test.conf (owner only: ``extra`` may hold ``ssl.key.password``)."""
     conf = tests_dir / "test.conf"
-    conf.write_text(
-        "# Written by annal's bench/librdkafka_suite.py: the annal cluster under test.\n"
-        f"bootstrap.servers={bootstrap}\n"
-        f"test.timeout.multiplier={multiplier}\n"
-    )
+    lines = [
+        "# Written by annal's bench/librdkafka_suite.py: the annal cluster under test.",
+        f"bootstrap.servers={bootstrap}",
+        f"test.timeout.multiplier={multiplier}",
+        *(f"{name}={value}" for name, value in (extra or {}).items()),
+    ]
+    private_file(conf, ("\n".join(lines) + "\n").encode())
     return conf
 
 
@@ -499,6 +611,8 @@ def runner_env(
         LD_LIBRARY_PATH=library_path
         + (":" + env["LD_LIBRARY_PATH"] if "LD_LIBRARY_PATH" in env else ""),
     )
+    if cluster.ssl is not None:
+        env.update(cluster.ssl.env)
     return env
 
 
@@ -507,11 +621,13 @@ def first_line(text: str) -> str:
 
 
 def parse_log(log: str) -> tuple[dict[str, Outcome], dict[str, str]]:
-    """The final summary rows of a test-runner's output, and the first failure
-    line printed for each test (for runs that ended before their summary)."""
+    """The final summary rows of a test-runner's output (or, for a run killed
+    before its summary, a row for each test it said had passed), and the first
+    failure line printed for each test."""
     rows: dict[str, Outcome] = {}
     failures: dict[str, str] = {}
     lines = [ANSI.sub("", line) for line in log.splitlines()]
+    rows.update(passed_before_summary(lines))
     for i, line in enumerate(lines):
         row = SUMMARY_ROW.match(line)
         if row and row.group("name") != "<MAIN>":
@@ -529,6 +645,25 @@ def parse_log(log: str) -> tuple[dict[str, Outcome], dict[str, str]]:
     return rows, failures
 
 
+def passed_before_summary(lines: list[str]) -> dict[str, Outcome]:
+    """A PASSED row for each "Test NAME PASSED" line, with the test's duration."""
+    seconds = {
+        found.group("name"): float(found.group("ms")) / 1000
+        for found in map(DURATION_LINE.search, lines)
+        if found
+    }
+    return {
+        found.group("name"): Outcome(
+            found.group("name"),
+            "PASSED",
+            "passed before test-runner ended without its summary",
+            seconds.get(found.group("name"), 0.0),
+        )
+        for found in map(PASSED_LINE.search, lines)
+        if found
+    }
+
+
 def run_number(
     runner: Path,
     source: Source,
@@ -539,7 +674,8 @@ def run_number(
     cluster: Cluster,
 ) -> list[Outcome]:
     """Run every test of one test number; one outcome per test name shown."""
-    flags = ["-p1"] + ([] if args.include_local else ["-L"]) + (["-Q"] if args.quick else [])
+    flags = [f"-p{args.parallel}"] + ([] if args.include_local else ["-L"])
+    flags += ["-Q"] if args.quick else []
     log_path = results / f"{number}.log"
     started = time.monotonic()
     killed = False
@@ -739,9 +875,37 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "the others are skipped; noautocreate starts the brokers with "
         "auto.create.topics.enable=false",
     )
+    parser.add_argument(
+        "--security",
+        choices=SECURITY_CHOICES,
+        default="plaintext",
+        help="ssl: start the cluster with 'annal cluster up --security ssl' (Kafka's protocol "
+        "on SSL:// with client certificates required) and connect as its admin: test.conf "
+        "gets security.protocol=SSL, ssl.ca.location, ssl.certificate.location, "
+        "ssl.key.location (the key encrypted) and ssl.key.password, and the tests get the "
+        "SSL_* variables librdkafka's SSL tests read (0097: the certificate, key and CA as "
+        "PEM, DER and PKCS#12, more than one CA in SSL_all_cas_pem), files in WORKDIR/ssl",
+    )
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="test-runner -pN: how many tests of one test number run at once (test numbers "
+        "still run one at a time; test-runner adds N/3 to the timeout multiplier). With 1 "
+        "they run one after another, so a test that hangs keeps the next tests of its "
+        "number from starting: librdkafka 2.0.2's 0045_subscribe_update_topic_remove passes "
+        "its checks, then hangs in rd_kafka_destroy (a consumer whose subscribed topic was "
+        "deleted; fixed in librdkafka 2.1.0, its #4187), and "
+        "0045_subscribe_update_non_exist_and_partchange never starts; with 2 it runs beside "
+        "it, and a test that passed is reported even when test-runner is killed later",
+    )
     parser.add_argument("--brokers", type=int, default=3, help="brokers in the cluster")
     parser.add_argument("--jobs", type=int, default=2, help="make -j")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.parallel < 1:
+        parser.error("--parallel must be at least 1")
+    return args
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -769,8 +933,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.mkdir()
         cluster_down(cluster_dir, False)  # a cluster left over by an interrupted run
         shutil.rmtree(cluster_dir, ignore_errors=True)
-        cluster = cluster_up(cluster_dir, args.brokers, args.scenario_settings, args.scenario)
-        conf = write_test_conf(runner.parent, cluster.bootstrap, args.timeout_multiplier)
+        cluster = cluster_up(
+            cluster_dir, args.brokers, args.scenario_settings, args.scenario, args.security
+        )
+        if args.security == "ssl":
+            cluster = cluster._replace(ssl=ssl_client(cluster_dir, workdir / "ssl"))
+            say(f"  SSL: the admin's certificate, its key and the CA in {workdir / 'ssl'}")
+        extra = cluster.ssl.conf if cluster.ssl else {}
+        conf = write_test_conf(runner.parent, cluster.bootstrap, args.timeout_multiplier, extra)
         say(
             f"== running {len(numbers)} test numbers (TEST_KAFKA_VERSION={args.kafka_version}, "
             f"{conf}, logs in {results})"

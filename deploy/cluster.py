@@ -52,7 +52,7 @@ class ClusterState:
     zookeeper_port: int
     zookeeper_pid: int | None
     brokers: list[BrokerEntry] = field(default_factory=list)
-    security: str = PLAINTEXT  # or sasl_ssl (deploy/secure.py)
+    security: str = PLAINTEXT  # or sasl_ssl, ssl (deploy/secure.py)
     # broker settings given to ``up`` (``--override``): every start of a broker takes them
     overrides: dict[str, str] = field(default_factory=dict)
     # settings of one broker (``--broker-override ID:NAME=VALUE``), by broker id as text
@@ -162,7 +162,9 @@ class LocalCluster:
         if state.security == PLAINTEXT:
             return {**SETTINGS, **state.overrides, **own}
         count = len(state.brokers)
-        secured = self.secure_files.broker_settings(entry.id, count, entry.port, entry.kafka_port)
+        secured = self.secure_files.broker_settings(
+            entry.id, count, entry.port, entry.kafka_port, security=state.security
+        )
         return {**SETTINGS, **state.overrides, **own, **secured}
 
     def save(self, state: ClusterState) -> None:
@@ -203,7 +205,7 @@ class LocalCluster:
         _check_broker_overrides(brokers, overrides or {}, broker_overrides or {})
         password = None
         if security != PLAINTEXT:
-            _, password = make_secure_files(self.directory, brokers)
+            _, password = make_secure_files(self.directory, brokers, security)
         zookeeper = ZooKeeperServer(self.directory / "zookeeper")
         zookeeper.start()
         assert zookeeper.process is not None

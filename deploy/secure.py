@@ -1,4 +1,5 @@
-"""A local cluster secured by one flag (``annal cluster up --security sasl_ssl``).
+"""A local cluster secured by one flag (``annal cluster up --security sasl_ssl``,
+or ``--security ssl``).
 
 What ``make_secure_files`` writes under the cluster directory (``security/``),
 all readable by their owner only:
@@ -9,24 +10,32 @@ all readable by their owner only:
 ``admin.pem``              the super user's key and certificate (CN ``admin``)
 ``admin.properties``       for annal's CLI: ``--command-config`` (gRPC, TLS
                            with the admin certificate)
-``admin-kafka.properties`` the same super user for Kafka's clients: SASL_SSL,
-                           SCRAM-SHA-512, user ``admin`` and its password
+``admin-kafka.properties`` the same super user for Kafka's clients: with
+                           ``sasl_ssl``, SASL_SSL, SCRAM-SHA-512, user ``admin``
+                           and its password; with ``ssl``, SSL with the admin
+                           certificate (``admin.pem`` as both
+                           ``ssl.certificate.location`` and ``ssl.key.location``)
 =========================  ===================================================
 
-``ensure_secure_files`` writes the same files into a directory of its own and
-keeps whatever is there and still good (the CA, each certificate, the admin's
-password), so that running it again changes nothing; ``python -m
+``ensure_secure_files`` writes the ``sasl_ssl`` files into a directory of its
+own and keeps whatever is there and still good (the CA, each certificate, the
+admin's password), so that running it again changes nothing; ``python -m
 annal.deploy.secure`` runs it and ``store_admin``, as docker-compose.secure.yml's
 ``security-init`` service does before the brokers start.
 
 The brokers then serve gRPC over TLS with client certificates required
 (``GRPCS://``: annal's clients and the brokers themselves, who prove they are
-brokers with their certificates) and Kafka's protocol on ``SASL_SSL://``
-(SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN, no client certificate needed), with
-the ACL authorizer on, ``allow.everyone.if.no.acl.found=false``, and
-``super.users`` the brokers and ``admin``.  The admin's SCRAM credential is
-stored in ZooKeeper before the brokers start; its password is made here and
-kept only in ``admin-kafka.properties``.
+brokers with their certificates), with the ACL authorizer on,
+``allow.everyone.if.no.acl.found=false``, and ``super.users`` the brokers and
+``admin``.  Kafka's protocol is served
+
+* with ``sasl_ssl``, on ``SASL_SSL://`` (SCRAM-SHA-512, SCRAM-SHA-256 and
+  PLAIN, no client certificate needed).  The admin's SCRAM credential is
+  stored in ZooKeeper before the brokers start; its password is made here and
+  kept only in ``admin-kafka.properties``;
+* with ``ssl``, on ``SSL://`` with ``ssl.client.auth=required``: a Kafka client
+  proves who it is with a certificate the cluster's CA signed, its principal
+  ``User:<CN>``.  No password is made and nothing is stored in ZooKeeper.
 """
 
 from __future__ import annotations
@@ -38,19 +47,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from annal.client.security import SSL, Security
+from annal.client.security import SSL as TLS
+from annal.client.security import Security
 from annal.deploy.certs import VALID_DAYS, Identity, issue, make_ca
 from annal.security.scram import SCRAM_SHA_512, make_credential
 from annal.zk.client import ZkClient, ZkError
 from cryptography import x509
 
 SASL_SSL = "sasl_ssl"
+SSL = "ssl"  # Kafka's clients prove who they are with certificates
 PLAINTEXT = "plaintext"
-SECURITY_CHOICES = (PLAINTEXT, SASL_SSL)
+SECURITY_CHOICES = (PLAINTEXT, SSL, SASL_SSL)
+# Kafka's security protocol of the Kafka listener, by choice
+KAFKA_PROTOCOL = {PLAINTEXT: "PLAINTEXT", SSL: "SSL", SASL_SSL: "SASL_SSL"}
 ADMIN = "admin"
 AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
 # A kept certificate must stay valid at least this long; else it is issued anew.
 RENEW_DAYS = 7
+# sasl_ssl's Kafka listener: clients authenticate with SASL, not with certificates
+_SASL_LISTENER = {
+    "listener.name.sasl_ssl.ssl.client.auth": "none",
+    "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,38 +95,56 @@ class SecureFiles:
     def admin_security(self) -> Security:
         """How annal's own tools reach the brokers as the super user."""
         admin = str(self.keystore(ADMIN))
-        return Security(SSL, str(self.ca), admin, admin)
+        return Security(TLS, str(self.ca), admin, admin)
 
     def broker_settings(
-        self, broker_id: int, brokers: int, port: int, kafka_port: int, host: str = "127.0.0.1"
+        self,
+        broker_id: int,
+        brokers: int,
+        port: int,
+        kafka_port: int,
+        host: str = "127.0.0.1",
+        security: str = SASL_SSL,
     ) -> dict[str, str]:
-        """A broker's settings: its listeners (bound to ``host``), TLS files, SASL
-        and the authorizer."""
+        """A broker's settings: its listeners (bound to ``host``), TLS files, how
+        Kafka's clients authenticate (``security``: SASL or certificates) and the
+        authorizer."""
+        protocol = _kafka_protocol(security)
         super_users = [f"User:broker-{i}" for i in range(1, brokers + 1)] + [f"User:{ADMIN}"]
         return {
-            "listeners": f"GRPCS://{host}:{port},SASL_SSL://{host}:{kafka_port}",
+            "listeners": f"GRPCS://{host}:{port},{protocol}://{host}:{kafka_port}",
             "ssl.keystore.location": str(self.keystore(f"broker-{broker_id}")),
             "ssl.truststore.location": str(self.ca),
             "ssl.client.auth": "required",
-            # Kafka's clients authenticate with SASL, not with certificates
-            "listener.name.sasl_ssl.ssl.client.auth": "none",
-            "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN",
+            **(_SASL_LISTENER if security == SASL_SSL else {}),
             "authorizer.class.name": AUTHORIZER,
             "allow.everyone.if.no.acl.found": "false",
             "super.users": ";".join(super_users),
         }
 
 
-def make_secure_files(cluster_dir: Path, brokers: int) -> tuple[SecureFiles, str]:
+def _kafka_protocol(security: str) -> str:
+    """The Kafka listener's security protocol of a secured cluster; ValueError
+    for a choice that is not one (plaintext, or unknown)."""
+    if security not in (SSL, SASL_SSL):
+        raise ValueError(f"security {security!r}: expected {SSL} or {SASL_SSL}")
+    return KAFKA_PROTOCOL[security]
+
+
+def make_secure_files(
+    cluster_dir: Path, brokers: int, security: str = SASL_SSL
+) -> tuple[SecureFiles, str | None]:
     """A CA, the brokers' and the admin's certificates, and the admin's client
-    settings; the admin's SCRAM password (to store with ``store_admin``)."""
+    settings for ``security`` (``sasl_ssl`` or ``ssl``); the admin's SCRAM
+    password (to store with ``store_admin``) with ``sasl_ssl``, None with ``ssl``."""
+    _kafka_protocol(security)  # a secured choice, before anything is written
     files = SecureFiles(cluster_dir / "security")
     files.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     ca = make_ca("annal local cluster CA")
     _private(files.ca, ca.cert_pem())
     for who in [f"broker-{i}" for i in range(1, brokers + 1)] + [ADMIN]:
         issue(ca, who).write_keystore(files.keystore(who))
-    password = secrets.token_urlsafe(18)
+    password = secrets.token_urlsafe(18) if security == SASL_SSL else None
     _write_admin_configs(files, password)
     return files, password
 
@@ -216,7 +252,9 @@ def _kept_password(kafka_admin_config: Path) -> str | None:
     return None
 
 
-def _write_admin_configs(files: SecureFiles, password: str) -> None:
+def _write_admin_configs(files: SecureFiles, password: str | None) -> None:
+    """annal's and Kafka's client settings of the admin: Kafka's with SASL_SSL
+    and ``password``, or, when it is None, with SSL and the admin's certificate."""
     _private(
         files.admin_config,
         (
@@ -226,17 +264,32 @@ def _write_admin_configs(files: SecureFiles, password: str) -> None:
             f"ssl.keystore.location={files.keystore(ADMIN)}\n"
         ).encode(),
     )
-    _private(
-        files.kafka_admin_config,
-        (
-            "# Kafka's clients as the cluster's super user (librdkafka's names; Java\n"
-            "# clients take ssl.truststore.location and sasl.jaas.config instead)\n"
-            "security.protocol=SASL_SSL\n"
-            "sasl.mechanism=SCRAM-SHA-512\n"
-            f"sasl.username={ADMIN}\n"
-            f"sasl.password={password}\n"
-            f"ssl.ca.location={files.ca}\n"
-        ).encode(),
+    kafka = _kafka_ssl_config(files) if password is None else _kafka_sasl_config(files, password)
+    _private(files.kafka_admin_config, kafka.encode())
+
+
+def _kafka_sasl_config(files: SecureFiles, password: str) -> str:
+    return (
+        "# Kafka's clients as the cluster's super user (librdkafka's names; Java\n"
+        "# clients take ssl.truststore.location and sasl.jaas.config instead)\n"
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        f"sasl.username={ADMIN}\n"
+        f"sasl.password={password}\n"
+        f"ssl.ca.location={files.ca}\n"
+    )
+
+
+def _kafka_ssl_config(files: SecureFiles) -> str:
+    admin = files.keystore(ADMIN)  # one PEM file: the key, then the certificate
+    return (
+        "# Kafka's clients as the cluster's super user, proven by its certificate\n"
+        "# (librdkafka's names; Java clients take ssl.truststore.location and\n"
+        "# ssl.keystore.location with ssl.keystore.type=PEM instead)\n"
+        "security.protocol=SSL\n"
+        f"ssl.ca.location={files.ca}\n"
+        f"ssl.certificate.location={admin}\n"
+        f"ssl.key.location={admin}\n"
     )
 
 
