@@ -178,6 +178,13 @@ def test_the_secure_override_merges() -> None:
     for name, service in services.items():
         if name != "security-init":
             assert not any(v.startswith("security-ca:") for v in service.get("volumes", []))
+    # the console reaches the secured brokers as the admin, and changes nothing
+    console = services["console"]
+    assert f"security:{SECURITY_DIR}:ro" in console["volumes"]
+    args = build_parser().parse_args(console["command"])
+    assert args.command == "console" and args.read_only
+    assert str(args.command_config) == f"{SECURITY_DIR}/admin.properties"
+    assert args.bootstrap_server == services["console"]["command"][2]
     # the Spark job's data source has no TLS or SASL options: left out of `up`
     assert services["spark-job"]["profiles"] == ["plaintext-only"]
     assert "plaintext" in (ROOT / SECURE).read_text().split("spark-job:")[0].lower()

@@ -254,6 +254,9 @@ def test_secured_compose_cluster(secure_compose: Compose, tmp_path: Path) -> Non
     assert not let_in, f"not refused: {let_in}"
     assert report["unauthorized_errors"] == ["TOPIC_AUTHORIZATION_FAILED"]
 
+    # the web console reaches the secured brokers with the admin's certificate
+    wait_until(lambda: console_health().get("ok") is True, 90, "the console's health", 1)
+
     # security-init again (as on every `up`): everything is kept, the password too.
     again = compose("run", "--rm", "--no-deps", "-T", "security-init", timeout_s=120)
     kept = [line for line in again.splitlines() if line.startswith(SECURITY)]
