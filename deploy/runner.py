@@ -127,6 +127,13 @@ class BrokerProcess:
 
     @property
     def metrics_port(self) -> int | None:
+        """The metrics port: ``metrics_port``'s, else that of a ``metrics.port``
+        setting (0 in either: the one the broker bound); None without metrics."""
+        if self._metrics_port is None and "metrics.port" in self.settings:
+            given = int(self.settings["metrics.port"])
+            if given == 0 and "metrics" not in self._learned:
+                self._learn_ports()
+            return self._learned.get("metrics") if given == 0 else given
         if self._metrics_port == 0:
             self._learn_ports()
         return self._metrics_port
@@ -145,13 +152,17 @@ class BrokerProcess:
         """Where Kafka's clients connect (the ``PLAINTEXT://`` listener)."""
         return f"127.0.0.1:{self.kafka_port}"
 
-    def listener_endpoint(self, name: str) -> str:
-        """Where the listener ``name`` (``SASL_SSL``, ...) listens, as bound."""
+    def listener_port(self, name: str) -> int:
+        """The port the listener ``name`` (``SASL_SSL``, ...) bound."""
         if name.upper() not in self._learned:
             self._learn_ports()
         if name.upper() not in self._learned:
             raise KeyError(f"broker {self.broker_id} has no listener named {name}")
-        return f"127.0.0.1:{self._learned[name.upper()]}"
+        return self._learned[name.upper()]
+
+    def listener_endpoint(self, name: str) -> str:
+        """Where the listener ``name`` listens, as bound."""
+        return f"127.0.0.1:{self.listener_port(name)}"
 
     @property
     def ports_path(self) -> Path:
@@ -190,8 +201,10 @@ class BrokerProcess:
         self._learned.update(kafka)
         self._port = self._port or grpc_listener["port"]
         self._kafka_port = self._kafka_port or kafka.get("PLAINTEXT", next(iter(kafka.values()), 0))
-        if self._metrics_port == 0 and ports.get("metrics"):
-            self._metrics_port = self._learned["metrics"] = ports["metrics"]
+        if ports.get("metrics"):
+            self._learned["metrics"] = ports["metrics"]
+            if self._metrics_port == 0:
+                self._metrics_port = ports["metrics"]
 
     @property
     def log_path(self) -> Path:
@@ -215,6 +228,8 @@ class BrokerProcess:
             **self.settings,
         }
         settings["listeners"] = self._pinned(settings["listeners"])
+        if settings.get("metrics.port") == "0" and "metrics" in self._learned:
+            settings["metrics.port"] = str(self._learned["metrics"])
         rotation = [
             f"--log-file={self.log_path}",
             f"--log-file-max-bytes={LOG_FILE_MAX_BYTES}",

@@ -12,7 +12,7 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 def scrape(broker: BrokerProcess) -> Samples:
     """Every sample a broker's /metrics serves: (name, sorted labels) → value."""
-    port = broker.settings["metrics.port"]
+    port = broker.metrics_port
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
         text = answer.read().decode("utf-8")
     return {

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from annal.deploy.runner import BrokerProcess
-from annal.deploy.zookeeper import free_port
 from annal.webconsole import lag_metrics
 from annal.webconsole.sampler import Sample, Sampler
 from environment import require_command
@@ -57,8 +56,8 @@ def referenced() -> set[str]:
 def test_every_metric_they_use_is_served_by_a_broker(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
-    broker = broker_factory(1, {"metrics.port": str(free_port())})
-    url = f"http://127.0.0.1:{broker.settings['metrics.port']}/metrics"
+    broker = broker_factory(1, {"metrics.port": "0"})
+    url = f"http://{broker.metrics_endpoint}/metrics"
     with urllib.request.urlopen(url, timeout=5) as answer:
         text = answer.read().decode("utf-8")
     families = set(re.findall(r"^# TYPE (\S+)", text, re.M))

@@ -26,7 +26,6 @@ import confluent_kafka.admin as ck_admin
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
-from annal.deploy.zookeeper import free_port
 from annal.kafkaproto.client import KafkaConnection
 from annal.producer.producer import Producer
 from annal.security.acl import (
@@ -342,7 +341,6 @@ def test_validate_only_other_brokers_and_list_operations(cluster: list[BrokerPro
 def test_broker_configs_need_describe_configs_and_alter_configs_on_the_cluster(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
-    port = free_port()
     broker = broker_factory(
         1,
         {
@@ -350,8 +348,9 @@ def test_broker_configs_need_describe_configs_and_alter_configs_on_the_cluster(
             "super.users": "User:ANONYMOUS",
             "sasl.enabled.mechanisms": "PLAIN",
         },
-        extra_listeners=f"SASL_PLAINTEXT://127.0.0.1:{port}",
+        extra_listeners="SASL_PLAINTEXT://127.0.0.1:0",
     )
+    port = broker.listener_port("SASL_PLAINTEXT")
     with ZkClient(broker.zookeeper_connect) as zk:
         zk.upsert_scram_credential("alice", "SCRAM-SHA-512", make_credential("SCRAM-SHA-512", "pw"))
 

@@ -13,7 +13,6 @@ import confluent_kafka.admin as ck_admin
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, wait_until
-from annal.deploy.zookeeper import free_port
 from annal.producer.producer import Producer
 from annal.security.scram import SCRAM_SHA_512, make_credential
 from annal.zk.client import ZkClient
@@ -43,7 +42,7 @@ def start(
         "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": jaas,
         "replica.lag.time.max.ms": "3000",
     }
-    return broker_factory(broker_id, settings, f"SASL_SSL://127.0.0.1:{free_port()}")
+    return broker_factory(broker_id, settings, "SASL_SSL://127.0.0.1:0")
 
 
 CA = make_ca("annal-test-ca")

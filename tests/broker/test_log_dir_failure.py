@@ -19,7 +19,6 @@ import pytest
 from annal.admin.client import AdminClient
 from annal.consumer.simple import SimpleConsumer
 from annal.deploy.runner import BrokerProcess, wait_until
-from annal.deploy.zookeeper import free_port
 from annal.producer.producer import Producer
 from annal.storage import files
 from annal.zk.client import ZkClient
@@ -63,9 +62,8 @@ def test_a_full_log_dir_moves_leadership_and_isr_away_and_loses_nothing(
     one = broker_factory(1, settings)
     two = broker_factory(2, settings)
     big = tmp_path / "big"
-    metrics_port = free_port()
     three = broker_factory(
-        3, {**settings, "log.dirs": f"{small_disk},{big}", "metrics.port": str(metrics_port)}
+        3, {**settings, "log.dirs": f"{small_disk},{big}", "metrics.port": "0"}
     )
     with AdminClient(one.endpoint) as admin:
         # broker 3 leads 0 and 3, follows 1 and 2; its dirs take them in turn, so
@@ -137,7 +135,7 @@ def test_a_full_log_dir_moves_leadership_and_isr_away_and_loses_nothing(
     with AdminClient(one.endpoint) as admin:
         offline = {d.path: d for d in admin.describe_log_dirs([3])}
     assert offline[str(small_disk)].error.name == "KAFKA_STORAGE_ERROR"
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
+    with urllib.request.urlopen(f"http://{three.metrics_endpoint}/metrics", timeout=10) as page:
         assert "annal_log_logmanager_offlinelogdirectorycount 1.0" in page.read().decode()
     counts = {p: len(t) for p, t in acked_at.items()}
     wait_until(lambda: all(len(acked_at[p]) > counts[p] + 20 for p in acked_at), 30,

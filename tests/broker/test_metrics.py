@@ -7,7 +7,6 @@ from collections.abc import Callable
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, wait_until
-from annal.deploy.zookeeper import free_port
 from annal.producer.producer import Producer
 from environment import require_module
 from metrics_scrape import scrape, value
@@ -28,7 +27,7 @@ def test_metrics_follow_a_follower_down_and_back(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
     brokers = [
-        broker_factory(i, settings={**FAST_ISR, "metrics.port": str(free_port())})
+        broker_factory(i, settings={**FAST_ISR, "metrics.port": "0"})
         for i in (1, 2, 3)
     ]
     with AdminClient(brokers[0].endpoint) as admin:
@@ -131,7 +130,7 @@ def test_kafka_listener_requests_are_counted_by_api(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
     kafka = require_module("kafka")
-    broker = broker_factory(1, settings={"metrics.port": str(free_port())})
+    broker = broker_factory(1, settings={"metrics.port": "0"})
     with AdminClient(broker.endpoint) as admin:
         admin.create_topic("spoken", 1)
     producer = kafka.KafkaProducer(bootstrap_servers=broker.kafka_endpoint, acks=1)

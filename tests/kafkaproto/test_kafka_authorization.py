@@ -14,7 +14,6 @@ import confluent_kafka as ck
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, wait_until
-from annal.deploy.zookeeper import free_port
 from annal.kafkaproto.client import KafkaConnection
 from annal.security.acl import (
     AccessControlEntry,
@@ -61,11 +60,11 @@ class Cluster:
 
 @pytest.fixture
 def cluster(broker_factory: Callable[..., BrokerProcess]) -> Iterator[Cluster]:
-    ports = [free_port(), free_port()]
     brokers = [
-        broker_factory(i, AUTHORIZED, extra_listeners=f"SASL_PLAINTEXT://127.0.0.1:{port}")
-        for i, port in zip((1, 2), ports, strict=True)
+        broker_factory(i, AUTHORIZED, extra_listeners="SASL_PLAINTEXT://127.0.0.1:0")
+        for i in (1, 2)
     ]
+    ports = [b.listener_port("SASL_PLAINTEXT") for b in brokers]
     with ZkClient(brokers[0].zookeeper_connect) as zk:
         for user in ("alice", "bob"):
             credential = make_credential("SCRAM-SHA-512", f"{user}-secret")

@@ -31,7 +31,6 @@ import confluent_kafka as ck
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, wait_until
-from annal.deploy.zookeeper import free_port
 from annal.kafkaproto.client import KafkaConnection
 from annal.security.acl import (
     AccessControlEntry,
@@ -130,10 +129,8 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(module_broker_factory: Callable[..., BrokerProcess]) -> Cluster:
-    port = free_port()
-    broker = module_broker_factory(
-        1, SETTINGS, extra_listeners=f"SASL_PLAINTEXT://127.0.0.1:{port}"
-    )
+    broker = module_broker_factory(1, SETTINGS, extra_listeners="SASL_PLAINTEXT://127.0.0.1:0")
+    port = broker.listener_port("SASL_PLAINTEXT")
     with ZkClient(broker.zookeeper_connect) as zk:
         credential = make_credential("SCRAM-SHA-512", "alice-secret")
         zk.upsert_scram_credential("alice", "SCRAM-SHA-512", credential)

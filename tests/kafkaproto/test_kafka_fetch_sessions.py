@@ -15,7 +15,6 @@ import kafka
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, wait_until
-from annal.deploy.zookeeper import free_port
 from annal.kafkaproto.client import FETCH_KEY, FetchPartition, KafkaConnection, fetch_request
 from annal.producer.producer import Producer
 from annal.storage.files import TopicPartition
@@ -31,7 +30,7 @@ LAG_MS = 3000
 
 
 def metrics_settings(**more: str) -> dict[str, str]:
-    return {"metrics.port": str(free_port()), **more}
+    return {"metrics.port": "0", **more}
 
 
 def gauge(broker: BrokerProcess, name: str, **labels: str) -> float:

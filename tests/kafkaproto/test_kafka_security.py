@@ -22,7 +22,7 @@ import kafka
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, metadata_lists, wait_until
-from annal.deploy.zookeeper import ZooKeeperServer, free_port
+from annal.deploy.zookeeper import ZooKeeperServer
 from annal.kafkaproto.client import ConnectionFailed, KafkaConnection
 from annal.kafkaproto.client_security import (
     ConnectionSecurity,
@@ -78,8 +78,8 @@ def start_secured(
 def test_kafka_clients_produce_and_consume_over_tls_and_see_the_tls_endpoints(
     broker_factory: Callable[..., BrokerProcess], tls: Tls
 ) -> None:
-    port = free_port()
-    broker = start_secured(broker_factory, tls, f"SSL://127.0.0.1:{port}")
+    broker = start_secured(broker_factory, tls, "SSL://127.0.0.1:0")
+    port = broker.listener_port("SSL")
     with AdminClient(broker.endpoint) as admin:
         admin.create_topic("secret", 1, 1)
     common = {
@@ -111,8 +111,8 @@ def test_kafka_clients_produce_and_consume_over_tls_and_see_the_tls_endpoints(
 def test_the_wrong_kind_of_client_is_closed_with_a_line_saying_why(
     broker_factory: Callable[..., BrokerProcess], tls: Tls
 ) -> None:
-    port = free_port()
-    broker = start_secured(broker_factory, tls, f"SSL://127.0.0.1:{port}")
+    broker = start_secured(broker_factory, tls, "SSL://127.0.0.1:0")
+    port = broker.listener_port("SSL")
     with socket.create_connection(("127.0.0.1", port), timeout=10) as plain_on_tls:
         plain_on_tls.sendall(API_VERSIONS_V0)
         assert plain_on_tls.recv(100) == b""  # closed
@@ -135,10 +135,10 @@ def test_the_wrong_kind_of_client_is_closed_with_a_line_saying_why(
 def test_a_client_certificate_is_required_where_ssl_client_auth_says(
     broker_factory: Callable[..., BrokerProcess], tls: Tls, tmp_path: Path
 ) -> None:
-    port = free_port()
     broker = start_secured(
-        broker_factory, tls, f"SSL://127.0.0.1:{port}", **{"ssl.client.auth": "required"}
+        broker_factory, tls, "SSL://127.0.0.1:0", **{"ssl.client.auth": "required"}
     )
+    port = broker.listener_port("SSL")
     common = {
         "bootstrap.servers": f"127.0.0.1:{port}",
         "security.protocol": "SSL",
@@ -171,13 +171,13 @@ def sasl_broker(
     broker_factory: Callable[..., BrokerProcess], tls: Tls
 ) -> tuple[BrokerProcess, int, int]:
     """A broker with SASL_SSL and SASL_PLAINTEXT listeners offering PLAIN and SCRAM."""
-    ssl_port, plain_port = free_port(), free_port()
     broker = start_secured(
         broker_factory,
         tls,
-        f"SASL_SSL://127.0.0.1:{ssl_port},SASL_PLAINTEXT://127.0.0.1:{plain_port}",
+        "SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         **{"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"},
     )
+    ssl_port, plain_port = broker.listener_port("SASL_SSL"), broker.listener_port("SASL_PLAINTEXT")
     add_user(broker, "alice", "alice-secret", "SCRAM-SHA-512")
     add_user(broker, "alice", "alice-secret", "SCRAM-SHA-256")
     with AdminClient(broker.endpoint) as admin:
@@ -348,13 +348,12 @@ def test_scram_logins_go_on_while_the_broker_is_cut_off_from_zookeeper(
     ZooKeeper cannot answer it uses its cache, so clients still get in."""
     chroot = "/" + zk_connect.split("/", 1)[1]
     with ZkProxy(zookeeper.host, zookeeper.port) as proxy:
-        port = free_port()
         broker = BrokerProcess(1, proxy.connect_string(chroot), tmp_path, settings={
             "ssl.keystore.location": tls.keystore("broker-1"),
             "ssl.truststore.location": str(tls.ca_file),
             "sasl.enabled.mechanisms": "SCRAM-SHA-512",
             "zookeeper.session.timeout.ms": "6000",
-        }, extra_listeners=f"SASL_SSL://127.0.0.1:{port}")  # fmt: skip
+        }, extra_listeners="SASL_SSL://127.0.0.1:0")  # fmt: skip
         with ZkClient(zk_connect) as zk:
             zk.ensure_persistent_paths()
             zk.upsert_scram_credential(
@@ -363,6 +362,7 @@ def test_scram_logins_go_on_while_the_broker_is_cut_off_from_zookeeper(
         broker.start()
         try:
             wait_until(lambda: metadata_lists(broker.endpoint, [1]), 60, "serving")
+            port = broker.listener_port("SASL_SSL")
             config = confluent(port, tls, "SCRAM-SHA-512")
             assert ck.admin.AdminClient(config).list_topics(timeout=30).brokers
             proxy.pause()
@@ -384,10 +384,10 @@ def test_sessions_expire_unless_the_client_re_authenticates(
     """KIP-368: with connections.max.reauth.ms the broker tells each session's
     lifetime; a client that logs in again on its connection (librdkafka does)
     goes on, one that does not is closed at its next request."""
-    port = free_port()
-    broker = start_secured(broker_factory, tls, f"SASL_SSL://127.0.0.1:{port}",
+    broker = start_secured(broker_factory, tls, "SASL_SSL://127.0.0.1:0",
                            **{"sasl.enabled.mechanisms": "SCRAM-SHA-512",
                               "connections.max.reauth.ms": "1500"})  # fmt: skip
+    port = broker.listener_port("SASL_SSL")
     add_user(broker, "alice", "alice-secret", "SCRAM-SHA-512")
     add_user(broker, "mallory", "mallory-secret", "SCRAM-SHA-512")
     with AdminClient(broker.endpoint) as admin:

@@ -18,7 +18,6 @@ import kafka
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, wait_until
-from annal.deploy.zookeeper import free_port
 from annal.kafkaproto.client import KafkaConnection
 from metrics_scrape import scrape, value
 
@@ -37,7 +36,7 @@ def cluster(module_broker_factory: Callable[..., BrokerProcess]) -> list[BrokerP
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
     }
     return [
-        module_broker_factory(i, {**settings, "metrics.port": str(free_port())})
+        module_broker_factory(i, {**settings, "metrics.port": "0"})
         for i in (1, 2, 3)
     ]
 

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess
-from annal.deploy.zookeeper import free_port
 from annal.kafkaproto import legacy_versions
 from annal.kafkaproto.client import KafkaConnection
 from annal.security.acl import (
@@ -66,11 +65,8 @@ SASL_PORTS: dict[int, int] = {}  # broker id -> its SASL_PLAINTEXT port
 
 @pytest.fixture(scope="module")
 def broker(module_broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
-    port = free_port()
-    broker = module_broker_factory(
-        1, SETTINGS, extra_listeners=f"SASL_PLAINTEXT://127.0.0.1:{port}"
-    )
-    SASL_PORTS[broker.broker_id] = port
+    broker = module_broker_factory(1, SETTINGS, extra_listeners="SASL_PLAINTEXT://127.0.0.1:0")
+    SASL_PORTS[broker.broker_id] = broker.listener_port("SASL_PLAINTEXT")
     with ZkClient(broker.zookeeper_connect) as zk:
         credential = make_credential("SCRAM-SHA-512", "alice-secret")
         zk.upsert_scram_credential("alice", "SCRAM-SHA-512", credential)

@@ -25,7 +25,6 @@ import grpc
 import pytest
 from annal.admin.client import AdminClient
 from annal.deploy.runner import BrokerProcess, wait_until
-from annal.deploy.zookeeper import free_port
 from annal.kafkaproto.client import KafkaConnection
 from annal.security.acl import (
     AccessControlEntry,
@@ -58,7 +57,6 @@ class Cluster(NamedTuple):
 
 @pytest.fixture(scope="module")
 def cluster(module_broker_factory: Callable[..., BrokerProcess]) -> Cluster:
-    port = free_port()
     broker = module_broker_factory(
         1,
         {
@@ -68,8 +66,9 @@ def cluster(module_broker_factory: Callable[..., BrokerProcess]) -> Cluster:
             "offsets.topic.num.partitions": "1",
             "group.initial.rebalance.delay.ms": "0",
         },
-        extra_listeners=f"SASL_PLAINTEXT://127.0.0.1:{port}",
+        extra_listeners="SASL_PLAINTEXT://127.0.0.1:0",
     )
+    port = broker.listener_port("SASL_PLAINTEXT")
     with ZkClient(broker.zookeeper_connect) as zk:
         zk.upsert_scram_credential(
             "alice", "SCRAM-SHA-512", make_credential("SCRAM-SHA-512", "alice-secret")
