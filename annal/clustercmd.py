@@ -82,6 +82,18 @@ def add_parser(commands: Any) -> None:
             "giving up (default %(default)s s; a broker leading thousands of partitions "
             "hands them over before it exits)",
         )  # fmt: skip
+    certificate = actions.add_parser(
+        "certificate",
+        parents=[anywhere],
+        help="issue a client certificate under a secured cluster's CA",
+        description="Issue NAME a certificate signed by the CA that 'cluster up --security' "
+        "made, and write its client settings next to the admin's in DIR/security: NAME.pem "
+        "(key and certificate), NAME.properties (annal's CLI: --command-config) and, with "
+        "--security ssl, NAME-kafka.properties (Kafka's clients). Its principal is "
+        "User:NAME, allowed nothing until ACLs allow it (annal acls --add "
+        "--allow-principal User:NAME ..., as the admin).",
+    )
+    certificate.add_argument("name", metavar="NAME", help="the certificate's common name")
     drill = actions.add_parser(
         "drill",
         parents=[anywhere],
@@ -186,6 +198,17 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"broker {args.broker_id} started: registered and serving metadata in "
                 f"{time.monotonic() - began:.1f} s"
+            )
+        elif args.action == "certificate":
+            written = cluster.certificate(args.name)
+            print(f"issued a certificate for User:{args.name}:")
+            for path in written:
+                print(f"  {path}")
+            print(
+                f"User:{args.name} may do nothing until ACLs allow it, e.g. as the admin: "
+                f"annal acls --bootstrap-server HOST:PORT --command-config "
+                f"{cluster.secure_files.admin_config} --add --allow-principal "
+                f"User:{args.name} --producer --topic TOPIC"
             )
         elif args.action == "drill":
             return _drill(cluster, args)

@@ -291,6 +291,22 @@ class LocalCluster:
             "ca": str(files.ca),
         }
 
+    def certificate(self, name: str) -> list[Path]:
+        """Issue ``name`` a certificate under a secured cluster's CA, with its client
+        settings (deploy/client_certs.py); the files written."""
+        from annal.deploy.client_certs import CertificateError, issue_client
+
+        state = self.load()
+        if state.security == PLAINTEXT:
+            raise ClusterError(
+                f"the cluster in {self.directory} is plaintext: it has no CA to issue "
+                "certificates (start one with --security ssl or sasl_ssl)"
+            )
+        try:
+            return issue_client(self.secure_files, name, state.security)
+        except CertificateError as exc:
+            raise ClusterError(str(exc)) from None
+
     def _entry(self, state: ClusterState, broker_id: int) -> BrokerEntry:
         for entry in state.brokers:
             if entry.id == broker_id:

@@ -6,6 +6,9 @@ all readable by their owner only:
 
 =========================  ===================================================
 ``ca.pem``                 the CA made for this cluster (trust it to connect)
+``ca-key.pem``             its key, for ``annal cluster certificate`` to issue
+                           more certificates (``make_secure_files`` only: the
+                           brokers never read it)
 ``broker-<id>.pem``        each broker's key and certificate (CN ``broker-<id>``)
 ``admin.pem``              the super user's key and certificate (CN ``admin``)
 ``admin.properties``       for annal's CLI: ``--command-config`` (gRPC, TLS
@@ -85,6 +88,12 @@ class SecureFiles:
         return self.directory / f"{who}.pem"
 
     @property
+    def ca_key(self) -> Path:
+        """The CA's key, kept by ``cluster up`` so that ``cluster certificate`` can
+        issue more (the brokers never read it)."""
+        return self.directory / "ca-key.pem"
+
+    @property
     def admin_config(self) -> Path:
         return self.directory / "admin.properties"
 
@@ -142,6 +151,7 @@ def make_secure_files(
     files.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     ca = make_ca("annal local cluster CA")
     _private(files.ca, ca.cert_pem())
+    _private(files.ca_key, ca.key_pem())
     for who in [f"broker-{i}" for i in range(1, brokers + 1)] + [ADMIN]:
         issue(ca, who).write_keystore(files.keystore(who))
     password = secrets.token_urlsafe(18) if security == SASL_SSL else None
@@ -255,16 +265,12 @@ def _kept_password(kafka_admin_config: Path) -> str | None:
 def _write_admin_configs(files: SecureFiles, password: str | None) -> None:
     """annal's and Kafka's client settings of the admin: Kafka's with SASL_SSL
     and ``password``, or, when it is None, with SSL and the admin's certificate."""
-    _private(
-        files.admin_config,
-        (
-            "# annal's CLI as the cluster's super user: --command-config this file\n"
-            "security.protocol=SSL\n"
-            f"ssl.truststore.location={files.ca}\n"
-            f"ssl.keystore.location={files.keystore(ADMIN)}\n"
-        ).encode(),
+    _private(files.admin_config, annal_client_config(files, ADMIN).encode())
+    kafka = (
+        kafka_ssl_client_config(files, ADMIN)
+        if password is None
+        else _kafka_sasl_config(files, password)
     )
-    kafka = _kafka_ssl_config(files) if password is None else _kafka_sasl_config(files, password)
     _private(files.kafka_admin_config, kafka.encode())
 
 
@@ -280,16 +286,27 @@ def _kafka_sasl_config(files: SecureFiles, password: str) -> str:
     )
 
 
-def _kafka_ssl_config(files: SecureFiles) -> str:
-    admin = files.keystore(ADMIN)  # one PEM file: the key, then the certificate
+def annal_client_config(files: SecureFiles, who: str) -> str:
+    """annal's CLI as ``who`` (``--command-config``): TLS with its certificate."""
     return (
-        "# Kafka's clients as the cluster's super user, proven by its certificate\n"
+        f"# annal's CLI as User:{who}: --command-config this file\n"
+        "security.protocol=SSL\n"
+        f"ssl.truststore.location={files.ca}\n"
+        f"ssl.keystore.location={files.keystore(who)}\n"
+    )
+
+
+def kafka_ssl_client_config(files: SecureFiles, who: str) -> str:
+    """Kafka's clients as ``who``, proven by its certificate (librdkafka's names)."""
+    keystore = files.keystore(who)  # one PEM file: the key, then the certificate
+    return (
+        f"# Kafka's clients as User:{who}, proven by its certificate\n"
         "# (librdkafka's names; Java clients take ssl.truststore.location and\n"
         "# ssl.keystore.location with ssl.keystore.type=PEM instead)\n"
         "security.protocol=SSL\n"
         f"ssl.ca.location={files.ca}\n"
-        f"ssl.certificate.location={admin}\n"
-        f"ssl.key.location={admin}\n"
+        f"ssl.certificate.location={keystore}\n"
+        f"ssl.key.location={keystore}\n"
     )
 
 

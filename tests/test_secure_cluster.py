@@ -62,6 +62,18 @@ def test_a_cluster_secured_by_one_flag(tmp_path: Path) -> None:
                     "--topic", "orders")  # fmt: skip
         assert acl.returncode == 0, acl.stderr
         assert delivered(alice)
+        # her certificate, for annal's CLI over gRPC (Kafka's clients log in with SCRAM)
+        issued = annal("cluster", "certificate", "alice", "--dir", d)
+        assert issued.returncode == 0, issued.stderr
+        security = Path(status["ca"]).parent
+        assert (security / "alice.properties").exists()
+        assert not (security / "alice-kafka.properties").exists()
+        as_alice = ["--bootstrap-server", grpc, "--command-config",
+                    str(security / "alice.properties")]  # fmt: skip
+        described = annal("topics", "list", *as_alice)  # --producer lets her describe it
+        assert described.returncode == 0 and described.stdout.split() == ["orders"], (
+            described.stderr
+        )
         anonymous_kafka = {"bootstrap.servers": kafka, "security.protocol": "SSL",
                            "ssl.ca.location": status["ca"]}  # fmt: skip
         with pytest.raises(ck.KafkaException):

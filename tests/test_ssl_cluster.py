@@ -116,3 +116,70 @@ def test_a_certificate_another_ca_signed_is_refused(
     with pytest.raises(ck.KafkaException):
         ck.admin.AdminClient(config).list_topics(timeout=REFUSED_WITHIN_S)
     logged(cluster, "CERTIFICATE_VERIFY_FAILED")
+
+
+def test_a_certificate_issued_by_the_cluster_names_a_principal_acls_then_allow(
+    cluster: dict[str, Any],
+) -> None:
+    """``cluster certificate alice``: a new identity under the cluster's CA, with its
+    client settings; User:alice gets in and may do nothing until an ACL allows it."""
+    d, grpc = cluster["dir"], cluster["brokers"][0]["endpoint"]
+    admin = ["--bootstrap-server", grpc, "--command-config", cluster["admin_config"]]
+    created = annal("topics", "create", *admin, "--topic", "alices", "--partitions", "1",
+                    "--replication-factor", "1")  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    issued = annal("cluster", "certificate", "alice", "--dir", d)
+    assert issued.returncode == 0, issued.stderr
+    security = Path(cluster["ca"]).parent
+    files = [security / n for n in ("alice.pem", "alice.properties", "alice-kafka.properties")]
+    assert [str(f) for f in files] == [line.strip() for line in issued.stdout.splitlines()[1:4]]
+    assert "--allow-principal User:alice" in issued.stdout
+    for path in [*files, security / "ca-key.pem"]:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+    config = {**properties(str(files[2])), "bootstrap.servers": cluster["kafka"]}
+    assert config["ssl.certificate.location"] == str(files[0])
+
+    def produce() -> str | None:
+        failures: list[str] = []
+        producer = ck.Producer({**config, "message.timeout.ms": 10000})
+        producer.produce("alices", b"v", on_delivery=lambda e, m: e and failures.append(e.name()))
+        producer.flush(30)
+        return failures[0] if failures else None
+
+    assert produce() == "TOPIC_AUTHORIZATION_FAILED"  # in, but allowed nothing
+    allowed = annal("acls", *admin, "--add", "--allow-principal", "User:alice", "--producer",
+                    "--topic", "alices")  # fmt: skip
+    assert allowed.returncode == 0, allowed.stderr
+    wait_until(lambda: produce() is None, 30, "alice allowed to produce")
+    # annal's CLI as alice: what she may describe, over gRPC with her certificate
+    listed = annal("topics", "list", "--bootstrap-server", grpc, "--command-config", str(files[1]))
+    assert listed.returncode == 0 and listed.stdout.split() == ["alices"], listed.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("bob", "has a certificate already"),
+        ("admin", "is the cluster's own identity"),
+        ("broker-1", "is the cluster's own identity"),
+        ("../etc/x", "is not a name for a certificate"),
+        ("", "is not a name for a certificate"),
+    ],
+)
+def test_a_certificate_that_cannot_be_issued_says_why(
+    cluster: dict[str, Any], name: str, why: str
+) -> None:
+    if name == "bob":
+        annal("cluster", "certificate", "bob", "--dir", cluster["dir"])  # there, if not yet
+    refused = annal("cluster", "certificate", name, "--dir", cluster["dir"])
+    assert refused.returncode == 1 and why in refused.stderr, refused.stderr
+    assert refused.stderr.startswith("annal cluster certificate: ")
+
+
+def test_a_plaintext_cluster_has_no_ca_to_issue_with(tmp_path: Path) -> None:
+    (tmp_path / "cluster.json").write_text(
+        json.dumps({"zookeeper_port": 2181, "zookeeper_pid": None, "brokers": []})
+    )
+    refused = annal("cluster", "certificate", "alice", "--dir", str(tmp_path))
+    assert refused.returncode == 1 and "is plaintext: it has no CA" in refused.stderr
+    assert not (tmp_path / "security").exists()
