@@ -277,6 +277,10 @@ class BrokerProcess:
         self._port = release(self._port, given_port) or 0
         self._kafka_port = release(self._kafka_port, given_kafka) or 0
         self._metrics_port = release(self._metrics_port, given_metrics)
+        if self._rebind and "listeners" in self.settings:  # a cluster's secured listeners
+            self.settings["listeners"] = ",".join(
+                _released(listener) for listener in self.settings["listeners"].split(",")
+            )
 
     @property
     def pid(self) -> int | None:
@@ -337,6 +341,15 @@ class BrokerProcess:
             return "\n".join(self.log_path.read_text("utf-8", "replace").splitlines()[-lines:])
         except FileNotFoundError:
             return "(no log)"
+
+
+def _released(listener: str) -> str:
+    """``NAME://host:port`` with port 0 when another process holds the port."""
+    name, sep, address = listener.strip().partition("://")
+    host, _, port = address.rpartition(":")
+    if sep and port.isdigit() and int(port) and _taken(int(port)):
+        return f"{name}://{host}:0"
+    return listener
 
 
 def _taken(port: int) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,3 +184,26 @@ def test_a_plaintext_cluster_has_no_ca_to_issue_with(tmp_path: Path) -> None:
     refused = annal("cluster", "certificate", "alice", "--dir", str(tmp_path))
     assert refused.returncode == 1 and "is plaintext: it has no CA" in refused.stderr
     assert not (tmp_path / "security").exists()
+
+
+def test_a_restarted_broker_whose_port_was_taken_binds_a_new_one(
+    cluster: dict[str, Any],
+) -> None:
+    """Last in this module: it restarts the broker.  Another process takes the
+    secured Kafka listener's port while the broker is down; ``cluster start``
+    binds a new one, records it, and Kafka's clients reach it there."""
+    d = cluster["dir"]
+    before = json.loads(annal("cluster", "status", "--json", "--dir", d).stdout)["brokers"][0]
+    assert annal("cluster", "kill", "1", "--dir", d).returncode == 0
+    host, port = before["kafka_endpoint"].rsplit(":", 1)
+    with socket.socket() as squatter:
+        squatter.bind((host, int(port)))
+        squatter.listen()
+        started = annal("cluster", "start", "1", "--dir", d)
+        assert started.returncode == 0, started.stderr
+    after = json.loads(annal("cluster", "status", "--json", "--dir", d).stdout)["brokers"][0]
+    assert after["endpoint"] == before["endpoint"]  # its gRPC port was free: kept
+    assert after["kafka_endpoint"] != before["kafka_endpoint"]
+    config = {**properties(cluster["kafka_admin_config"]),
+              "bootstrap.servers": after["kafka_endpoint"]}  # fmt: skip
+    assert ck.admin.AdminClient(config).list_topics(timeout=30).brokers
