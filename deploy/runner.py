@@ -133,6 +133,8 @@ class BrokerProcess:
             given = int(self.settings["metrics.port"])
             if given == 0 and "metrics" not in self._learned:
                 self._learn_ports()
+            if given < 0:
+                return None  # metrics off
             return self._learned.get("metrics") if given == 0 else given
         if self._metrics_port == 0:
             self._learn_ports()
