@@ -561,10 +561,9 @@ def ssl_forms(
 
 
 def private_file(path: Path, data: bytes) -> None:
-    """``data`` in ``path``, readable by its owner only (before anything is written)."""
-    path.touch(mode=0o600, exist_ok=True)
-    path.chmod(0o600)
-    path.write_bytes(data)
+    from annal.deploy.certs import write_private
+
+    write_private(path, data)
 
 
 def cluster_down(directory: Path, scenario_settings: bool) -> None:

@@ -425,16 +425,15 @@ class BrokerServer:
         )
         self._session_thread.start()
         self.started.set()
-        kafka_endpoints = ", ".join(
-            f"{e.listener}://{e.address}" for e in self.registration.kafka_endpoints
-        )
-        advertised = [f"{config.listener.protocol}://{self.registration.endpoint}"]
-        advertised += [f"{e.listener}://{e.address}" for e in self.registration.kafka_endpoints]
-        self.dynamic.served["advertised.listeners"] = ",".join(advertised)
+        registration = self.registration
+        kafka = [f"{e.listener}://{e.address}" for e in registration.kafka_endpoints]
+        grpc_listener = f"{config.listener.protocol}://{registration.endpoint}"
+        self.dynamic.served["advertised.listeners"] = ",".join([grpc_listener, *kafka])
+        kafka_endpoints = ", ".join(kafka)
         logger.info(
             "broker %d serving on %s%s (cluster %s, ZooKeeper %s)",
             config.broker_id,
-            self.registration.endpoint,
+            registration.endpoint,
             f" and Kafka's protocol on {kafka_endpoints}" if kafka_endpoints else "",
             self.cluster_id,
             config.zookeeper_connect,

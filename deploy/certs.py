@@ -39,8 +39,7 @@ class Identity:
     def write_keystore(self, path: Path) -> str:
         """One PEM file with the private key and the certificate (Kafka's PEM keystore),
         readable by its owner only."""
-        path.touch(mode=0o600)
-        path.write_bytes(self.key_pem() + self.cert_pem())
+        write_private(path, self.key_pem() + self.cert_pem())
         return str(path)
 
     @classmethod
@@ -89,6 +88,13 @@ class Identity:
 
 def _name(common: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """``data`` in ``path``, readable by its owner only before anything is written."""
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_bytes(data)
 
 
 def make_ca(common: str, valid_days: int = VALID_DAYS) -> Identity:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from annal.deploy.certs import Identity, issue
+from annal.deploy.certs import Identity, issue, write_private
 from annal.deploy.secure import (
     ADMIN,
     SSL,
@@ -56,10 +56,10 @@ def issue_client(files: SecureFiles, name: str, security: str) -> list[Path]:
     keystore = files.keystore(name)
     issue(ca, name).write_keystore(keystore)
     written = [keystore, files.directory / f"{name}.properties"]
-    _write(written[-1], annal_client_config(files, name))
+    write_private(written[-1], annal_client_config(files, name).encode())
     if security == SSL:
         written.append(files.directory / f"{name}-kafka.properties")
-        _write(written[-1], kafka_ssl_client_config(files, name))
+        write_private(written[-1], kafka_ssl_client_config(files, name).encode())
     return written
 
 
@@ -73,9 +73,3 @@ def _check_name(files: SecureFiles, name: str) -> None:
         raise CertificateError(f"{name!r} is the cluster's own identity; pick another name")
     if files.keystore(name).exists():
         raise CertificateError(f"{files.keystore(name)} exists: {name} has a certificate already")
-
-
-def _write(path: Path, text: str) -> Path:
-    path.touch(mode=0o600)
-    path.write_text(text)
-    return path

@@ -244,14 +244,9 @@ class BrokerProcess:
 
     def _pinned(self, listeners: str) -> str:
         """``listeners`` with each port of 0 the kernel already gave this broker."""
-        pinned = []
-        for listener in listeners.split(","):
-            name, sep, address = listener.strip().partition("://")
-            host, _, port = address.rpartition(":")
-            if sep and port == "0" and self._learned.get(name.upper()):
-                listener = f"{name}://{host}:{self._learned[name.upper()]}"
-            pinned.append(listener)
-        return ",".join(pinned)
+        return _with_ports(
+            listeners, lambda name, port: port or self._learned.get(name.upper(), 0)
+        )
 
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -280,8 +275,8 @@ class BrokerProcess:
         self._kafka_port = release(self._kafka_port, given_kafka) or 0
         self._metrics_port = release(self._metrics_port, given_metrics)
         if self._rebind and "listeners" in self.settings:  # a cluster's secured listeners
-            self.settings["listeners"] = ",".join(
-                _released(listener) for listener in self.settings["listeners"].split(",")
+            self.settings["listeners"] = _with_ports(
+                self.settings["listeners"], lambda _, port: 0 if port and _taken(port) else port
             )
 
     @property
@@ -345,13 +340,17 @@ class BrokerProcess:
             return "(no log)"
 
 
-def _released(listener: str) -> str:
-    """``NAME://host:port`` with port 0 when another process holds the port."""
-    name, sep, address = listener.strip().partition("://")
-    host, _, port = address.rpartition(":")
-    if sep and port.isdigit() and int(port) and _taken(int(port)):
-        return f"{name}://{host}:0"
-    return listener
+def _with_ports(listeners: str, port_of: Callable[[str, int], int]) -> str:
+    """A ``listeners`` setting (``NAME://host:port,...``) with each port replaced by
+    ``port_of(NAME, port)``."""
+    changed = []
+    for listener in listeners.split(","):
+        name, sep, address = listener.strip().partition("://")
+        host, _, port = address.rpartition(":")
+        if sep and port.isdigit():
+            listener = f"{name}://{host}:{port_of(name, int(port))}"
+        changed.append(listener)
+    return ",".join(changed)
 
 
 def _taken(port: int) -> bool:

@@ -52,7 +52,7 @@ from pathlib import Path
 
 from annal.client.security import SSL as TLS
 from annal.client.security import Security
-from annal.deploy.certs import VALID_DAYS, Identity, issue, make_ca
+from annal.deploy.certs import VALID_DAYS, Identity, issue, make_ca, write_private
 from annal.security.scram import SCRAM_SHA_512, make_credential
 from annal.zk.client import ZkClient, ZkError
 from cryptography import x509
@@ -150,8 +150,8 @@ def make_secure_files(
     files = SecureFiles(cluster_dir / "security")
     files.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     ca = make_ca("annal local cluster CA")
-    _private(files.ca, ca.cert_pem())
-    _private(files.ca_key, ca.key_pem())
+    write_private(files.ca, ca.cert_pem())
+    write_private(files.ca_key, ca.key_pem())
     for who in [f"broker-{i}" for i in range(1, brokers + 1)] + [ADMIN]:
         issue(ca, who).write_keystore(files.keystore(who))
     password = secrets.token_urlsafe(18) if security == SASL_SSL else None
@@ -196,10 +196,10 @@ def ensure_secure_files(
         trusted is not None and Identity.valid_cert(trusted, RENEW_DAYS) and all(good.values())
     ):
         ca = make_ca("annal cluster CA", valid_days)
-        _private(files.ca, ca.cert_pem())
+        write_private(files.ca, ca.cert_pem())
         if ca_key is not None:
             ca_key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            _private(ca_key, ca.key_pem())
+            write_private(ca_key, ca.key_pem())
         good = dict.fromkeys(hosts, False)
         done.append(f"{files.ca}: a new CA (every certificate is issued anew)")
     else:
@@ -265,13 +265,13 @@ def _kept_password(kafka_admin_config: Path) -> str | None:
 def _write_admin_configs(files: SecureFiles, password: str | None) -> None:
     """annal's and Kafka's client settings of the admin: Kafka's with SASL_SSL
     and ``password``, or, when it is None, with SSL and the admin's certificate."""
-    _private(files.admin_config, annal_client_config(files, ADMIN).encode())
+    write_private(files.admin_config, annal_client_config(files, ADMIN).encode())
     kafka = (
         kafka_ssl_client_config(files, ADMIN)
         if password is None
         else _kafka_sasl_config(files, password)
     )
-    _private(files.kafka_admin_config, kafka.encode())
+    write_private(files.kafka_admin_config, kafka.encode())
 
 
 def _kafka_sasl_config(files: SecureFiles, password: str) -> str:
@@ -315,11 +315,6 @@ def store_admin(zookeeper_connect: str, password: str) -> None:
     with ZkClient(zookeeper_connect) as zk:
         zk.ensure_persistent_paths()
         zk.upsert_scram_credential(ADMIN, SCRAM_SHA_512, make_credential(SCRAM_SHA_512, password))
-
-
-def _private(path: Path, data: bytes) -> None:
-    path.touch(mode=0o600)
-    path.write_bytes(data)
 
 
 def build_parser() -> argparse.ArgumentParser:
